@@ -1,0 +1,400 @@
+//! Per-node gang estimation: do ALL pods of ALL components of a job fit in one cluster at once?
+//!
+//! Owns placement planning against a [`Cluster`]'s real per-node free capacity (allocatable minus
+//! external pods minus reservations): a best-fit greedy pass, then an exhaustive search with a
+//! step budget when the greedy pass fails, and a precise reason when nothing fits. Never decides
+//! from cluster totals; never mutates the cluster (the caller reserves the returned plan).
+
+use std::collections::BTreeMap;
+
+use crate::fleet::{Cluster, Constraints, Mismatch};
+use crate::resources::{Demand, PODS, Res, ResourceTable, at};
+
+/// One component of a job, ready for placement: `pods` identical pods of `demand` each
+/// (`demand` includes `pods: 1`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodGroup {
+    pub name: String,
+    pub pods: u32,
+    pub demand: Demand,
+    pub constraints: Constraints,
+}
+
+/// Where each component's pods go: per component, `(node index, pod count)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    pub groups: Vec<Vec<(usize, u32)>>,
+}
+
+impl Placement {
+    /// `{node name: pods}` over all components.
+    pub fn by_node(&self, cluster: &Cluster) -> BTreeMap<String, u32> {
+        let mut m = BTreeMap::new();
+        for g in &self.groups {
+            for (n, c) in g {
+                if let Some(node) = cluster.nodes.get(*n) {
+                    *m.entry(node.name.clone()).or_insert(0) += *c;
+                }
+            }
+        }
+        m
+    }
+}
+
+/// Steps the exhaustive search may take before giving up (bounded work per decision).
+pub const SEARCH_BUDGET: u64 = 50_000;
+
+/// Nodes admitting each group (constraints only, not capacity).
+pub fn eligible(cluster: &Cluster, groups: &[PodGroup]) -> Vec<Vec<usize>> {
+    groups
+        .iter()
+        .map(|g| {
+            (0..cluster.nodes.len())
+                .filter(|i| cluster.nodes[*i].admits(&g.constraints).is_ok())
+                .collect()
+        })
+        .collect()
+}
+
+/// Resources that are scarce accelerators or devices rather than cpu/memory/storage/pods.
+pub fn is_extended(name: &str) -> bool {
+    !matches!(
+        name,
+        "cpu" | "memory" | "pods" | "ephemeral-storage" | "storage"
+    ) && !name.starts_with("hugepages-")
+        && name != crate::resources::MAX_JOBS_NAME
+}
+
+/// Free capacity of one node as seen by this placement (cluster free minus what the plan took).
+struct Scratch<'a> {
+    cluster: &'a Cluster,
+    taken: Vec<Vec<i128>>,
+}
+
+impl Scratch<'_> {
+    fn free(&self, n: usize, r: Res) -> i128 {
+        self.cluster.nodes[n].free(r) - at(&self.taken[n], r)
+    }
+
+    /// How many pods of `d` fit on node `n` now.
+    fn cap(&self, n: usize, d: &Demand) -> i128 {
+        let mut c = i128::MAX;
+        for (r, x) in d.iter() {
+            if x <= 0 {
+                continue;
+            }
+            let f = self.free(n, r);
+            if f < x {
+                return 0;
+            }
+            c = c.min(f / x);
+        }
+        if c == i128::MAX { 1 << 40 } else { c }
+    }
+
+    fn take(&mut self, n: usize, d: &Demand, k: i128) {
+        crate::resources::add_demand(&mut self.taken[n], d, k);
+    }
+}
+
+/// Plans every pod of every group onto `cluster`'s nodes, or explains why it cannot.
+/// `eligible[i]` are the nodes admitting group `i` (see [`eligible`]).
+pub fn place(
+    cluster: &Cluster,
+    groups: &[PodGroup],
+    eligible: &[Vec<usize>],
+    table: &ResourceTable,
+) -> Result<Placement, String> {
+    let ext: Vec<bool> = (0..table.len())
+        .map(|i| is_extended(table.name(Res(i as u16))))
+        .collect();
+    // Necessary conditions per group, with a precise reason when they fail.
+    let fresh = Scratch {
+        cluster,
+        taken: vec![Vec::new(); cluster.nodes.len()],
+    };
+    for (gi, g) in groups.iter().enumerate() {
+        if g.pods == 0 {
+            continue;
+        }
+        necessary(&fresh, g, &eligible[gi], table)?;
+    }
+    let order = group_order(cluster, groups);
+    if let Some(p) = greedy(cluster, groups, eligible, &order, &ext) {
+        return Ok(p);
+    }
+    match search(cluster, groups, eligible, &order) {
+        Some(p) => Ok(p),
+        None => {
+            let names: Vec<&str> = groups
+                .iter()
+                .filter(|g| g.pods > 0)
+                .map(|g| g.name.as_str())
+                .collect();
+            Err(format!(
+                "{} fit one by one but not all together on the free nodes",
+                names.join(" and ")
+            ))
+        }
+    }
+}
+
+fn necessary(
+    s: &Scratch<'_>,
+    g: &PodGroup,
+    eligible: &[usize],
+    table: &ResourceTable,
+) -> Result<(), String> {
+    let cluster = s.cluster;
+    if eligible.is_empty() {
+        let mut why: BTreeMap<String, usize> = BTreeMap::new();
+        for n in &cluster.nodes {
+            if let Err(m) = n.admits(&g.constraints) {
+                let key = match m {
+                    Mismatch::Taint(t) => format!("untolerated taint {t}"),
+                    other => other.to_string(),
+                };
+                *why.entry(key).or_insert(0) += 1;
+            }
+        }
+        let parts: Vec<String> = why
+            .iter()
+            .map(|(k, v)| format!("{v} node{}: {k}", if *v == 1 { "" } else { "s" }))
+            .collect();
+        if cluster.nodes.is_empty() {
+            return Err("has no nodes".into());
+        }
+        return Err(format!("no node admits {} ({})", g.name, parts.join("; ")));
+    }
+    let mut total = 0i128;
+    for &n in eligible {
+        total += s.cap(n, &g.demand);
+    }
+    if total >= i128::from(g.pods) {
+        return Ok(());
+    }
+    if total == 0 {
+        // Not one pod fits: name the resource that is short on every node.
+        let mut worst: Option<(Res, i128, i128)> = None; // (res, need, best free)
+        for (r, x) in g.demand.iter() {
+            let best = eligible
+                .iter()
+                .map(|&n| s.free(n, r))
+                .max()
+                .unwrap_or(0)
+                .max(0);
+            if best < x {
+                let short = (x - best) * 1_000_000 / x.max(1);
+                if worst.is_none_or(|(wr, wx, wb)| {
+                    short > (wx - wb) * 1_000_000 / wx.max(1)
+                        || (short == (wx - wb) * 1_000_000 / wx.max(1) && r < wr)
+                }) {
+                    worst = Some((r, x, best));
+                }
+            }
+        }
+        if let Some((r, x, best)) = worst {
+            if r == PODS {
+                return Err(format!(
+                    "{} needs room for 1 more pod on one node; every admitting node is at its pods limit",
+                    g.name
+                ));
+            }
+            return Err(format!(
+                "{} needs {} on one node; the most free on any node is {}",
+                g.name,
+                table.fmt_amount(r, x),
+                crate::quantity::Quantity::from_milli(best)
+            ));
+        }
+        let req: Vec<String> = g
+            .demand
+            .iter()
+            .filter(|(r, _)| *r != PODS)
+            .map(|(r, x)| table.fmt_amount(r, x))
+            .collect();
+        return Err(format!(
+            "{} needs {} together on one node; no node has all of it free",
+            g.name,
+            req.join(", ")
+        ));
+    }
+    let req: Vec<String> = g
+        .demand
+        .iter()
+        .filter(|(r, _)| *r != PODS)
+        .map(|(r, x)| table.fmt_amount(r, x))
+        .collect();
+    Err(format!(
+        "{} needs {} pods ({} each); the free nodes hold only {}",
+        g.name,
+        g.pods,
+        req.join(", "),
+        total
+    ))
+}
+
+/// Biggest groups first (dominant share of the cluster's allocatable), so scarce devices are
+/// placed before cpu-only helpers can take their nodes.
+fn group_order(cluster: &Cluster, groups: &[PodGroup]) -> Vec<usize> {
+    let mut totals: Vec<i128> = Vec::new();
+    for n in &cluster.nodes {
+        for (i, v) in n.alloc.iter().enumerate() {
+            if totals.len() <= i {
+                totals.resize(i + 1, 0);
+            }
+            totals[i] = totals[i].saturating_add(*v);
+        }
+    }
+    let share = |g: &PodGroup| -> i128 {
+        g.demand
+            .iter()
+            .filter(|(r, _)| *r != PODS)
+            .map(|(r, x)| x.saturating_mul(1_000_000) / at(&totals, r).max(1))
+            .max()
+            .unwrap_or(0)
+    };
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(share(&groups[i])), i));
+    order
+}
+
+/// Best-fit decreasing: for each group, the node that holds all remaining pods most tightly,
+/// else the node that holds the most; avoiding nodes whose free devices the group does not use.
+fn greedy(
+    cluster: &Cluster,
+    groups: &[PodGroup],
+    eligible: &[Vec<usize>],
+    order: &[usize],
+    ext: &[bool],
+) -> Option<Placement> {
+    let mut s = Scratch {
+        cluster,
+        taken: vec![Vec::new(); cluster.nodes.len()],
+    };
+    let mut plan = Placement {
+        groups: vec![Vec::new(); groups.len()],
+    };
+    for &gi in order {
+        let g = &groups[gi];
+        let mut remaining = i128::from(g.pods);
+        let unused_ext: Vec<Res> = ext
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| **e && g.demand.get(Res(*i as u16)) == 0)
+            .map(|(i, _)| Res(i as u16))
+            .collect();
+        while remaining > 0 {
+            let mut best: Option<((u8, usize, i128), usize, i128)> = None;
+            for &n in &eligible[gi] {
+                let c = s.cap(n, &g.demand);
+                if c == 0 {
+                    continue;
+                }
+                let waste = unused_ext.iter().filter(|r| s.free(n, **r) > 0).count();
+                let key = if c >= remaining {
+                    (0u8, waste, c)
+                } else {
+                    (1u8, waste, -c)
+                };
+                if best.as_ref().is_none_or(|(bk, _, _)| key < *bk) {
+                    best = Some((key, n, c));
+                }
+            }
+            let (_, n, c) = best?;
+            let k = c.min(remaining);
+            s.take(n, &g.demand, k);
+            plan.groups[gi].push((n, u32::try_from(k).ok()?));
+            remaining -= k;
+        }
+        plan.groups[gi].sort_unstable();
+    }
+    Some(plan)
+}
+
+/// Exhaustive search over pod counts per node, bounded by [`SEARCH_BUDGET`] steps. Complete
+/// for small jobs and fleets; for big ones, a failure within the budget is reported as no fit.
+fn search(
+    cluster: &Cluster,
+    groups: &[PodGroup],
+    eligible: &[Vec<usize>],
+    order: &[usize],
+) -> Option<Placement> {
+    struct St<'a> {
+        s: Scratch<'a>,
+        groups: &'a [PodGroup],
+        eligible: &'a [Vec<usize>],
+        order: &'a [usize],
+        plan: Placement,
+        steps: u64,
+    }
+    fn rec(st: &mut St<'_>, oi: usize, ni: usize, remaining: i128) -> bool {
+        st.steps += 1;
+        if st.steps > SEARCH_BUDGET {
+            return false;
+        }
+        if oi == st.order.len() {
+            return true;
+        }
+        let gi = st.order[oi];
+        let g = &st.groups[gi];
+        if remaining == 0 {
+            let next = st
+                .order
+                .get(oi + 1)
+                .map_or(0, |&g2| i128::from(st.groups[g2].pods));
+            return rec(st, oi + 1, 0, next);
+        }
+        let nodes = &st.eligible[gi];
+        if ni >= nodes.len() {
+            return false;
+        }
+        // Prune: what the remaining nodes can hold of this group.
+        let room: i128 = nodes[ni..].iter().map(|&n| st.s.cap(n, &g.demand)).sum();
+        if room < remaining {
+            return false;
+        }
+        let n = nodes[ni];
+        let c = st.s.cap(n, &g.demand).min(remaining);
+        let mut k = c;
+        loop {
+            if k > 0 {
+                st.s.take(n, &g.demand, k);
+                st.plan.groups[gi].push((n, k as u32));
+            }
+            if rec(st, oi, ni + 1, remaining - k) {
+                return true;
+            }
+            if k > 0 {
+                st.s.take(n, &g.demand, -k);
+                st.plan.groups[gi].pop();
+            }
+            if k == 0 || st.steps > SEARCH_BUDGET {
+                return false;
+            }
+            k -= 1;
+        }
+    }
+    let first = order.first().map_or(0, |&g| i128::from(groups[g].pods));
+    let mut st = St {
+        s: Scratch {
+            cluster,
+            taken: vec![Vec::new(); cluster.nodes.len()],
+        },
+        groups,
+        eligible,
+        order,
+        plan: Placement {
+            groups: vec![Vec::new(); groups.len()],
+        },
+        steps: 0,
+    };
+    if rec(&mut st, 0, 0, first) {
+        for g in &mut st.plan.groups {
+            g.sort_unstable();
+        }
+        Some(st.plan)
+    } else {
+        None
+    }
+}

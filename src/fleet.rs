@@ -1,0 +1,463 @@
+//! The fleet: member clusters, their nodes and what is already used on each node.
+//!
+//! Owns per-node allocatable/used vectors, node-level filters (taints and tolerations,
+//! nodeSelector, required node affinity, unschedulable, NotReady) and cluster summaries used to
+//! prune. Knows nothing about jobs, queues or quota; never decides from cluster totals alone.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Node as K8sNode, NodeSelector, NodeSelectorRequirement, Taint, Toleration,
+};
+
+use crate::quantity::ResourceList;
+use crate::resources::{PODS, Res, ResourceTable, at, set};
+
+/// A node as the core is told about it (from a Node object or a scenario file).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeInfo {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub allocatable: ResourceList,
+    pub unschedulable: bool,
+    pub ready: bool,
+}
+
+impl NodeInfo {
+    /// Reads a real Node object. Quantities that do not parse are reported, not zeroed.
+    pub fn from_node(node: &K8sNode) -> Result<NodeInfo, String> {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let mut allocatable = ResourceList::new();
+        if let Some(status) = &node.status {
+            let src = status.allocatable.as_ref().or(status.capacity.as_ref());
+            if let Some(a) = src {
+                for (k, v) in a {
+                    let q = crate::quantity::Quantity::parse(&v.0)
+                        .map_err(|e| format!("node {name}: status.allocatable[{k}]: {e}"))?;
+                    allocatable.set(k.clone(), q);
+                }
+            }
+        }
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .is_some_and(|c| c.status == "True");
+        let spec = node.spec.as_ref();
+        Ok(NodeInfo {
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            ready,
+            allocatable,
+            name,
+        })
+    }
+}
+
+/// A member cluster as the core is told about it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterInfo {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub nodes: Vec<NodeInfo>,
+}
+
+/// Node constraints of one component (a pod template).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Constraints {
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Toleration>,
+    pub affinity: Option<NodeSelector>,
+}
+
+impl Constraints {
+    pub fn is_empty(&self) -> bool {
+        self.node_selector.is_empty() && self.tolerations.is_empty() && self.affinity.is_none()
+    }
+}
+
+/// Why a node does not admit a pod regardless of free capacity.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mismatch {
+    Taint(String),
+    NodeSelector,
+    Affinity,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mismatch::Taint(t) => write!(f, "untolerated taint {t}"),
+            Mismatch::NodeSelector => f.write_str("nodeSelector does not match"),
+            Mismatch::Affinity => f.write_str("required node affinity does not match"),
+        }
+    }
+}
+
+/// A node inside the core.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// Spec taints plus the ones kube-scheduler implies (unschedulable, not-ready).
+    pub taints: Vec<Taint>,
+    pub alloc: Vec<i128>,
+    /// Used by pods muster does not manage (reported by the driver).
+    pub external: Vec<i128>,
+    /// Used by muster's reservations (admitted jobs' plans).
+    pub reserved: Vec<i128>,
+}
+
+impl Node {
+    pub fn free(&self, r: Res) -> i128 {
+        at(&self.alloc, r) - at(&self.external, r) - at(&self.reserved, r)
+    }
+
+    /// Whether a pod with these constraints may run here (ignoring capacity).
+    pub fn admits(&self, c: &Constraints) -> Result<(), Mismatch> {
+        for t in &self.taints {
+            if (t.effect == "NoSchedule" || t.effect == "NoExecute")
+                && !c.tolerations.iter().any(|tol| tolerates(tol, t))
+            {
+                return Err(Mismatch::Taint(fmt_taint(t)));
+            }
+        }
+        if !c
+            .node_selector
+            .iter()
+            .all(|(k, v)| self.labels.get(k) == Some(v))
+        {
+            return Err(Mismatch::NodeSelector);
+        }
+        if let Some(aff) = &c.affinity
+            && !node_selector_matches(aff, &self.name, &self.labels)
+        {
+            return Err(Mismatch::Affinity);
+        }
+        Ok(())
+    }
+}
+
+pub fn fmt_taint(t: &Taint) -> String {
+    match &t.value {
+        Some(v) if !v.is_empty() => format!("{}={}:{}", t.key, v, t.effect),
+        _ => format!("{}:{}", t.key, t.effect),
+    }
+}
+
+/// Kubernetes' toleration matching (`ToleratesTaint`).
+pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
+    if let Some(e) = &tol.effect
+        && !e.is_empty()
+        && *e != taint.effect
+    {
+        return false;
+    }
+    let key = tol.key.as_deref().unwrap_or("");
+    let op = tol.operator.as_deref().unwrap_or("Equal");
+    if key.is_empty() {
+        // An empty key with Exists matches every taint.
+        return op == "Exists";
+    }
+    if key != taint.key {
+        return false;
+    }
+    match op {
+        "Exists" => true,
+        "Equal" | "" => tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        _ => false,
+    }
+}
+
+/// Required node affinity: terms are ORed, expressions within a term ANDed. A term with no
+/// requirement matches nothing, as in kube-scheduler.
+pub fn node_selector_matches(
+    sel: &NodeSelector,
+    node_name: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    sel.node_selector_terms.iter().any(|term| {
+        let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
+        let fields = term.match_fields.as_deref().unwrap_or(&[]);
+        if exprs.is_empty() && fields.is_empty() {
+            return false;
+        }
+        exprs
+            .iter()
+            .all(|e| requirement_matches(e, labels.get(&e.key)))
+            && fields.iter().all(|f| {
+                f.key == "metadata.name" && requirement_matches(f, Some(&node_name.to_string()))
+            })
+    })
+}
+
+fn requirement_matches(req: &NodeSelectorRequirement, value: Option<&String>) -> bool {
+    let values = req.values.as_deref().unwrap_or(&[]);
+    match req.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), [bound]) = (value, values) else {
+                return false;
+            };
+            match (v.parse::<i64>(), bound.parse::<i64>()) {
+                (Ok(v), Ok(b)) => {
+                    if req.operator == "Gt" {
+                        v > b
+                    } else {
+                        v < b
+                    }
+                }
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Upper bounds over a cluster's nodes that admit pods at all, for quick rejection.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// Largest free amount on any one node, per resource.
+    pub max_free: Vec<i128>,
+    /// Total free, per resource.
+    pub total_free: Vec<i128>,
+    pub total_alloc: Vec<i128>,
+}
+
+/// A member cluster inside the core.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub nodes: Vec<Node>,
+    pub node_index: BTreeMap<String, usize>,
+    /// False while the member does not answer: nothing is placed there.
+    pub reachable: bool,
+    /// Bumped on every change of usage or nodes; lets callers memoize per-cluster results.
+    pub version: u64,
+    /// Bumped when nodes, labels or taints change (eligibility caches).
+    pub topology: u64,
+    summary: Summary,
+    summary_version: u64,
+}
+
+impl Cluster {
+    pub fn new(info: &ClusterInfo, table: &mut ResourceTable, version: u64) -> Cluster {
+        let nodes: Vec<Node> = info.nodes.iter().map(|n| make_node(n, table)).collect();
+        let node_index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        Cluster {
+            name: info.name.clone(),
+            labels: info.labels.clone(),
+            nodes,
+            node_index,
+            reachable: true,
+            version,
+            topology: version,
+            summary: Summary::default(),
+            summary_version: 0,
+        }
+    }
+
+    /// Cached bounds, recomputed when the cluster changed.
+    pub fn summary(&mut self) -> &Summary {
+        if self.summary_version != self.version {
+            let mut s = Summary::default();
+            for n in &self.nodes {
+                let len = n.alloc.len().max(n.reserved.len()).max(n.external.len());
+                for i in 0..len {
+                    let r = Res(u16::try_from(i).unwrap_or(u16::MAX));
+                    let free = n.free(r);
+                    let ta = at(&s.total_alloc, r) + at(&n.alloc, r);
+                    set(&mut s.total_alloc, r, ta);
+                    if n.taints.iter().any(is_condition_taint) {
+                        continue;
+                    }
+                    let tf = at(&s.total_free, r) + free.max(0);
+                    set(&mut s.total_free, r, tf);
+                    if free > at(&s.max_free, r) {
+                        set(&mut s.max_free, r, free);
+                    }
+                }
+            }
+            self.summary = s;
+            self.summary_version = self.version;
+        }
+        &self.summary
+    }
+}
+
+/// Taints muster derives from node state (not from the spec).
+fn is_condition_taint(t: &Taint) -> bool {
+    t.key == UNSCHEDULABLE_TAINT || t.key == NOT_READY_TAINT
+}
+
+pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+pub fn make_node(n: &NodeInfo, table: &mut ResourceTable) -> Node {
+    let mut alloc = table.dense(&n.allocatable);
+    if n.allocatable.0.get("pods").is_none() {
+        // No pod limit reported: do not limit (scenario files may omit it).
+        set(&mut alloc, PODS, i128::MAX / 4);
+    }
+    let mut taints = n.taints.clone();
+    if n.unschedulable {
+        taints.push(Taint {
+            key: UNSCHEDULABLE_TAINT.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        });
+    }
+    if !n.ready {
+        taints.push(Taint {
+            key: NOT_READY_TAINT.into(),
+            effect: "NoExecute".into(),
+            ..Default::default()
+        });
+    }
+    Node {
+        name: n.name.clone(),
+        labels: n.labels.clone(),
+        taints,
+        alloc,
+        external: Vec::new(),
+        reserved: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            value: value.map(Into::into),
+            effect: effect.into(),
+            ..Default::default()
+        }
+    }
+
+    fn tol(
+        key: Option<&str>,
+        op: Option<&str>,
+        value: Option<&str>,
+        effect: Option<&str>,
+    ) -> Toleration {
+        Toleration {
+            key: key.map(Into::into),
+            operator: op.map(Into::into),
+            value: value.map(Into::into),
+            effect: effect.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn toleration_rules() {
+        let t = taint("gpu", Some("true"), "NoSchedule");
+        assert!(tolerates(&tol(Some("gpu"), None, Some("true"), None), &t));
+        assert!(tolerates(
+            &tol(Some("gpu"), Some("Equal"), Some("true"), Some("NoSchedule")),
+            &t
+        ));
+        assert!(!tolerates(
+            &tol(Some("gpu"), Some("Equal"), Some("false"), None),
+            &t
+        ));
+        assert!(tolerates(&tol(Some("gpu"), Some("Exists"), None, None), &t));
+        assert!(!tolerates(
+            &tol(Some("gpu"), Some("Exists"), None, Some("NoExecute")),
+            &t
+        ));
+        assert!(tolerates(&tol(None, Some("Exists"), None, None), &t));
+        assert!(!tolerates(&tol(None, None, None, None), &t));
+        assert!(!tolerates(
+            &tol(Some("other"), Some("Exists"), None, None),
+            &t
+        ));
+    }
+
+    fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
+        NodeSelectorRequirement {
+            key: key.into(),
+            operator: op.into(),
+            values: Some(values.iter().map(|s| s.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn affinity_operators() {
+        let labels: BTreeMap<String, String> = [("zone", "a"), ("gen", "5")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let one = |r: NodeSelectorRequirement| NodeSelector {
+            node_selector_terms: vec![k8s_openapi::api::core::v1::NodeSelectorTerm {
+                match_expressions: Some(vec![r]),
+                match_fields: None,
+            }],
+        };
+        let m = |r| node_selector_matches(&one(r), "n1", &labels);
+        assert!(m(req("zone", "In", &["a", "b"])));
+        assert!(!m(req("zone", "In", &["b"])));
+        assert!(m(req("zone", "NotIn", &["b"])));
+        assert!(m(req("missing", "NotIn", &["b"])));
+        assert!(m(req("zone", "Exists", &[])));
+        assert!(!m(req("zone", "DoesNotExist", &[])));
+        assert!(m(req("missing", "DoesNotExist", &[])));
+        assert!(m(req("gen", "Gt", &["4"])));
+        assert!(!m(req("gen", "Gt", &["5"])));
+        assert!(m(req("gen", "Lt", &["6"])));
+        assert!(
+            !m(req("zone", "Lt", &["6"])),
+            "non-integer label never matches Gt/Lt"
+        );
+        assert!(!node_selector_matches(
+            &NodeSelector {
+                node_selector_terms: vec![]
+            },
+            "n1",
+            &labels
+        ));
+    }
+
+    #[test]
+    fn node_state_becomes_taints() {
+        let mut t = ResourceTable::default();
+        let info = NodeInfo {
+            name: "n".into(),
+            unschedulable: true,
+            ready: true,
+            ..Default::default()
+        };
+        let n = make_node(&info, &mut t);
+        assert!(matches!(
+            n.admits(&Constraints::default()),
+            Err(Mismatch::Taint(_))
+        ));
+        let tolerant = Constraints {
+            tolerations: vec![tol(Some(UNSCHEDULABLE_TAINT), Some("Exists"), None, None)],
+            ..Default::default()
+        };
+        assert!(n.admits(&tolerant).is_ok());
+        let nr = make_node(
+            &NodeInfo {
+                ready: false,
+                ..info
+            },
+            &mut t,
+        );
+        assert!(nr.admits(&tolerant).is_err());
+    }
+}

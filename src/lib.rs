@@ -1,0 +1,14 @@
+//! muster: queue, quota and gang-dispatch distributed training jobs from a hub cluster to member
+//! clusters. The scheduling core (`quantity`, `resources`, `workload`, `quota`, `queue`, `fleet`,
+//! `estimate`, `scheduler`) is pure and deterministic; `sim` drives it from a scenario file.
+
+pub mod estimate;
+pub mod fleet;
+pub mod labels;
+pub mod quantity;
+pub mod queue;
+pub mod quota;
+pub mod resources;
+pub mod scheduler;
+pub mod sim;
+pub mod workload;

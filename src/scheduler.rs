@@ -1,0 +1,1198 @@
+//! The admission cycle: queued jobs, quota and the fleet in; admit / preempt / wait decisions out.
+//!
+//! Owns the scheduler's state (jobs, queues, quota usage, reservations on member nodes) and the
+//! deterministic cycle over it. Pure: no I/O, no clock, no async; time and identity arrive as plain
+//! values from a driver (the simulator or the controller), which applies the decisions.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
+
+use crate::estimate::{self, Placement, PodGroup};
+use crate::fleet::{Cluster, ClusterInfo, Constraints, NodeInfo};
+use crate::quantity::{Quantity, ResourceList};
+use crate::queue::{JobOrder, Queues};
+use crate::quota::{QuotaState, QuotaTree, Strategy};
+use crate::resources::{Demand, MAX_JOBS, ONE, PODS, Res, ResourceTable, at};
+use crate::workload::{ClusterRestriction, Workload};
+
+pub type JobId = usize;
+pub type ClassId = usize;
+type ShapeId = usize;
+
+/// What a cycle decided.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// Reserve `placement` on `cluster` and dispatch the job there.
+    Admit {
+        job: JobId,
+        cluster: String,
+        placement: Placement,
+        /// `{node: pods}`.
+        nodes: BTreeMap<String, u32>,
+    },
+    /// Take `job` back from its cluster and requeue it, so that `by` can run.
+    Preempt {
+        job: JobId,
+        by: JobId,
+        reason: String,
+    },
+    /// The head of a queue (and the jobs behind it with the same needs) keeps waiting.
+    Wait { job: JobId, reason: String },
+}
+
+/// Where a job stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JobState {
+    Pending,
+    /// Can never run as written (above a max, no node could ever hold it, unknown priority).
+    Inadmissible(String),
+    Admitted {
+        cluster: usize,
+        placement: Placement,
+    },
+    Finished,
+}
+
+/// What `submit` found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Submitted {
+    Queued(JobId),
+    Inadmissible(JobId, String),
+    /// Outside muster's responsibility (namespace not in the quota tree).
+    Ignored(String),
+}
+
+struct Job {
+    namespace: String,
+    shape: ShapeId,
+    queue: usize,
+    class: ClassId,
+    order: JobOrder,
+    priority: i32,
+    priority_classes: BTreeSet<String>,
+    state: JobState,
+    /// Cycle at which it last entered its queue.
+    enqueued_cycle: u64,
+    admitted_seq: u64,
+    last_wait: Option<String>,
+    preemptions: u32,
+}
+
+struct Shape {
+    groups: Vec<PodGroup>,
+    /// Sum over pods, plus `pods` and `kube-queue/max-jobs: 1`: what quota is charged.
+    quota_demand: Demand,
+    candidates: ClusterRestriction,
+    /// The requested resource scarcest in the fleet (cluster choice key).
+    key_res: Res,
+    /// Per cluster: (topology version, eligible nodes per group).
+    eligible: HashMap<usize, (u64, Vec<Vec<usize>>)>,
+}
+
+struct Class {
+    jobs: BTreeSet<(JobOrder, JobId)>,
+    reason: Option<String>,
+    reason_cycle: u64,
+    /// Per cluster, the cluster version at which this class's head last failed there.
+    seen: Vec<u64>,
+    seen_reason: Vec<Option<String>>,
+    dirty: bool,
+}
+
+/// Scheduler settings.
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    /// Without a quota tree, every namespace is its own queue; this picks their strategy.
+    pub default_strategy: Strategy,
+}
+
+/// The scheduling core's whole state.
+pub struct Scheduler {
+    pub table: ResourceTable,
+    clusters: Vec<Cluster>,
+    cluster_by_name: HashMap<String, usize>,
+    fleet_version: u64,
+    quota: Option<QuotaState>,
+    queues: Queues,
+    priorities: BTreeMap<String, i32>,
+    jobs: Vec<Job>,
+    shapes: Vec<Shape>,
+    shape_ids: HashMap<String, ShapeId>,
+    classes: Vec<Class>,
+    class_ids: HashMap<(usize, Option<ShapeId>), ClassId>,
+    dirty: Vec<ClassId>,
+    next_dirty: Vec<ClassId>,
+    fleet_blocked: HashSet<ClassId>,
+    quota_blocked: HashMap<usize, HashSet<ClassId>>,
+    /// Admitted jobs, lowest priority then most recently admitted first.
+    admitted: BTreeSet<(i32, Reverse<u64>, JobId)>,
+    inadmissible: BTreeSet<JobId>,
+    empty_clusters: HashMap<usize, (u64, Cluster)>,
+    cycle_no: u64,
+    seq: u64,
+    config: Config,
+}
+
+impl Scheduler {
+    pub fn new(config: Config) -> Scheduler {
+        Scheduler {
+            table: ResourceTable::default(),
+            clusters: Vec::new(),
+            cluster_by_name: HashMap::new(),
+            fleet_version: 1,
+            quota: None,
+            queues: Queues::default(),
+            priorities: BTreeMap::new(),
+            jobs: Vec::new(),
+            shapes: Vec::new(),
+            shape_ids: HashMap::new(),
+            classes: Vec::new(),
+            class_ids: HashMap::new(),
+            dirty: Vec::new(),
+            next_dirty: Vec::new(),
+            fleet_blocked: HashSet::new(),
+            quota_blocked: HashMap::new(),
+            admitted: BTreeSet::new(),
+            inadmissible: BTreeSet::new(),
+            empty_clusters: HashMap::new(),
+            cycle_no: 0,
+            seq: 0,
+            config,
+        }
+    }
+
+    // ----- inputs ---------------------------------------------------------------------------
+
+    /// Adds or replaces a member cluster. Reservations on it are kept for nodes that remain.
+    pub fn set_cluster(&mut self, info: &ClusterInfo) {
+        self.fleet_version += 1;
+        let mut c = Cluster::new(info, &mut self.table, self.fleet_version);
+        if let Some(&i) = self.cluster_by_name.get(&info.name) {
+            let old = &self.clusters[i];
+            for n in &mut c.nodes {
+                if let Some(&oi) = old.node_index.get(&n.name) {
+                    n.reserved = old.nodes[oi].reserved.clone();
+                    n.external = old.nodes[oi].external.clone();
+                }
+            }
+            c.reachable = old.reachable;
+            self.clusters[i] = c;
+        } else {
+            self.cluster_by_name
+                .insert(info.name.clone(), self.clusters.len());
+            self.clusters.push(c);
+        }
+        self.fleet_changed();
+    }
+
+    /// Marks a member reachable or not; nothing is placed on an unreachable member.
+    pub fn set_reachable(&mut self, cluster: &str, reachable: bool) {
+        if let Some(&i) = self.cluster_by_name.get(cluster) {
+            self.clusters[i].reachable = reachable;
+            self.bump_cluster(i);
+            self.fleet_changed();
+        }
+    }
+
+    /// Sets what pods muster does not manage use on a node.
+    pub fn set_external_usage(&mut self, cluster: &str, node: &str, used: &ResourceList) {
+        let Some(&ci) = self.cluster_by_name.get(cluster) else {
+            return;
+        };
+        let dense = self.table.dense(used);
+        let c = &mut self.clusters[ci];
+        if let Some(&ni) = c.node_index.get(node) {
+            c.nodes[ni].external = dense;
+        }
+        self.bump_cluster(ci);
+        self.capacity_freed();
+    }
+
+    /// Installs a validated quota tree (or none); usage is recomputed from admitted jobs and
+    /// every job moves to the queue of its namespace's new leaf.
+    pub fn set_quota_tree(&mut self, tree: Option<QuotaTree>) {
+        self.quota = tree.map(|t| QuotaState::new(t, &mut self.table));
+        for j in 0..self.jobs.len() {
+            if matches!(self.jobs[j].state, JobState::Finished) {
+                continue;
+            }
+            let pending = matches!(self.jobs[j].state, JobState::Pending);
+            if pending {
+                self.dequeue(j);
+            }
+            let ns = self.jobs[j].namespace.clone();
+            let (queue, ok) = self.queue_for(&ns);
+            if ok {
+                self.jobs[j].queue = queue;
+                self.jobs[j].class = self.class_for(queue, self.jobs[j].shape);
+            }
+            match &self.jobs[j].state {
+                JobState::Admitted { .. } => {
+                    if let (Some(q), Some(leaf)) = (self.quota.as_mut(), self.queues.leaf(queue)) {
+                        q.charge(leaf, &self.shapes[self.jobs[j].shape].quota_demand, 1);
+                    }
+                }
+                _ if !ok => {
+                    let reason = format!("namespace {ns} is not in any leaf of the quota tree");
+                    self.jobs[j].state = JobState::Inadmissible(reason);
+                    self.inadmissible.insert(j);
+                }
+                _ => {
+                    self.jobs[j].state = JobState::Inadmissible(String::new());
+                    self.inadmissible.insert(j);
+                }
+            }
+        }
+        self.all_changed();
+    }
+
+    pub fn set_priority_classes(&mut self, p: BTreeMap<String, i32>) {
+        self.priorities = p;
+        self.all_changed();
+    }
+
+    /// Queues a workload submitted at `submitted` (any monotonic unit the driver uses).
+    pub fn submit(&mut self, w: &Workload, submitted: u64) -> Submitted {
+        let (queue, ok) = self.queue_for(&w.namespace);
+        if !ok {
+            return Submitted::Ignored(format!(
+                "namespace {} is not in any leaf of the quota tree",
+                w.namespace
+            ));
+        }
+        let shape = self.shape_for(w);
+        self.seq += 1;
+        let class = self.class_for(queue, shape);
+        let id = self.jobs.len();
+        self.jobs.push(Job {
+            namespace: w.namespace.clone(),
+            shape,
+            queue,
+            class,
+            order: JobOrder {
+                priority: Reverse(0),
+                submitted,
+                seq: self.seq,
+            },
+            priority: 0,
+            priority_classes: w.priority_class_names.clone(),
+            state: JobState::Pending,
+            enqueued_cycle: self.cycle_no,
+            admitted_seq: 0,
+            last_wait: None,
+            preemptions: 0,
+        });
+        match self.admissibility(id) {
+            Ok(prio) => {
+                self.jobs[id].priority = prio;
+                self.jobs[id].order.priority = Reverse(prio);
+                self.enqueue(id);
+                Submitted::Queued(id)
+            }
+            Err(reason) => {
+                self.jobs[id].state = JobState::Inadmissible(reason.clone());
+                self.jobs[id].last_wait = Some(reason.clone());
+                self.inadmissible.insert(id);
+                Submitted::Inadmissible(id, reason)
+            }
+        }
+    }
+
+    /// The job finished or was deleted: frees its quota and capacity (or leaves its queue).
+    pub fn finish(&mut self, job: JobId) {
+        match self.jobs[job].state {
+            JobState::Admitted { .. } => self.release(job),
+            JobState::Pending => self.dequeue(job),
+            _ => {}
+        }
+        self.inadmissible.remove(&job);
+        self.jobs[job].state = JobState::Finished;
+    }
+
+    /// Takes an admitted job back (stuck pods, lost member) and queues it again in its original
+    /// order, remembering why.
+    pub fn requeue(&mut self, job: JobId, reason: &str) {
+        if let JobState::Admitted { .. } = self.jobs[job].state {
+            self.release(job);
+            self.jobs[job].state = JobState::Pending;
+            self.jobs[job].last_wait = Some(reason.to_string());
+            self.enqueue(job);
+        }
+    }
+
+    // ----- queries --------------------------------------------------------------------------
+
+    pub fn state(&self, job: JobId) -> &JobState {
+        &self.jobs[job].state
+    }
+
+    pub fn priority(&self, job: JobId) -> i32 {
+        self.jobs[job].priority
+    }
+
+    pub fn preemptions(&self, job: JobId) -> u32 {
+        self.jobs[job].preemptions
+    }
+
+    pub fn queue_name(&self, job: JobId) -> &str {
+        self.queues.name(self.jobs[job].queue)
+    }
+
+    pub fn cluster_name(&self, i: usize) -> &str {
+        &self.clusters[i].name
+    }
+
+    pub fn clusters(&self) -> &[Cluster] {
+        &self.clusters
+    }
+
+    pub fn quota(&self) -> Option<&QuotaState> {
+        self.quota.as_ref()
+    }
+
+    /// Why the job is waiting now, or last waited before it was admitted.
+    pub fn reason(&self, job: JobId) -> Option<String> {
+        let j = &self.jobs[job];
+        match &j.state {
+            JobState::Inadmissible(r) => Some(r.clone()),
+            JobState::Pending => {
+                let c = &self.classes[j.class];
+                let head = c.jobs.iter().next().map(|(_, h)| *h);
+                match (&c.reason, head) {
+                    (Some(r), Some(h))
+                        if h != job && self.queues.strategy(j.queue) == Strategy::StrictFIFO =>
+                    {
+                        Some(format!(
+                            "waiting behind {} in StrictFIFO queue {}: {r}",
+                            self.job_label(h),
+                            self.queues.name(j.queue)
+                        ))
+                    }
+                    (Some(r), _) if c.reason_cycle >= j.enqueued_cycle => Some(r.clone()),
+                    _ => j.last_wait.clone(),
+                }
+            }
+            _ => j.last_wait.clone(),
+        }
+    }
+
+    fn job_label(&self, job: JobId) -> String {
+        format!("job #{job}")
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.classes.iter().map(|c| c.jobs.len()).sum()
+    }
+
+    // ----- the cycle ------------------------------------------------------------------------
+
+    /// One admission cycle over every queue whose situation changed since it last failed.
+    /// Decisions are already applied to the state (reservations, quota) when returned.
+    pub fn cycle(&mut self) -> Vec<Decision> {
+        let mut out = Vec::new();
+        // Capacity freed inside a pass (preemption) is offered to the blocked queues in a
+        // further pass; bounded so that a cycle always ends.
+        for _ in 0..8 {
+            let before = out
+                .iter()
+                .filter(|d| !matches!(d, Decision::Wait { .. }))
+                .count();
+            self.pass(&mut out);
+            let after = out
+                .iter()
+                .filter(|d| !matches!(d, Decision::Wait { .. }))
+                .count();
+            if after == before || self.dirty.is_empty() {
+                break;
+            }
+        }
+        out
+    }
+
+    fn pass(&mut self, out: &mut Vec<Decision>) {
+        self.cycle_no += 1;
+        let mut heap: BinaryHeap<Reverse<(JobOrder, ClassId)>> = BinaryHeap::new();
+        let dirty = std::mem::take(&mut self.dirty);
+        for c in dirty {
+            self.classes[c].dirty = false;
+            if let Some((o, _)) = self.classes[c].jobs.iter().next() {
+                heap.push(Reverse((*o, c)));
+            }
+        }
+        while let Some(Reverse((_, c))) = heap.pop() {
+            let Some(&(_, job)) = self.classes[c].jobs.iter().next() else {
+                continue;
+            };
+            match self.try_admit(job, out) {
+                Ok(()) => {
+                    if let Some((o, _)) = self.classes[c].jobs.iter().next() {
+                        heap.push(Reverse((*o, c)));
+                    }
+                }
+                Err(block) => {
+                    let reason = block.reason.clone();
+                    let class = &mut self.classes[c];
+                    class.reason = Some(reason.clone());
+                    class.reason_cycle = self.cycle_no;
+                    match block.on {
+                        Blocker::Fleet => {
+                            self.fleet_blocked.insert(c);
+                        }
+                        Blocker::Quota(n) => {
+                            self.quota_blocked.entry(n).or_default().insert(c);
+                        }
+                    }
+                    out.push(Decision::Wait { job, reason });
+                }
+            }
+        }
+        let next = std::mem::take(&mut self.next_dirty);
+        for c in next {
+            self.mark_dirty(c);
+        }
+    }
+
+    fn try_admit(&mut self, job: JobId, out: &mut Vec<Decision>) -> Result<(), Block> {
+        let shape = self.jobs[job].shape;
+        let queue = self.jobs[job].queue;
+        let leaf = self.queues.leaf(queue);
+        let mut quota_short: Option<crate::quota::Shortfall> = None;
+        if let (Some(q), Some(leaf)) = (&self.quota, leaf)
+            && let Err(s) = q.check(leaf, &self.shapes[shape].quota_demand)
+        {
+            quota_short = Some(s);
+        }
+        let fit = if quota_short.is_none() {
+            Some(self.find_cluster(job))
+        } else {
+            None
+        };
+        match fit {
+            Some(Ok((ci, placement))) => {
+                self.admit(job, ci, placement, out);
+                return Ok(());
+            }
+            Some(Err(_)) | None => {}
+        }
+        // Reclaim guaranteed quota from borrowing subtrees, if this job is within its min.
+        let fleet_reason = match &fit {
+            Some(Err(r)) => Some(r.clone()),
+            _ => None,
+        };
+        if let Some(leaf) = leaf
+            && let Some(short) = self.short_resources(job, leaf, quota_short.as_ref())
+            && let Some((victims, ci, placement)) = self.reclaim(job, leaf, &short)
+        {
+            let reason = format!(
+                "preempted to reclaim quota guaranteed to {} (min) for {}",
+                self.queues.name(queue),
+                self.job_label(job)
+            );
+            for v in victims {
+                self.jobs[v].preemptions += 1;
+                self.jobs[v].last_wait = Some(reason.clone());
+                out.push(Decision::Preempt {
+                    job: v,
+                    by: job,
+                    reason: reason.clone(),
+                });
+            }
+            self.admit(job, ci, placement, out);
+            return Ok(());
+        }
+        match (quota_short, fleet_reason) {
+            (Some(s), _) => {
+                let q = self
+                    .quota
+                    .as_ref()
+                    .map(|q| q.describe(&s, &self.table))
+                    .unwrap_or_default();
+                Err(Block {
+                    reason: q,
+                    on: Blocker::Quota(s.node),
+                })
+            }
+            (None, Some(r)) => Err(Block {
+                reason: r,
+                on: Blocker::Fleet,
+            }),
+            (None, None) => Err(Block {
+                reason: "no cluster fits".into(),
+                on: Blocker::Fleet,
+            }),
+        }
+    }
+
+    /// The resources a blocked job is short of, if it is eligible to reclaim them: it stays
+    /// within its leaf's min for every one of them.
+    fn short_resources(
+        &self,
+        job: JobId,
+        leaf: usize,
+        quota_short: Option<&crate::quota::Shortfall>,
+    ) -> Option<Vec<Res>> {
+        let q = self.quota.as_ref()?;
+        let d = &self.shapes[self.jobs[job].shape].quota_demand;
+        let short: Vec<Res> = match quota_short {
+            Some(_) => d
+                .iter()
+                .filter(|(r, x)| {
+                    let mut cur = Some(leaf);
+                    while let Some(n) = cur {
+                        if let Some(m) = q.max_of(n, *r)
+                            && q.used_of(n, *r) + x > m
+                        {
+                            return true;
+                        }
+                        cur = q.tree.nodes[n].parent;
+                    }
+                    false
+                })
+                .map(|(r, _)| r)
+                .collect(),
+            None => d
+                .iter()
+                .filter(|(r, _)| *r != PODS && *r != MAX_JOBS && q.min_of(leaf, *r) > 0)
+                .map(|(r, _)| r)
+                .collect(),
+        };
+        if short.is_empty() {
+            return None;
+        }
+        short
+            .iter()
+            .all(|&r| q.used_of(leaf, r) + d.get(r) <= q.min_of(leaf, r))
+            .then_some(short)
+    }
+
+    /// Picks victims from borrowing subtrees (lowest priority, then most recently admitted) until
+    /// the job fits; then drops the ones that turned out unnecessary. Leaves the state with the
+    /// victims released on success, unchanged on failure.
+    fn reclaim(
+        &mut self,
+        job: JobId,
+        leaf: usize,
+        short: &[Res],
+    ) -> Option<(Vec<JobId>, usize, Placement)> {
+        let candidates: Vec<JobId> = self.admitted.iter().map(|(_, _, j)| *j).collect();
+        let mut victims: Vec<(JobId, usize, Placement)> = Vec::new();
+        let mut found = None;
+        for v in candidates {
+            let vq = self.jobs[v].queue;
+            let Some(vleaf) = self.queues.leaf(vq) else {
+                continue;
+            };
+            if vleaf == leaf {
+                continue;
+            }
+            let q = self.quota.as_ref()?;
+            let Some(mc) = q.meeting_child(leaf, vleaf) else {
+                continue;
+            };
+            let vd = &self.shapes[self.jobs[v].shape].quota_demand;
+            if !short.iter().any(|&r| vd.get(r) > 0 && q.borrowing(mc, r)) {
+                continue;
+            }
+            let JobState::Admitted { cluster, placement } = self.jobs[v].state.clone() else {
+                continue;
+            };
+            self.release(v);
+            victims.push((v, cluster, placement));
+            if self.fits_now(job, leaf)
+                && let Ok(p) = self.find_cluster(job)
+            {
+                found = Some(p);
+                break;
+            }
+        }
+        let Some(mut fit) = found else {
+            for (v, c, p) in victims.into_iter().rev() {
+                self.reserve_with(v, c, p, true);
+            }
+            return None;
+        };
+        // Minimize: give back victims whose capacity was not needed.
+        let mut needed = Vec::new();
+        let last = victims.pop();
+        for (v, c, p) in victims.into_iter().rev() {
+            self.reserve_with(v, c, p, true);
+            if self.fits_now(job, leaf)
+                && let Ok(f) = self.find_cluster(job)
+            {
+                fit = f;
+            } else {
+                self.release(v);
+                needed.push(v);
+            }
+        }
+        if let Some((v, _, _)) = last {
+            needed.push(v);
+        }
+        for &v in &needed {
+            self.jobs[v].state = JobState::Pending;
+            self.enqueue_later(v);
+        }
+        // Recompute the fit with exactly the final victim set released.
+        let fit = self.find_cluster(job).unwrap_or(fit);
+        Some((needed, fit.0, fit.1))
+    }
+
+    fn fits_now(&self, job: JobId, leaf: usize) -> bool {
+        self.quota.as_ref().is_none_or(|q| {
+            q.check(leaf, &self.shapes[self.jobs[job].shape].quota_demand)
+                .is_ok()
+        })
+    }
+
+    /// The tightest cluster (least free of the job's scarcest resource) where the whole job fits.
+    fn find_cluster(&mut self, job: JobId) -> Result<(usize, Placement), String> {
+        let shape_id = self.jobs[job].shape;
+        let class = self.jobs[job].class;
+        let ncl = self.clusters.len();
+        if self.classes[class].seen.len() < ncl {
+            self.classes[class].seen.resize(ncl, 0);
+            self.classes[class].seen_reason.resize(ncl, None);
+        }
+        let key = self.shapes[shape_id].key_res;
+        let mut order: Vec<(i128, usize)> = Vec::with_capacity(ncl);
+        for ci in 0..ncl {
+            let c = &self.clusters[ci];
+            if !c.reachable || !self.shapes[shape_id].candidates.allows(&c.name, &c.labels) {
+                continue;
+            }
+            let free = at(&self.clusters[ci].summary().total_free, key);
+            order.push((free, ci));
+        }
+        if order.is_empty() {
+            return Err("no reachable member cluster is a candidate for this job".into());
+        }
+        order.sort_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| self.clusters[a.1].name.cmp(&self.clusters[b.1].name))
+        });
+        let mut reasons: Vec<(usize, String)> = Vec::new();
+        for (_, ci) in order {
+            let version = self.clusters[ci].version;
+            if self.classes[class].seen[ci] == version
+                && let Some(r) = &self.classes[class].seen_reason[ci]
+            {
+                reasons.push((ci, r.clone()));
+                continue;
+            }
+            match self.place_on(shape_id, ci) {
+                Ok(p) => return Ok((ci, p)),
+                Err(r) => {
+                    self.classes[class].seen[ci] = version;
+                    self.classes[class].seen_reason[ci] = Some(r.clone());
+                    reasons.push((ci, r));
+                }
+            }
+        }
+        reasons.sort_by(|a, b| self.clusters[a.0].name.cmp(&self.clusters[b.0].name));
+        let total = reasons.len();
+        let mut parts: Vec<String> = reasons
+            .iter()
+            .take(5)
+            .map(|(ci, r)| format!("{}: {r}", self.clusters[*ci].name))
+            .collect();
+        if total > 5 {
+            parts.push(format!("and {} more clusters", total - 5));
+        }
+        Err(format!("no cluster fits: {}", parts.join("; ")))
+    }
+
+    fn place_on(&mut self, shape_id: ShapeId, ci: usize) -> Result<Placement, String> {
+        // Quick bounds first: a pod bigger than any node's free amount cannot fit.
+        {
+            let s = self.clusters[ci].summary().clone();
+            let shape = &self.shapes[shape_id];
+            for g in &shape.groups {
+                if g.pods == 0 {
+                    continue;
+                }
+                for (r, x) in g.demand.iter() {
+                    if x > at(&s.max_free, r) {
+                        let best = at(&s.max_free, r);
+                        if r == PODS {
+                            return Err(format!(
+                                "{} needs room for 1 more pod on one node; every node is at its pods limit",
+                                g.name
+                            ));
+                        }
+                        if !shape.groups.iter().all(|g| g.constraints.is_empty()) {
+                            break; // constraints change which nodes count: let place() explain.
+                        }
+                        return Err(format!(
+                            "{} needs {} on one node; the most free on any node is {}",
+                            g.name,
+                            self.table.fmt_amount(r, x),
+                            Quantity::from_milli(best.max(0))
+                        ));
+                    }
+                }
+            }
+            for (r, x) in shape.quota_demand.iter() {
+                if r != MAX_JOBS
+                    && x > at(&s.total_free, r)
+                    && shape.groups.iter().all(|g| g.constraints.is_empty())
+                {
+                    return Err(format!(
+                        "needs {} in all; {} free on schedulable nodes",
+                        self.table.fmt_amount(r, x),
+                        Quantity::from_milli(at(&s.total_free, r).max(0))
+                    ));
+                }
+            }
+        }
+        let topo = self.clusters[ci].topology;
+        let cached = matches!(self.shapes[shape_id].eligible.get(&ci), Some((t, _)) if *t == topo);
+        if !cached {
+            let e = estimate::eligible(&self.clusters[ci], &self.shapes[shape_id].groups);
+            self.shapes[shape_id].eligible.insert(ci, (topo, e));
+        }
+        let shape = &self.shapes[shape_id];
+        let elig = shape
+            .eligible
+            .get(&ci)
+            .map(|(_, e)| e.as_slice())
+            .unwrap_or(&[]);
+        estimate::place(&self.clusters[ci], &shape.groups, elig, &self.table)
+    }
+
+    fn admit(&mut self, job: JobId, ci: usize, placement: Placement, out: &mut Vec<Decision>) {
+        self.dequeue(job);
+        let class = self.jobs[job].class;
+        let c = &self.classes[class];
+        if c.reason_cycle >= self.jobs[job].enqueued_cycle
+            && let Some(r) = &c.reason
+        {
+            self.jobs[job].last_wait = Some(r.clone());
+        }
+        let nodes = placement.by_node(&self.clusters[ci]);
+        self.reserve(job, ci, placement.clone());
+        out.push(Decision::Admit {
+            job,
+            cluster: self.clusters[ci].name.clone(),
+            placement,
+            nodes,
+        });
+    }
+
+    /// Restores an admitted job after a restart: reserves its plan without a cycle.
+    pub fn restore_admitted(
+        &mut self,
+        job: JobId,
+        cluster: &str,
+        nodes: &BTreeMap<String, u32>,
+    ) -> Result<(), String> {
+        let ci = *self
+            .cluster_by_name
+            .get(cluster)
+            .ok_or_else(|| format!("unknown cluster {cluster}"))?;
+        let shape = &self.shapes[self.jobs[job].shape];
+        // Spread the recorded per-node pod counts over the groups in order.
+        let mut left: BTreeMap<usize, u32> = BTreeMap::new();
+        for (n, k) in nodes {
+            let ni = *self.clusters[ci]
+                .node_index
+                .get(n)
+                .ok_or_else(|| format!("unknown node {n} in {cluster}"))?;
+            left.insert(ni, *k);
+        }
+        let mut placement = Placement {
+            groups: vec![Vec::new(); shape.groups.len()],
+        };
+        for (gi, g) in shape.groups.iter().enumerate() {
+            let mut need = g.pods;
+            for (ni, k) in left.iter_mut() {
+                if need == 0 {
+                    break;
+                }
+                let t = need.min(*k);
+                if t > 0 {
+                    placement.groups[gi].push((*ni, t));
+                    *k -= t;
+                    need -= t;
+                }
+            }
+        }
+        self.dequeue(job);
+        self.reserve(job, ci, placement);
+        Ok(())
+    }
+
+    // ----- bookkeeping ----------------------------------------------------------------------
+
+    fn reserve(&mut self, job: JobId, ci: usize, placement: Placement) {
+        self.reserve_with(job, ci, placement, false);
+    }
+
+    /// `restore`: the job gets back its earlier admission order (an undone trial release).
+    fn reserve_with(&mut self, job: JobId, ci: usize, placement: Placement, restore: bool) {
+        let shape = &self.shapes[self.jobs[job].shape];
+        let c = &mut self.clusters[ci];
+        for (gi, nodes) in placement.groups.iter().enumerate() {
+            for &(n, k) in nodes {
+                crate::resources::add_demand(
+                    &mut c.nodes[n].reserved,
+                    &shape.groups[gi].demand,
+                    i128::from(k),
+                );
+            }
+        }
+        if let (Some(q), Some(leaf)) = (self.quota.as_mut(), self.queues.leaf(self.jobs[job].queue))
+        {
+            q.charge(leaf, &shape.quota_demand, 1);
+        }
+        if !restore || self.jobs[job].admitted_seq == 0 {
+            self.seq += 1;
+            self.jobs[job].admitted_seq = self.seq;
+        }
+        self.jobs[job].state = JobState::Admitted {
+            cluster: ci,
+            placement,
+        };
+        let j = &self.jobs[job];
+        self.admitted
+            .insert((j.priority, Reverse(j.admitted_seq), job));
+        self.bump_cluster(ci);
+    }
+
+    fn release(&mut self, job: JobId) {
+        let JobState::Admitted {
+            cluster: ci,
+            placement,
+        } = std::mem::replace(&mut self.jobs[job].state, JobState::Pending)
+        else {
+            return;
+        };
+        let shape = &self.shapes[self.jobs[job].shape];
+        let c = &mut self.clusters[ci];
+        for (gi, nodes) in placement.groups.iter().enumerate() {
+            for &(n, k) in nodes {
+                if let Some(node) = c.nodes.get_mut(n) {
+                    crate::resources::add_demand(
+                        &mut node.reserved,
+                        &shape.groups[gi].demand,
+                        -i128::from(k),
+                    );
+                }
+            }
+        }
+        let leaf = self.queues.leaf(self.jobs[job].queue);
+        if let (Some(q), Some(leaf)) = (self.quota.as_mut(), leaf) {
+            q.charge(leaf, &shape.quota_demand, -1);
+            for n in q.tree.path_up(leaf) {
+                if let Some(set) = self.quota_blocked.remove(&n) {
+                    for c in set {
+                        self.mark_dirty(c);
+                    }
+                }
+            }
+        }
+        self.admitted.remove(&(
+            self.jobs[job].priority,
+            Reverse(self.jobs[job].admitted_seq),
+            job,
+        ));
+        self.bump_cluster(ci);
+        self.capacity_freed();
+    }
+
+    fn bump_cluster(&mut self, ci: usize) {
+        self.fleet_version += 1;
+        self.clusters[ci].version = self.fleet_version;
+    }
+
+    fn capacity_freed(&mut self) {
+        let blocked: Vec<ClassId> = self.fleet_blocked.drain().collect();
+        for c in blocked {
+            self.mark_dirty(c);
+        }
+    }
+
+    fn mark_dirty(&mut self, c: ClassId) {
+        if !self.classes[c].dirty {
+            self.classes[c].dirty = true;
+            self.dirty.push(c);
+        }
+    }
+
+    fn enqueue(&mut self, job: JobId) {
+        let c = self.jobs[job].class;
+        self.jobs[job].enqueued_cycle = self.cycle_no;
+        let key = (self.jobs[job].order, job);
+        self.classes[c].jobs.insert(key);
+        self.mark_dirty(c);
+    }
+
+    /// Back in the queue, but not considered before the next cycle (preemption victims).
+    fn enqueue_later(&mut self, job: JobId) {
+        let c = self.jobs[job].class;
+        self.jobs[job].enqueued_cycle = self.cycle_no + 1;
+        let key = (self.jobs[job].order, job);
+        self.classes[c].jobs.insert(key);
+        self.next_dirty.push(c);
+    }
+
+    fn dequeue(&mut self, job: JobId) {
+        let c = self.jobs[job].class;
+        let key = (self.jobs[job].order, job);
+        if self.classes[c].jobs.remove(&key)
+            && self.queues.strategy(self.jobs[job].queue) == Strategy::StrictFIFO
+        {
+            self.mark_dirty(c);
+        }
+    }
+
+    fn fleet_changed(&mut self) {
+        self.empty_clusters.clear();
+        for s in &mut self.shapes {
+            s.key_res = PODS;
+        }
+        let shapes: Vec<ShapeId> = (0..self.shapes.len()).collect();
+        for s in shapes {
+            let d = self.shapes[s].quota_demand.clone();
+            self.shapes[s].key_res = self.key_resource(&d);
+        }
+        self.recheck_inadmissible();
+        self.capacity_freed();
+    }
+
+    fn all_changed(&mut self) {
+        self.fleet_blocked.clear();
+        self.quota_blocked.clear();
+        for c in 0..self.classes.len() {
+            self.mark_dirty(c);
+        }
+        self.recheck_inadmissible();
+    }
+
+    fn recheck_inadmissible(&mut self) {
+        let ids: Vec<JobId> = self.inadmissible.iter().copied().collect();
+        for j in ids {
+            let ns = self.jobs[j].namespace.clone();
+            let (queue, ok) = self.queue_for(&ns);
+            if !ok {
+                continue;
+            }
+            self.jobs[j].queue = queue;
+            self.jobs[j].class = self.class_for(queue, self.jobs[j].shape);
+            match self.admissibility(j) {
+                Ok(p) => {
+                    self.inadmissible.remove(&j);
+                    self.jobs[j].priority = p;
+                    self.jobs[j].order.priority = Reverse(p);
+                    self.jobs[j].state = JobState::Pending;
+                    self.enqueue(j);
+                }
+                Err(r) => self.jobs[j].state = JobState::Inadmissible(r),
+            }
+        }
+    }
+
+    /// The job's priority if it could ever run, else why not.
+    fn admissibility(&mut self, job: JobId) -> Result<i32, String> {
+        let mut prio: Option<i32> = None;
+        for name in &self.jobs[job].priority_classes {
+            match self.priorities.get(name) {
+                Some(v) => prio = Some(prio.map_or(*v, |p: i32| p.max(*v))),
+                None => return Err(format!("PriorityClass {name:?} does not exist")),
+            }
+        }
+        let shape_id = self.jobs[job].shape;
+        if let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(self.jobs[job].queue))
+            && let Some(s) = q.never_fits(leaf, &self.shapes[shape_id].quota_demand)
+        {
+            return Err(format!(
+                "requests {} but quota {} allows at most {}: can never be admitted",
+                self.table.fmt_amount(s.res, s.request),
+                q.tree.nodes[s.node].path,
+                Quantity::from_milli(s.max)
+            ));
+        }
+        // Could the whole job fit in some candidate cluster if it were empty?
+        let mut reasons = Vec::new();
+        let mut any = false;
+        for ci in 0..self.clusters.len() {
+            let c = &self.clusters[ci];
+            if !self.shapes[shape_id].candidates.allows(&c.name, &c.labels) {
+                continue;
+            }
+            any = true;
+            let stale = self
+                .empty_clusters
+                .get(&ci)
+                .is_none_or(|(v, _)| *v != c.topology);
+            if stale {
+                let mut e = c.clone();
+                for n in &mut e.nodes {
+                    n.reserved.clear();
+                    n.external.clear();
+                }
+                self.empty_clusters.insert(ci, (c.topology, e));
+            }
+            let Some((_, empty)) = self.empty_clusters.get(&ci) else {
+                continue;
+            };
+            let shape = &self.shapes[shape_id];
+            let elig = estimate::eligible(empty, &shape.groups);
+            match estimate::place(empty, &shape.groups, &elig, &self.table) {
+                Ok(_) => return Ok(prio.unwrap_or(0)),
+                Err(r) => reasons.push(format!("{}: {r}", c.name)),
+            }
+        }
+        if !any {
+            return Err(if self.clusters.is_empty() {
+                "no member clusters are known".to_string()
+            } else {
+                "no member cluster matches the job's cluster restriction".to_string()
+            });
+        }
+        Err(format!(
+            "can never fit in any member, even empty: {}",
+            reasons.join("; ")
+        ))
+    }
+
+    fn queue_for(&mut self, namespace: &str) -> (usize, bool) {
+        match &self.quota {
+            Some(q) => match q.tree.leaf_for(namespace) {
+                Some(leaf) => {
+                    let name = q.tree.nodes[leaf].path.clone();
+                    let strategy = q.tree.strategy(leaf);
+                    (self.queues.get_or_add(&name, Some(leaf), strategy), true)
+                }
+                None => (0, false),
+            },
+            None => (
+                self.queues
+                    .get_or_add(namespace, None, self.config.default_strategy),
+                true,
+            ),
+        }
+    }
+
+    fn class_for(&mut self, queue: usize, shape: ShapeId) -> ClassId {
+        let key = match self.queues.strategy(queue) {
+            Strategy::StrictFIFO => (queue, None),
+            Strategy::BestEffortFIFO => (queue, Some(shape)),
+        };
+        if let Some(&c) = self.class_ids.get(&key) {
+            return c;
+        }
+        let id = self.classes.len();
+        self.classes.push(Class {
+            jobs: BTreeSet::new(),
+            reason: None,
+            reason_cycle: 0,
+            seen: Vec::new(),
+            seen_reason: Vec::new(),
+            dirty: false,
+        });
+        self.class_ids.insert(key, id);
+        id
+    }
+
+    fn shape_for(&mut self, w: &Workload) -> ShapeId {
+        let groups: Vec<PodGroup> = w
+            .components
+            .iter()
+            .map(|c| {
+                let mut demand = self.table.demand(&c.requests);
+                demand.add_scaled(&Demand(vec![(PODS, ONE)]), 1);
+                PodGroup {
+                    name: c.name.clone(),
+                    pods: c.pods,
+                    demand,
+                    constraints: Constraints {
+                        node_selector: c.node_selector.clone(),
+                        tolerations: c.tolerations.clone(),
+                        affinity: c.required_node_affinity.clone(),
+                    },
+                }
+            })
+            .collect();
+        let key = format!("{:?}|{:?}", groups, w.candidates);
+        if let Some(&s) = self.shape_ids.get(&key) {
+            return s;
+        }
+        let mut quota_demand = Demand::default();
+        for g in &groups {
+            quota_demand.add_scaled(&g.demand, i128::from(g.pods));
+        }
+        quota_demand.add_scaled(&Demand(vec![(MAX_JOBS, ONE)]), 1);
+        let key_res = self.key_resource(&quota_demand);
+        let id = self.shapes.len();
+        self.shapes.push(Shape {
+            groups,
+            quota_demand,
+            candidates: w.candidates.clone(),
+            key_res,
+            eligible: HashMap::new(),
+        });
+        self.shape_ids.insert(key, id);
+        id
+    }
+
+    /// The requested resource with the highest share of the fleet's allocatable.
+    fn key_resource(&mut self, d: &Demand) -> Res {
+        let mut totals: Vec<i128> = Vec::new();
+        for c in &mut self.clusters {
+            let s = c.summary();
+            for (i, v) in s.total_alloc.iter().enumerate() {
+                if totals.len() <= i {
+                    totals.resize(i + 1, 0);
+                }
+                totals[i] = totals[i].saturating_add(*v);
+            }
+        }
+        let mut best = (0i128, PODS);
+        for (r, x) in d.iter() {
+            if r == PODS || r == MAX_JOBS {
+                continue;
+            }
+            let share = x.saturating_mul(1_000_000_000) / at(&totals, r).max(1);
+            if share > best.0 || (share == best.0 && best.1 == PODS) {
+                best = (share, r);
+            }
+        }
+        best.1
+    }
+
+    /// Free capacity per cluster and resource (for reports and metrics).
+    pub fn cluster_free(&mut self, ci: usize) -> ResourceList {
+        let s = self.clusters[ci].summary().clone();
+        s.total_free
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != usize::from(MAX_JOBS.0))
+            .map(|(i, v)| {
+                (
+                    self.table.name(Res(i as u16)).to_string(),
+                    Quantity::from_milli(*v),
+                )
+            })
+            .collect()
+    }
+}
+
+struct Block {
+    reason: String,
+    on: Blocker,
+}
+
+enum Blocker {
+    Fleet,
+    Quota(usize),
+}
+
+/// Builds the in-core node description from scenario-style inputs.
+pub fn node_info(name: &str, allocatable: ResourceList) -> NodeInfo {
+    NodeInfo {
+        name: name.to_string(),
+        allocatable,
+        ready: true,
+        ..Default::default()
+    }
+}

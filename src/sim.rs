@@ -1,0 +1,731 @@
+//! `muster sim`: drives the scheduling core from a scenario file with a virtual clock.
+//!
+//! Owns the scenario format (clusters, quota tree, priority classes, timed job manifests), the
+//! event loop (completions, then submissions, then one admission cycle at each instant) and the
+//! report. It never decides anything itself: every decision comes from [`Scheduler::cycle`].
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::fmt::Write as _;
+
+use k8s_openapi::api::core::v1::Taint;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::fleet::{ClusterInfo, NodeInfo};
+use crate::quantity::ResourceList;
+use crate::quota::{Problem, QuotaTree};
+use crate::scheduler::{Config, Decision, JobId, JobState, Scheduler, Submitted};
+use crate::workload::{Workload, interpret};
+
+/// The scenario `muster sim` runs when no file is given.
+pub const DEFAULT_SCENARIO: &str = include_str!("../examples/default.yaml");
+
+/// A scenario file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Scenario {
+    pub clusters: Vec<ClusterSpec>,
+    #[serde(default)]
+    pub quota: Option<Value>,
+    #[serde(default)]
+    pub priority_classes: BTreeMap<String, i32>,
+    #[serde(default)]
+    pub jobs: Vec<JobSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterSpec {
+    pub name: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub nodes: Vec<NodeSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeSpec {
+    pub name: String,
+    #[serde(default = "one")]
+    pub count: u32,
+    pub allocatable: ResourceList,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+    #[serde(default)]
+    pub unschedulable: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct JobSpec {
+    #[serde(deserialize_with = "de_duration")]
+    pub at: u64,
+    #[serde(deserialize_with = "de_duration")]
+    pub run_for: u64,
+    pub manifest: Value,
+}
+
+/// Parses `90s`, `10m`, `1h30m`, `500ms`, `2d` or a plain number of seconds into milliseconds.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty duration".into());
+    }
+    if let Ok(secs) = t.parse::<u64>() {
+        return secs
+            .checked_mul(1000)
+            .ok_or_else(|| format!("{s:?} is too long"));
+    }
+    let mut total: u64 = 0;
+    let mut num = String::new();
+    let mut chars = t.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let unit = if c == 'm' && chars.peek() == Some(&'s') {
+            chars.next();
+            "ms".to_string()
+        } else {
+            c.to_string()
+        };
+        let n: u64 = num
+            .parse()
+            .map_err(|_| format!("{s:?} is not a duration (like 90s, 10m, 1h30m)"))?;
+        num.clear();
+        let mult = match unit.as_str() {
+            "ms" => 1,
+            "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(format!("{s:?} is not a duration: unknown unit {unit:?}")),
+        };
+        total = n
+            .checked_mul(mult)
+            .and_then(|x| total.checked_add(x))
+            .ok_or_else(|| format!("{s:?} is too long"))?;
+    }
+    if !num.is_empty() {
+        return Err(format!("{s:?} is not a duration: {num} has no unit"));
+    }
+    Ok(total)
+}
+
+fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let v = Value::deserialize(d)?;
+    let s = match v {
+        Value::String(s) => s,
+        Value::Number(n) => n.to_string(),
+        other => {
+            return Err(serde::de::Error::custom(format!(
+                "expected a duration, found {other}"
+            )));
+        }
+    };
+    parse_duration(&s).map_err(serde::de::Error::custom)
+}
+
+/// A scenario that cannot be run: names the file and the field; exit code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("{file}: {message}")]
+    Read { file: String, message: String },
+    #[error("{file}: {field}: {message}")]
+    Field {
+        file: String,
+        field: String,
+        message: String,
+    },
+    #[error("{file}: quota: the ElasticQuotaTree is invalid:\n{}", .problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"))]
+    Quota {
+        file: String,
+        problems: Vec<Problem>,
+    },
+}
+
+/// Reads a scenario from YAML text; `file` names it in errors.
+pub fn parse_scenario(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    let sc: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        let message = e.inner().to_string();
+        if field == "." || field.is_empty() {
+            ScenarioError::Read {
+                file: file.into(),
+                message,
+            }
+        } else {
+            ScenarioError::Field {
+                file: file.into(),
+                field,
+                message,
+            }
+        }
+    })?;
+    let mut seen = BTreeMap::new();
+    for (i, c) in sc.clusters.iter().enumerate() {
+        if let Some(j) = seen.insert(c.name.clone(), i) {
+            return Err(ScenarioError::Field {
+                file: file.into(),
+                field: format!("clusters[{i}].name"),
+                message: format!("duplicate cluster name {:?} (also clusters[{j}])", c.name),
+            });
+        }
+        for (k, n) in c.nodes.iter().enumerate() {
+            if let Some((r, _)) = n.allocatable.iter().find(|(_, q)| q.is_negative()) {
+                return Err(ScenarioError::Field {
+                    file: file.into(),
+                    field: format!("clusters[{i}].nodes[{k}].allocatable[{r}]"),
+                    message: "negative quantity".into(),
+                });
+            }
+        }
+    }
+    Ok(sc)
+}
+
+/// The fleet of a scenario, nodes expanded (`count > 1` names them `name-0`, `name-1`, ...).
+pub fn cluster_infos(sc: &Scenario) -> Vec<ClusterInfo> {
+    sc.clusters
+        .iter()
+        .map(|c| ClusterInfo {
+            name: c.name.clone(),
+            labels: c.labels.clone(),
+            nodes: c
+                .nodes
+                .iter()
+                .flat_map(|n| {
+                    (0..n.count).map(move |i| NodeInfo {
+                        name: if n.count == 1 {
+                            n.name.clone()
+                        } else {
+                            format!("{}-{i}", n.name)
+                        },
+                        labels: n.labels.clone(),
+                        taints: n.taints.clone(),
+                        allocatable: n.allocatable.clone(),
+                        unschedulable: n.unschedulable,
+                        ready: true,
+                    })
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// The outcome for one job.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct JobReport {
+    pub namespace: String,
+    pub name: String,
+    pub kind: String,
+    pub queue: Option<String>,
+    pub priority: i32,
+    /// Finished, Running, Pending, Inadmissible, Rejected, Ignored.
+    pub state: String,
+    pub submitted: Value,
+    pub dispatched: Value,
+    pub finished: Value,
+    pub cluster: Option<String>,
+    pub placement: BTreeMap<String, u32>,
+    pub preemptions: u32,
+    pub reason: Option<String>,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub jobs: Vec<JobReport>,
+    pub summary: Summary,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub jobs: usize,
+    pub finished: usize,
+    pub running: usize,
+    pub pending: usize,
+    pub inadmissible: usize,
+    pub rejected: usize,
+    pub ignored: usize,
+    pub dispatches: u64,
+    pub preemptions: u64,
+    pub cycles: u64,
+    /// Virtual time of the last event, seconds.
+    pub makespan: Value,
+    /// Share of the fleet's allocatable held by running jobs over the makespan, per resource, %.
+    pub utilization: BTreeMap<String, Value>,
+    /// Wait (submission to last dispatch) quantiles per queue, seconds.
+    pub wait: BTreeMap<String, WaitStats>,
+    pub quota_warnings: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WaitStats {
+    pub jobs: usize,
+    pub p50: Value,
+    pub p90: Value,
+    pub p99: Value,
+    pub max: Value,
+}
+
+/// Milliseconds as a JSON number of seconds (integer when whole).
+pub fn secs(ms: u64) -> Value {
+    if ms % 1000 == 0 {
+        Value::from(ms / 1000)
+    } else {
+        serde_json::Number::from_f64(ms as f64 / 1000.0).map_or(Value::Null, Value::Number)
+    }
+}
+
+struct SimJob {
+    namespace: String,
+    name: String,
+    kind: String,
+    at: u64,
+    run_for: u64,
+    id: Option<JobId>,
+    workload: Option<Workload>,
+    state: &'static str,
+    reason: Option<String>,
+    dispatched: Option<u64>,
+    finished: Option<u64>,
+    cluster: Option<String>,
+    placement: BTreeMap<String, u32>,
+    /// Bumped on each dispatch so that a preempted run's completion is ignored.
+    run: u32,
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// Completions come before submissions at the same instant.
+    Finish {
+        job: usize,
+        run: u32,
+    },
+    Submit {
+        job: usize,
+    },
+}
+
+/// Hooks for progress output (the CLI prints to stderr on a terminal).
+pub trait Progress {
+    fn tick(&mut self, _done: usize, _total: usize, _now_ms: u64) {}
+}
+
+impl Progress for () {}
+
+/// Runs a scenario to the end. Errors only for an invalid quota tree.
+pub fn run(
+    file: &str,
+    sc: &Scenario,
+    progress: &mut dyn Progress,
+) -> Result<Report, ScenarioError> {
+    let mut sched = Scheduler::new(Config::default());
+    let mut warnings = Vec::new();
+    if let Some(q) = sc.quota.as_ref().filter(|q| !is_empty(q)) {
+        let tree = QuotaTree::parse(q).map_err(|problems| ScenarioError::Quota {
+            file: file.into(),
+            problems,
+        })?;
+        warnings = tree.warnings.iter().map(|p| p.to_string()).collect();
+        sched.set_quota_tree(Some(tree));
+    }
+    sched.set_priority_classes(sc.priority_classes.clone());
+    for c in cluster_infos(sc) {
+        sched.set_cluster(&c);
+    }
+    let mut jobs: Vec<SimJob> = Vec::with_capacity(sc.jobs.len());
+    let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
+    for (i, j) in sc.jobs.iter().enumerate() {
+        let meta = j.manifest.get("metadata");
+        let s = |k: &str| {
+            meta.and_then(|m| m.get(k))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        jobs.push(SimJob {
+            namespace: s("namespace").unwrap_or_else(|| "default".into()),
+            name: s("name").unwrap_or_else(|| format!("jobs[{i}]")),
+            kind: j
+                .manifest
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            at: j.at,
+            run_for: j.run_for,
+            id: None,
+            workload: None,
+            state: "Pending",
+            reason: None,
+            dispatched: None,
+            finished: None,
+            cluster: None,
+            placement: BTreeMap::new(),
+            run: 0,
+        });
+        events.push(Reverse((j.at, Event::Submit { job: i })));
+    }
+    let mut by_id: BTreeMap<JobId, usize> = BTreeMap::new();
+    let mut now = 0u64;
+    let mut cycles = 0u64;
+    let mut dispatches = 0u64;
+    let mut preemptions = 0u64;
+    let mut done_events = 0usize;
+    let total_events = jobs.len() * 2;
+    // Resource-milliseconds held by running jobs, per resource.
+    let mut held: BTreeMap<String, i128> = BTreeMap::new();
+    while let Some(Reverse((t, _))) = events.peek() {
+        now = *t;
+        while let Some(Reverse((t, _))) = events.peek() {
+            if *t != now {
+                break;
+            }
+            let Some(Reverse((_, ev))) = events.pop() else {
+                break;
+            };
+            done_events += 1;
+            match ev {
+                Event::Finish { job, run } => {
+                    let j = &mut jobs[job];
+                    if j.run != run || j.state != "Running" {
+                        continue;
+                    }
+                    if let Some(id) = j.id {
+                        sched.finish(id);
+                    }
+                    j.state = "Finished";
+                    j.finished = Some(now);
+                }
+                Event::Submit { job } => {
+                    let j = &mut jobs[job];
+                    match interpret(&sc.jobs[job].manifest) {
+                        Err(e) => {
+                            j.state = "Rejected";
+                            j.reason = Some(e.to_string());
+                        }
+                        Ok(w) => {
+                            j.kind = w.kind.to_string();
+                            match sched.submit(&w, now) {
+                                Submitted::Queued(id) => {
+                                    j.id = Some(id);
+                                    by_id.insert(id, job);
+                                }
+                                Submitted::Inadmissible(id, r) => {
+                                    j.id = Some(id);
+                                    j.state = "Inadmissible";
+                                    j.reason = Some(r);
+                                    by_id.insert(id, job);
+                                }
+                                Submitted::Ignored(r) => {
+                                    j.state = "Ignored";
+                                    j.reason = Some(r);
+                                }
+                            }
+                            j.workload = Some(w);
+                        }
+                    }
+                }
+            }
+        }
+        cycles += 1;
+        for d in sched.cycle() {
+            match d {
+                Decision::Admit {
+                    job,
+                    cluster,
+                    nodes,
+                    ..
+                } => {
+                    let Some(&i) = by_id.get(&job) else { continue };
+                    let j = &mut jobs[i];
+                    j.state = "Running";
+                    j.dispatched = Some(now);
+                    j.cluster = Some(cluster);
+                    j.placement = nodes;
+                    j.run += 1;
+                    dispatches += 1;
+                    if let Some(w) = &j.workload {
+                        for (r, q) in w.total_requests().iter() {
+                            *held.entry(r.to_string()).or_default() +=
+                                q.milli() * i128::from(j.run_for);
+                        }
+                    }
+                    events.push(Reverse((
+                        now + j.run_for,
+                        Event::Finish { job: i, run: j.run },
+                    )));
+                }
+                Decision::Preempt { job, .. } => {
+                    let Some(&i) = by_id.get(&job) else { continue };
+                    let j = &mut jobs[i];
+                    // Give back the part of the run that did not happen.
+                    if let (Some(w), Some(start)) = (&j.workload, j.dispatched) {
+                        let unused = (start + j.run_for).saturating_sub(now);
+                        for (r, q) in w.total_requests().iter() {
+                            *held.entry(r.to_string()).or_default() -=
+                                q.milli() * i128::from(unused);
+                        }
+                    }
+                    j.state = "Pending";
+                    j.cluster = None;
+                    j.placement.clear();
+                    preemptions += 1;
+                }
+                Decision::Wait { .. } => {}
+            }
+        }
+        progress.tick(done_events, total_events, now);
+    }
+    // Reasons and final states from the core.
+    for j in &mut jobs {
+        if let Some(id) = j.id {
+            match sched.state(id) {
+                JobState::Pending => {
+                    j.state = "Pending";
+                    j.reason = sched.reason(id);
+                }
+                JobState::Inadmissible(r) => {
+                    j.state = "Inadmissible";
+                    j.reason = Some(r.clone());
+                }
+                _ => j.reason = sched.reason(id),
+            }
+        }
+    }
+    let reports: Vec<JobReport> = jobs
+        .iter()
+        .map(|j| JobReport {
+            namespace: j.namespace.clone(),
+            name: j.name.clone(),
+            kind: j.kind.clone(),
+            queue: j.id.map(|id| sched.queue_name(id).to_string()),
+            priority: j.id.map_or(0, |id| sched.priority(id)),
+            state: j.state.to_string(),
+            submitted: secs(j.at),
+            dispatched: j.dispatched.map_or(Value::Null, secs),
+            finished: j.finished.map_or(Value::Null, secs),
+            cluster: j.cluster.clone(),
+            placement: j.placement.clone(),
+            preemptions: j.id.map_or(0, |id| sched.preemptions(id)),
+            reason: j.reason.clone(),
+        })
+        .collect();
+    let summary = summarize(
+        &mut sched,
+        &jobs,
+        &held,
+        now,
+        cycles,
+        dispatches,
+        preemptions,
+        warnings,
+    );
+    Ok(Report {
+        jobs: reports,
+        summary,
+    })
+}
+
+fn is_empty(v: &Value) -> bool {
+    v.is_null() || v.as_object().is_some_and(|m| m.is_empty())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    sched: &mut Scheduler,
+    jobs: &[SimJob],
+    held: &BTreeMap<String, i128>,
+    makespan: u64,
+    cycles: u64,
+    dispatches: u64,
+    preemptions: u64,
+    quota_warnings: Vec<String>,
+) -> Summary {
+    let count = |s: &str| jobs.iter().filter(|j| j.state == s).count();
+    let mut alloc: BTreeMap<String, i128> = BTreeMap::new();
+    for ci in 0..sched.clusters().len() {
+        for n in &sched.clusters()[ci].nodes {
+            for (i, v) in n.alloc.iter().enumerate() {
+                let name = sched
+                    .table
+                    .name(crate::resources::Res(i as u16))
+                    .to_string();
+                if name != "pods" && name != crate::resources::MAX_JOBS_NAME {
+                    *alloc.entry(name).or_default() += *v;
+                }
+            }
+        }
+    }
+    let mut utilization = BTreeMap::new();
+    for (r, a) in &alloc {
+        let h = held.get(r).copied().unwrap_or(0);
+        let denom = a.saturating_mul(i128::from(makespan.max(1)));
+        // Percent with one decimal, computed exactly then shown as a number.
+        let permille = if denom > 0 {
+            h.saturating_mul(1000) / denom
+        } else {
+            0
+        };
+        utilization.insert(r.clone(), serde_json::json!(permille as f64 / 10.0));
+    }
+    let mut waits: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for j in jobs {
+        if let (Some(id), Some(d)) = (j.id, j.dispatched) {
+            waits
+                .entry(sched.queue_name(id).to_string())
+                .or_default()
+                .push(d - j.at);
+        }
+    }
+    let wait = waits
+        .into_iter()
+        .map(|(q, mut v)| {
+            v.sort_unstable();
+            let qt = |p: usize| {
+                secs(
+                    v[((v.len() * p).div_ceil(100))
+                        .saturating_sub(1)
+                        .min(v.len() - 1)],
+                )
+            };
+            (
+                q,
+                WaitStats {
+                    jobs: v.len(),
+                    p50: qt(50),
+                    p90: qt(90),
+                    p99: qt(99),
+                    max: secs(*v.last().unwrap_or(&0)),
+                },
+            )
+        })
+        .collect();
+    Summary {
+        jobs: jobs.len(),
+        finished: count("Finished"),
+        running: count("Running"),
+        pending: count("Pending"),
+        inadmissible: count("Inadmissible"),
+        rejected: count("Rejected"),
+        ignored: count("Ignored"),
+        dispatches,
+        preemptions,
+        cycles,
+        makespan: secs(makespan),
+        utilization,
+        wait,
+        quota_warnings,
+    }
+}
+
+/// Human-readable table: one line per job, then the summary.
+pub fn table(r: &Report) -> String {
+    let mut out = String::new();
+    let fmt_s = |v: &Value| match v {
+        Value::Null => "-".to_string(),
+        other => format!("{other}s"),
+    };
+    let rows: Vec<[String; 6]> = r
+        .jobs
+        .iter()
+        .map(|j| {
+            let wait = match (&j.dispatched, &j.submitted) {
+                (Value::Number(d), Value::Number(s)) => {
+                    let w = d.as_f64().unwrap_or(0.0) - s.as_f64().unwrap_or(0.0);
+                    format!("{w}s")
+                }
+                _ => "-".into(),
+            };
+            [
+                format!("{}/{}", j.namespace, j.name),
+                j.queue.clone().unwrap_or_else(|| "-".into()),
+                j.cluster.clone().unwrap_or_else(|| "-".into()),
+                wait,
+                j.state.clone(),
+                j.reason.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let heads = ["JOB", "QUEUE", "CLUSTER", "WAIT", "STATE", "REASON"];
+    let mut w = heads.map(str::len);
+    for row in &rows {
+        for (i, c) in row.iter().enumerate().take(5) {
+            w[i] = w[i].max(c.len());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        format!(
+            "{:<w0$}  {:<w1$}  {:<w2$}  {:>w3$}  {:<w4$}  {}",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            cells[5],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3],
+            w4 = w[4]
+        )
+        .trim_end()
+        .to_string()
+    };
+    let _ = writeln!(out, "{}", line(heads));
+    for row in &rows {
+        let _ = writeln!(
+            out,
+            "{}",
+            line([&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]])
+        );
+    }
+    let s = &r.summary;
+    let _ = writeln!(
+        out,
+        "\n{} jobs: {} finished, {} running, {} pending, {} inadmissible, {} rejected, {} ignored; {} dispatches, {} preemptions, {} cycles, makespan {}",
+        s.jobs,
+        s.finished,
+        s.running,
+        s.pending,
+        s.inadmissible,
+        s.rejected,
+        s.ignored,
+        s.dispatches,
+        s.preemptions,
+        s.cycles,
+        fmt_s(&s.makespan)
+    );
+    let util: Vec<String> = s
+        .utilization
+        .iter()
+        .map(|(k, v)| format!("{k} {v}%"))
+        .collect();
+    let _ = writeln!(out, "utilization: {}", util.join(", "));
+    for (q, st) in &s.wait {
+        let _ = writeln!(
+            out,
+            "wait {q}: {} jobs, p50 {}, p90 {}, p99 {}, max {}",
+            st.jobs,
+            fmt_s(&st.p50),
+            fmt_s(&st.p90),
+            fmt_s(&st.p99),
+            fmt_s(&st.max)
+        );
+    }
+    for wmsg in &s.quota_warnings {
+        let _ = writeln!(out, "quota {wmsg}");
+    }
+    out
+}
