@@ -1,0 +1,1574 @@
+//! The workload interpreter: reads a job manifest exactly as a user submits it and returns the
+//! [`Workload`] its operator would run (pod counts, effective per-pod requests, constraints).
+//!
+//! Pod templates are read with k8s-openapi's own types through `serde_path_to_error`, so a
+//! structural problem names its full path. k8s-openapi 0.29's `Quantity` deserializer accepts
+//! JSON/YAML numbers (`nvidia.com/gpu: 1`, `cpu: 0.5`) and turns them into their decimal string,
+//! so no normalisation is needed before deserializing; every quantity is then parsed exactly by
+//! [`crate::quantity::Quantity::parse`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use k8s_openapi::api::batch::v1::{JobSpec, JobTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::{
+    CLUSTER_SELECTOR_ANNOTATION, CLUSTERS_ANNOTATION, ClusterRestriction, Component,
+    InterpretError, JobKind, Workload,
+};
+use crate::labels::LabelSelector;
+use crate::quantity::{Quantity, ResourceList};
+
+const KUBEFLOW_V1: &str = "kubeflow.org/v1";
+const KUBEFLOW_V2BETA1: &str = "kubeflow.org/v2beta1";
+const BATCH_V1: &str = "batch/v1";
+const JOBSET_V1ALPHA2: &str = "jobset.x-k8s.io/v1alpha2";
+const RAY_V1: &str = "ray.io/v1";
+
+impl JobKind {
+    pub const ALL: [JobKind; 10] = [
+        JobKind::PyTorchJob,
+        JobKind::TFJob,
+        JobKind::XGBoostJob,
+        JobKind::PaddleJob,
+        JobKind::JAXJob,
+        JobKind::MPIJob,
+        JobKind::Job,
+        JobKind::JobSet,
+        JobKind::RayJob,
+        JobKind::RayCluster,
+    ];
+
+    /// The kind as written in manifests (`PyTorchJob`, `Job`, ...).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            JobKind::PyTorchJob => "PyTorchJob",
+            JobKind::TFJob => "TFJob",
+            JobKind::XGBoostJob => "XGBoostJob",
+            JobKind::PaddleJob => "PaddleJob",
+            JobKind::JAXJob => "JAXJob",
+            JobKind::MPIJob => "MPIJob",
+            JobKind::Job => "Job",
+            JobKind::JobSet => "JobSet",
+            JobKind::RayJob => "RayJob",
+            JobKind::RayCluster => "RayCluster",
+        }
+    }
+
+    /// The preferred apiVersion of the kind. MPIJob is also accepted as the training-operator's
+    /// `kubeflow.org/v1` ([`JobKind::from_type`]); this returns the mpi-operator's v2beta1.
+    pub fn api_version(&self) -> &'static str {
+        match self {
+            JobKind::PyTorchJob
+            | JobKind::TFJob
+            | JobKind::XGBoostJob
+            | JobKind::PaddleJob
+            | JobKind::JAXJob => KUBEFLOW_V1,
+            JobKind::MPIJob => KUBEFLOW_V2BETA1,
+            JobKind::Job => BATCH_V1,
+            JobKind::JobSet => JOBSET_V1ALPHA2,
+            JobKind::RayJob | JobKind::RayCluster => RAY_V1,
+        }
+    }
+
+    /// Every apiVersion accepted for the kind.
+    pub fn api_versions(&self) -> &'static [&'static str] {
+        match self {
+            JobKind::MPIJob => &[KUBEFLOW_V2BETA1, KUBEFLOW_V1],
+            JobKind::PyTorchJob
+            | JobKind::TFJob
+            | JobKind::XGBoostJob
+            | JobKind::PaddleJob
+            | JobKind::JAXJob => &[KUBEFLOW_V1],
+            JobKind::Job => &[BATCH_V1],
+            JobKind::JobSet => &[JOBSET_V1ALPHA2],
+            JobKind::RayJob | JobKind::RayCluster => &[RAY_V1],
+        }
+    }
+
+    /// JSON pointer (RFC 6901) of the boolean that suspends the job, for a JSON patch.
+    pub fn suspend_pointer(&self) -> &'static str {
+        match self {
+            JobKind::PyTorchJob
+            | JobKind::TFJob
+            | JobKind::XGBoostJob
+            | JobKind::PaddleJob
+            | JobKind::JAXJob
+            | JobKind::MPIJob => "/spec/runPolicy/suspend",
+            JobKind::Job | JobKind::JobSet | JobKind::RayJob | JobKind::RayCluster => {
+                "/spec/suspend"
+            }
+        }
+    }
+
+    /// The kind for an (apiVersion, kind) pair, `None` when muster does not understand it.
+    pub fn from_type(api_version: &str, kind: &str) -> Option<JobKind> {
+        JobKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == kind && k.api_versions().contains(&api_version))
+    }
+}
+
+impl fmt::Display for JobKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn err(field: impl Into<String>, message: impl Into<String>) -> InterpretError {
+    InterpretError::new(field, message)
+}
+
+/// Appends a map key to a path: `a.b` for plain keys, `a[nvidia.com/gpu]` for keys that
+/// contain anything but letters, digits, `-` and `_`.
+fn join_key(path: &str, key: &str) -> String {
+    let plain = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    match (path.is_empty(), plain) {
+        (true, true) => key.to_string(),
+        (false, true) => format!("{path}.{key}"),
+        (_, false) => format!("{path}[{key}]"),
+    }
+}
+
+/// Deserializes `value` (found at `path`) into a k8s-openapi type, naming the exact field that
+/// does not fit.
+fn deserialize_at<T: DeserializeOwned>(value: &Value, path: &str) -> Result<T, InterpretError> {
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
+        let mut field = path.to_string();
+        for seg in e.path().iter() {
+            use serde_path_to_error::Segment;
+            field = match seg {
+                Segment::Seq { index } => format!("{field}[{index}]"),
+                Segment::Map { key } => join_key(&field, key),
+                Segment::Enum { variant } => join_key(&field, variant),
+                Segment::Unknown => format!("{field}.?"),
+            };
+        }
+        err(field, e.into_inner().to_string())
+    })
+}
+
+/// An optional integer field (`replicas: 2`); `null`/absent is `None`.
+fn opt_int(obj: &Value, key: &str, path: &str) -> Result<Option<i64>, InterpretError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_i64().map(Some).ok_or_else(|| {
+            err(
+                join_key(path, key),
+                format!("expected an integer, found {v}"),
+            )
+        }),
+    }
+}
+
+/// An optional non-negative count that fits a Kubernetes int32.
+fn opt_count(obj: &Value, key: &str, path: &str) -> Result<Option<u32>, InterpretError> {
+    match opt_int(obj, key, path)? {
+        None => Ok(None),
+        Some(n) if n < 0 => Err(err(join_key(path, key), format!("{n} is negative"))),
+        Some(n) if n > i64::from(i32::MAX) => Err(err(
+            join_key(path, key),
+            format!("{n} is larger than the int32 Kubernetes allows"),
+        )),
+        Some(n) => Ok(Some(n as u32)),
+    }
+}
+
+fn opt_bool(obj: &Value, key: &str, path: &str) -> Result<Option<bool>, InterpretError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => Err(err(
+            join_key(path, key),
+            format!("expected true or false, found {v}"),
+        )),
+    }
+}
+
+fn opt_str<'a>(obj: &'a Value, key: &str, path: &str) -> Result<Option<&'a str>, InterpretError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(err(
+            join_key(path, key),
+            format!("expected a string, found {v}"),
+        )),
+    }
+}
+
+/// A required object field; absent, `null` or not an object is an error naming it.
+fn req_obj<'a>(
+    obj: &'a Value,
+    key: &str,
+    path: &str,
+    what: &str,
+) -> Result<&'a Value, InterpretError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Err(err(join_key(path, key), format!("missing: {what}"))),
+        Some(v @ Value::Object(_)) => Ok(v),
+        Some(v) => Err(err(
+            join_key(path, key),
+            format!("expected an object, found {v}"),
+        )),
+    }
+}
+
+fn mul_pods(a: u32, b: u32, path: &str) -> Result<u32, InterpretError> {
+    a.checked_mul(b).ok_or_else(|| {
+        err(
+            path,
+            format!("{a} x {b} pods is more than muster can count"),
+        )
+    })
+}
+
+/// Parses a resource map (`requests`, `limits`, `overhead`), naming the bad entry.
+fn parse_resources(
+    map: Option<&BTreeMap<String, K8sQuantity>>,
+    path: &str,
+) -> Result<ResourceList, InterpretError> {
+    let mut out = ResourceList::new();
+    for (name, q) in map.into_iter().flatten() {
+        let field = format!("{path}[{name}]");
+        let v = Quantity::parse(&q.0).map_err(|e| err(&field, e.to_string()))?;
+        if v.is_negative() {
+            return Err(err(&field, format!("{:?} is negative", q.0)));
+        }
+        out.set(name.clone(), v);
+    }
+    Ok(out)
+}
+
+/// A container's requests after API defaulting: a limit without a request is the request.
+fn container_requests(c: &Container, path: &str) -> Result<ResourceList, InterpretError> {
+    let res = c.resources.as_ref();
+    let mut req = parse_resources(
+        res.and_then(|r| r.requests.as_ref()),
+        &format!("{path}.resources.requests"),
+    )?;
+    let lim = parse_resources(
+        res.and_then(|r| r.limits.as_ref()),
+        &format!("{path}.resources.limits"),
+    )?;
+    for (name, q) in lim.iter() {
+        if !req.0.contains_key(name) {
+            req.set(name, q);
+        }
+    }
+    Ok(req)
+}
+
+/// cpu, memory and hugepages-*: the resources pod-level `spec.resources` may set.
+fn pod_level_supported(name: &str) -> bool {
+    name == "cpu" || name == "memory" || name.starts_with("hugepages-")
+}
+
+/// The effective per-pod requests of a pod, by Kubernetes' rules
+/// (k8s.io/component-helpers/resource `PodRequests` after the API server's defaulting):
+/// regular containers are summed; init containers run in order, restartable ones (sidecars,
+/// `restartPolicy: Always`) keep running, so they add to the regular sum and to every later
+/// init container's requirement; the pod needs the larger of the two; pod-level
+/// `spec.resources` then overrides cpu/memory/hugepages; finally `spec.overhead` is added.
+/// `extra` are containers an operator appends to the pod (Ray autoscaler, sidecar submitter).
+fn pod_requests(
+    spec: &PodSpec,
+    spec_path: &str,
+    extra: &[(Container, String)],
+) -> Result<ResourceList, InterpretError> {
+    let mut total = ResourceList::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        total.add(&container_requests(
+            c,
+            &format!("{spec_path}.containers[{i}]"),
+        )?);
+    }
+    for (c, path) in extra {
+        total.add(&container_requests(c, path)?);
+    }
+    let mut sidecars = ResourceList::new();
+    let mut init_peak = ResourceList::new();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let req = container_requests(c, &format!("{spec_path}.initContainers[{i}]"))?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            total.add(&req);
+            sidecars.add(&req);
+            init_peak.max_with(&sidecars);
+        } else {
+            let mut step = req;
+            step.add(&sidecars);
+            init_peak.max_with(&step);
+        }
+    }
+    total.max_with(&init_peak);
+
+    if let Some(pod) = &spec.resources {
+        apply_pod_level(&mut total, pod, &format!("{spec_path}.resources"))?;
+    }
+    let overhead = parse_resources(spec.overhead.as_ref(), &format!("{spec_path}.overhead"))?;
+    total.add(&overhead);
+    Ok(total.without_zeros())
+}
+
+/// Pod-level resources (KEP-2837) as the API server defaults them and the scheduler reads them:
+/// a pod-level request wins; without one, a pod-level limit becomes the request unless the
+/// containers already request that (overcommittable) resource, in which case their aggregate
+/// stands. Only cpu, memory and hugepages-* are pod-level resources.
+fn apply_pod_level(
+    total: &mut ResourceList,
+    pod: &ResourceRequirements,
+    path: &str,
+) -> Result<(), InterpretError> {
+    let req = parse_resources(pod.requests.as_ref(), &format!("{path}.requests"))?;
+    let lim = parse_resources(pod.limits.as_ref(), &format!("{path}.limits"))?;
+    let mut effective = ResourceList::new();
+    for (name, q) in req.iter() {
+        if pod_level_supported(name) {
+            effective.set(name, q);
+        }
+    }
+    for (name, q) in lim.iter() {
+        if !pod_level_supported(name) || effective.0.contains_key(name) {
+            continue;
+        }
+        let overcommittable = !name.starts_with("hugepages-");
+        if overcommittable && total.0.contains_key(name) {
+            continue;
+        }
+        effective.set(name, q);
+    }
+    for (name, q) in effective.iter() {
+        total.set(name, q);
+    }
+    Ok(())
+}
+
+/// What one pod template contributes.
+struct Template {
+    component: Component,
+    priority_class: Option<String>,
+}
+
+fn template_component(
+    name: &str,
+    pods: u32,
+    template: &PodTemplateSpec,
+    template_path: &str,
+    extra: &[(Container, String)],
+) -> Result<Template, InterpretError> {
+    let spec_path = format!("{template_path}.spec");
+    let Some(spec) = &template.spec else {
+        return Err(err(spec_path, "missing: the pod template has no spec"));
+    };
+    if spec.containers.is_empty() {
+        // k8s-openapi defaults a missing list to empty; the API server would reject the pod.
+        return Err(err(
+            format!("{spec_path}.containers"),
+            "missing: a pod needs at least one container",
+        ));
+    }
+    let requests = pod_requests(spec, &spec_path, extra)?;
+    let required_node_affinity = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|na| {
+            na.required_during_scheduling_ignored_during_execution
+                .clone()
+        });
+    Ok(Template {
+        component: Component {
+            name: name.to_string(),
+            pods,
+            requests,
+            node_selector: spec.node_selector.clone().unwrap_or_default(),
+            tolerations: spec.tolerations.clone().unwrap_or_default(),
+            required_node_affinity,
+        },
+        priority_class: spec.priority_class_name.clone().filter(|s| !s.is_empty()),
+    })
+}
+
+/// Reads `obj[key]` as a pod template (required).
+/// A copy of `v` keeping only `keys` when it is an object (anything else is kept whole, so the
+/// deserializer reports it).
+fn pick(v: &Value, keys: &[&str], f: impl Fn(&str, &Value) -> Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| keys.contains(&k.as_str()))
+                .map(|(k, x)| (k.clone(), f(k, x)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn keep(_: &str, v: &Value) -> Value {
+    v.clone()
+}
+
+fn prune_containers(v: &Value) -> Value {
+    match v {
+        Value::Array(a) => Value::Array(
+            a.iter()
+                .map(|c| pick(c, &["name", "resources", "restartPolicy"], keep))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The part of a pod template muster reads. Fields it never reads (volumes, env, probes, ...)
+/// are dropped before deserializing, so they cannot reject a job the API server accepts: e.g.
+/// KubeRay's own `ray-cluster.autoscaler.yaml` has `defaultMode: 0777`, an octal int to kubectl
+/// (YAML 1.1) but the string "0777" to serde_yaml (YAML 1.2). Paths are unchanged (list
+/// indices are kept), so errors in what is read still name the exact field.
+fn prune_pod_template(v: &Value) -> Value {
+    pick(v, &["spec"], |_, spec| {
+        pick(
+            spec,
+            &[
+                "containers",
+                "initContainers",
+                "overhead",
+                "resources",
+                "nodeSelector",
+                "tolerations",
+                "affinity",
+                "priorityClassName",
+            ],
+            |k, x| match k {
+                "containers" | "initContainers" => prune_containers(x),
+                "affinity" => pick(x, &["nodeAffinity"], |_, na| {
+                    pick(
+                        na,
+                        &["requiredDuringSchedulingIgnoredDuringExecution"],
+                        keep,
+                    )
+                }),
+                _ => x.clone(),
+            },
+        )
+    })
+}
+
+/// The part of a Job spec muster reads (see [`prune_pod_template`]).
+fn prune_job_spec(v: &Value) -> Value {
+    pick(v, &["parallelism", "completions", "template"], |k, x| {
+        if k == "template" {
+            prune_pod_template(x)
+        } else {
+            x.clone()
+        }
+    })
+}
+
+fn pod_template_at(
+    obj: &Value,
+    key: &str,
+    path: &str,
+) -> Result<(PodTemplateSpec, String), InterpretError> {
+    let v = req_obj(obj, key, path, "no pod template")?;
+    let tpath = join_key(path, key);
+    Ok((
+        deserialize_at::<PodTemplateSpec>(&prune_pod_template(v), &tpath)?,
+        tpath,
+    ))
+}
+
+/// Accumulates components and priority classes while a kind is read.
+#[derive(Default)]
+struct Parts {
+    components: Vec<Component>,
+    priority_class_names: BTreeSet<String>,
+}
+
+impl Parts {
+    fn push(&mut self, t: Template) {
+        if let Some(pc) = t.priority_class {
+            self.priority_class_names.insert(pc);
+        }
+        self.components.push(t.component);
+    }
+}
+
+/// Interprets a job manifest (already parsed from YAML or JSON).
+pub fn interpret(manifest: &Value) -> Result<Workload, InterpretError> {
+    if !manifest.is_object() {
+        return Err(err(
+            ".",
+            format!("a manifest must be an object, found {manifest}"),
+        ));
+    }
+    let api_version =
+        opt_str(manifest, "apiVersion", "")?.ok_or_else(|| err("apiVersion", "missing"))?;
+    let kind_str = opt_str(manifest, "kind", "")?.ok_or_else(|| err("kind", "missing"))?;
+    let kind = match JobKind::from_type(api_version, kind_str) {
+        Some(k) => k,
+        None => {
+            return Err(match JobKind::ALL.iter().find(|k| k.as_str() == kind_str) {
+                Some(k) => err(
+                    "apiVersion",
+                    format!(
+                        "{kind_str} must have apiVersion {}, not {api_version:?}",
+                        k.api_versions().join(" or ")
+                    ),
+                ),
+                None => err(
+                    "kind",
+                    format!(
+                        "muster cannot interpret kind {kind_str:?} (apiVersion {api_version:?}); \
+                         it understands {}",
+                        JobKind::ALL
+                            .iter()
+                            .map(|k| format!("{}/{}", k.api_version(), k))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ),
+            });
+        }
+    };
+
+    let meta: ObjectMeta = match manifest.get("metadata") {
+        None | Some(Value::Null) => return Err(err("metadata", "missing")),
+        Some(m) => deserialize_at(
+            &pick(
+                m,
+                &[
+                    "name",
+                    "generateName",
+                    "namespace",
+                    "uid",
+                    "labels",
+                    "annotations",
+                ],
+                keep,
+            ),
+            "metadata",
+        )?,
+    };
+    let name = match meta.name.as_deref() {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ if meta.generate_name.is_some() => {
+            return Err(err(
+                "metadata.name",
+                "missing: only generateName is set; muster needs the name the API server \
+                 assigns on create",
+            ));
+        }
+        _ => return Err(err("metadata.name", "missing")),
+    };
+    let namespace = meta
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".to_string());
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let candidates = cluster_restriction(&annotations)?;
+
+    let spec = match manifest.get("spec") {
+        Some(s @ Value::Object(_)) => s,
+        None | Some(Value::Null) => return Err(err("spec", "missing: the job has no spec")),
+        Some(v) => return Err(err("spec", format!("expected an object, found {v}"))),
+    };
+
+    let mut parts = Parts::default();
+    match kind {
+        JobKind::PyTorchJob => kubeflow(spec, "pytorchReplicaSpecs", kind, &mut parts)?,
+        JobKind::TFJob => kubeflow(spec, "tfReplicaSpecs", kind, &mut parts)?,
+        JobKind::XGBoostJob => kubeflow(spec, "xgbReplicaSpecs", kind, &mut parts)?,
+        JobKind::PaddleJob => kubeflow(spec, "paddleReplicaSpecs", kind, &mut parts)?,
+        JobKind::JAXJob => kubeflow(spec, "jaxReplicaSpecs", kind, &mut parts)?,
+        JobKind::MPIJob => kubeflow(spec, "mpiReplicaSpecs", kind, &mut parts)?,
+        JobKind::Job => batch_job(spec, &mut parts)?,
+        JobKind::JobSet => jobset(spec, &mut parts)?,
+        JobKind::RayCluster => ray_cluster(spec, "spec", &[], &mut parts)?,
+        JobKind::RayJob => ray_job(spec, &mut parts)?,
+    }
+
+    let workload = Workload {
+        kind,
+        api_version: api_version.to_string(),
+        namespace,
+        name,
+        uid: meta.uid.clone(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        annotations,
+        components: parts.components,
+        priority_class_names: parts.priority_class_names,
+        candidates,
+    };
+    if workload.pod_count() == 0 {
+        return Err(err(
+            "spec",
+            format!(
+                "{kind} {} has no pods ({})",
+                workload.key(),
+                workload
+                    .components
+                    .iter()
+                    .map(|c| format!("{} 0", c.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    Ok(workload)
+}
+
+fn cluster_restriction(
+    annotations: &BTreeMap<String, String>,
+) -> Result<ClusterRestriction, InterpretError> {
+    let mut r = ClusterRestriction::default();
+    if let Some(list) = annotations.get(CLUSTERS_ANNOTATION) {
+        let names: BTreeSet<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        if names.is_empty() {
+            return Err(err(
+                format!("metadata.annotations[{CLUSTERS_ANNOTATION}]"),
+                "lists no cluster (remove the annotation to allow every cluster)",
+            ));
+        }
+        r.names = Some(names);
+    }
+    if let Some(s) = annotations.get(CLUSTER_SELECTOR_ANNOTATION) {
+        let sel = LabelSelector::parse(s).map_err(|e| {
+            err(
+                format!("metadata.annotations[{CLUSTER_SELECTOR_ANNOTATION}]"),
+                e,
+            )
+        })?;
+        if !sel.is_empty() {
+            r.selector = Some(sel);
+        }
+    }
+    Ok(r)
+}
+
+/// Kubeflow training-operator v1 kinds and the mpi-operator's v2beta1 MPIJob:
+/// `spec.<field>` maps a replica type (`Master`, `Worker`, `Launcher`, ...) to
+/// `{replicas, template}`.
+fn kubeflow(
+    spec: &Value,
+    field: &str,
+    kind: JobKind,
+    parts: &mut Parts,
+) -> Result<(), InterpretError> {
+    let path = format!("spec.{field}");
+    let specs = match spec.get(field) {
+        Some(Value::Object(m)) if !m.is_empty() => m,
+        Some(Value::Object(_)) | None | Some(Value::Null) => {
+            return Err(err(
+                path,
+                format!("missing: a {kind} needs at least one replica spec"),
+            ));
+        }
+        Some(v) => return Err(err(path, format!("expected an object, found {v}"))),
+    };
+    for (rtype, rspec) in specs {
+        let rpath = join_key(&path, rtype);
+        if !rspec.is_object() {
+            return Err(err(
+                rpath,
+                format!("expected a replica spec object, found {rspec}"),
+            ));
+        }
+        // Operator defaulting: 1 replica, except MPIJob workers (0 in both the training-operator
+        // v1 and the mpi-operator v2beta1 `SetDefaults_MPIJob`).
+        let default = if kind == JobKind::MPIJob && rtype == "Worker" {
+            0
+        } else {
+            1
+        };
+        let replicas = opt_count(rspec, "replicas", &rpath)?.unwrap_or(default);
+        let (template, tpath) = pod_template_at(rspec, "template", &rpath)?;
+        parts.push(template_component(
+            &rtype.to_lowercase(),
+            replicas,
+            &template,
+            &tpath,
+            &[],
+        )?);
+    }
+    // spec.runPolicy.schedulingPolicy.priorityClass (training-operator v1 and mpi-operator).
+    if let Some(run_policy) = spec.get("runPolicy").filter(|v| !v.is_null())
+        && let Some(sp) = run_policy.get("schedulingPolicy").filter(|v| !v.is_null())
+        && let Some(pc) = opt_str(sp, "priorityClass", "spec.runPolicy.schedulingPolicy")?
+        && !pc.is_empty()
+    {
+        parts.priority_class_names.insert(pc.to_string());
+    }
+    Ok(())
+}
+
+/// Pods a Job runs at once: parallelism (default 1), never more than completions.
+fn job_pods(js: &JobSpec, path: &str) -> Result<u32, InterpretError> {
+    let count = |v: Option<i32>, key: &str| -> Result<Option<u32>, InterpretError> {
+        match v {
+            None => Ok(None),
+            Some(n) if n < 0 => Err(err(join_key(path, key), format!("{n} is negative"))),
+            Some(n) => Ok(Some(n as u32)),
+        }
+    };
+    let parallelism = count(js.parallelism, "parallelism")?.unwrap_or(1);
+    let completions = count(js.completions, "completions")?;
+    Ok(completions.map_or(parallelism, |c| parallelism.min(c)))
+}
+
+fn batch_job(spec: &Value, parts: &mut Parts) -> Result<(), InterpretError> {
+    req_obj(spec, "template", "spec", "no pod template")?;
+    let js: JobSpec = deserialize_at(&prune_job_spec(spec), "spec")?;
+    let pods = job_pods(&js, "spec")?;
+    parts.push(template_component(
+        "job",
+        pods,
+        &js.template,
+        "spec.template",
+        &[],
+    )?);
+    Ok(())
+}
+
+fn jobset(spec: &Value, parts: &mut Parts) -> Result<(), InterpretError> {
+    let rjs = match spec.get("replicatedJobs") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        Some(Value::Array(_)) | None | Some(Value::Null) => {
+            return Err(err(
+                "spec.replicatedJobs",
+                "missing: a JobSet needs at least one replicated job",
+            ));
+        }
+        Some(v) => {
+            return Err(err(
+                "spec.replicatedJobs",
+                format!("expected a list, found {v}"),
+            ));
+        }
+    };
+    for (i, rj) in rjs.iter().enumerate() {
+        let path = format!("spec.replicatedJobs[{i}]");
+        if !rj.is_object() {
+            return Err(err(path, format!("expected an object, found {rj}")));
+        }
+        let name = opt_str(rj, "name", &path)?
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| err(format!("{path}.name"), "missing"))?;
+        let replicas = opt_count(rj, "replicas", &path)?.unwrap_or(1);
+        let tv = req_obj(rj, "template", &path, "no Job template")?;
+        let tpath = format!("{path}.template");
+        let jspec_v = req_obj(tv, "spec", &tpath, "no Job spec")?;
+        let jpath = format!("{tpath}.spec");
+        req_obj(jspec_v, "template", &jpath, "no pod template")?;
+        let jt: JobTemplateSpec =
+            deserialize_at(&pick(tv, &["spec"], |_, x| prune_job_spec(x)), &tpath)?;
+        let Some(js) = &jt.spec else {
+            return Err(err(jpath, "missing: no Job spec"));
+        };
+        let per_job = job_pods(js, &jpath)?;
+        let pods = mul_pods(replicas, per_job, &path)?;
+        parts.push(template_component(
+            name,
+            pods,
+            &js.template,
+            &format!("{jpath}.template"),
+            &[],
+        )?);
+    }
+    Ok(())
+}
+
+/// A container with fixed requests and limits, as an operator injects it.
+fn injected_container(name: &str, requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Container {
+    let list = |pairs: &[(&str, &str)]| -> BTreeMap<String, K8sQuantity> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string())))
+            .collect()
+    };
+    Container {
+        name: name.to_string(),
+        resources: Some(ResourceRequirements {
+            requests: Some(list(requests)),
+            limits: Some(list(limits)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// KubeRay's default submitter container (ray-project/kuberay,
+/// ray-operator/controllers/ray/common/job.go, `GetDefaultSubmitterContainer`, used by
+/// `GetSubmitterTemplate` when `spec.submitterPodTemplate` is absent and, always, for
+/// SidecarMode): requests cpu 500m / memory 200Mi, limits cpu 1 / memory 1Gi.
+fn default_submitter_container() -> Container {
+    injected_container(
+        "ray-job-submitter",
+        &[("cpu", "500m"), ("memory", "200Mi")],
+        &[("cpu", "1"), ("memory", "1Gi")],
+    )
+}
+
+/// A RayCluster spec at `path` (`spec` of a RayCluster, `spec.rayClusterSpec` of a RayJob).
+/// `head_extra` are containers the RayJob controller appends to the head pod.
+fn ray_cluster(
+    spec: &Value,
+    path: &str,
+    head_extra: &[(Container, String)],
+    parts: &mut Parts,
+) -> Result<(), InterpretError> {
+    let head = req_obj(
+        spec,
+        "headGroupSpec",
+        path,
+        "a Ray cluster needs a head group",
+    )?;
+    let hpath = join_key(path, "headGroupSpec");
+    let (head_tpl, head_tpath) = pod_template_at(head, "template", &hpath)?;
+
+    // With in-tree autoscaling KubeRay appends the autoscaler container to the head pod
+    // (ray-operator/controllers/ray/common/pod.go `BuildAutoscalerContainer`: requests and
+    // limits cpu 500m / memory 512Mi), replaced wholesale by `autoscalerOptions.resources`.
+    let mut extra: Vec<(Container, String)> = Vec::new();
+    if opt_bool(spec, "enableInTreeAutoscaling", path)?.unwrap_or(false) {
+        let opts_path = join_key(path, "autoscalerOptions");
+        let res_v = spec
+            .get("autoscalerOptions")
+            .filter(|v| !v.is_null())
+            .and_then(|o| o.get("resources"))
+            .filter(|v| !v.is_null());
+        let container = match res_v {
+            Some(v) => {
+                let rpath = format!("{opts_path}.resources");
+                Container {
+                    name: "autoscaler".to_string(),
+                    resources: Some(deserialize_at::<ResourceRequirements>(v, &rpath)?),
+                    ..Default::default()
+                }
+            }
+            None => injected_container(
+                "autoscaler",
+                &[("cpu", "500m"), ("memory", "512Mi")],
+                &[("cpu", "500m"), ("memory", "512Mi")],
+            ),
+        };
+        extra.push((container, opts_path));
+    }
+    extra.extend(head_extra.iter().cloned());
+    parts.push(template_component(
+        "head",
+        1,
+        &head_tpl,
+        &head_tpath,
+        &extra,
+    )?);
+
+    let groups = match spec.get("workerGroupSpecs") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Array(a)) => a,
+        Some(v) => {
+            return Err(err(
+                join_key(path, "workerGroupSpecs"),
+                format!("expected a list, found {v}"),
+            ));
+        }
+    };
+    for (i, g) in groups.iter().enumerate() {
+        let gpath = format!("{}[{i}]", join_key(path, "workerGroupSpecs"));
+        if !g.is_object() {
+            return Err(err(gpath, format!("expected an object, found {g}")));
+        }
+        let name = opt_str(g, "groupName", &gpath)?
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| err(format!("{gpath}.groupName"), "missing"))?;
+        let (tpl, tpath) = pod_template_at(g, "template", &gpath)?;
+        // KubeRay `GetWorkerGroupDesiredReplicas`: a suspended group has none; otherwise
+        // replicas (default minReplicas) clamped to [minReplicas (0), maxReplicas (MaxInt32)],
+        // times numOfHosts (1).
+        let min = opt_count(g, "minReplicas", &gpath)?.unwrap_or(0);
+        let max = opt_count(g, "maxReplicas", &gpath)?.unwrap_or(i32::MAX as u32);
+        if min > max {
+            return Err(err(
+                format!("{gpath}.minReplicas"),
+                format!("{min} is greater than maxReplicas {max}"),
+            ));
+        }
+        let replicas = opt_count(g, "replicas", &gpath)?
+            .unwrap_or(min)
+            .clamp(min, max);
+        let hosts = opt_count(g, "numOfHosts", &gpath)?.unwrap_or(1);
+        let suspended = opt_bool(g, "suspend", &gpath)?.unwrap_or(false);
+        let pods = if suspended {
+            0
+        } else {
+            mul_pods(replicas, hosts, &gpath)?
+        };
+        parts.push(template_component(name, pods, &tpl, &tpath, &[])?);
+    }
+    Ok(())
+}
+
+fn ray_job(spec: &Value, parts: &mut Parts) -> Result<(), InterpretError> {
+    if let Some(sel) = spec.get("clusterSelector").filter(|v| !v.is_null())
+        && sel.as_object().is_none_or(|m| !m.is_empty())
+    {
+        return Err(err(
+            "spec.clusterSelector",
+            "the RayJob runs on an existing RayCluster; muster dispatches whole jobs and \
+             cannot place it (use spec.rayClusterSpec)",
+        ));
+    }
+    let mode = opt_str(spec, "submissionMode", "spec")?.unwrap_or("K8sJobMode");
+    let head_extra = match mode {
+        "K8sJobMode" | "HTTPMode" | "InteractiveMode" => Vec::new(),
+        // KubeRay appends the default submitter container to the head pod and ignores
+        // submitterPodTemplate in this mode (rayjob_controller.go `getSubmitterContainer`).
+        "SidecarMode" => vec![(
+            default_submitter_container(),
+            "spec.submissionMode(SidecarMode submitter)".to_string(),
+        )],
+        other => {
+            return Err(err(
+                "spec.submissionMode",
+                format!(
+                    "{other:?} is not one of K8sJobMode, HTTPMode, InteractiveMode, SidecarMode"
+                ),
+            ));
+        }
+    };
+    let cluster = req_obj(
+        spec,
+        "rayClusterSpec",
+        "spec",
+        "the RayJob has no rayClusterSpec",
+    )?;
+    ray_cluster(cluster, "spec.rayClusterSpec", &head_extra, parts)?;
+
+    if mode == "K8sJobMode" {
+        // The submitter is a Kubernetes Job with one pod, from spec.submitterPodTemplate or
+        // KubeRay's default template (`GetSubmitterTemplate`).
+        let t = match spec.get("submitterPodTemplate").filter(|v| !v.is_null()) {
+            Some(_) => {
+                let (tpl, tpath) = pod_template_at(spec, "submitterPodTemplate", "spec")?;
+                template_component("submitter", 1, &tpl, &tpath, &[])?
+            }
+            None => {
+                let tpl = PodTemplateSpec {
+                    spec: Some(PodSpec {
+                        containers: vec![default_submitter_container()],
+                        restart_policy: Some("Never".to_string()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                template_component(
+                    "submitter",
+                    1,
+                    &tpl,
+                    "spec.submitterPodTemplate(default)",
+                    &[],
+                )?
+            }
+        };
+        parts.push(t);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn y(s: &str) -> Value {
+        serde_yaml::from_str(s).unwrap()
+    }
+
+    fn q(s: &str) -> Quantity {
+        Quantity::parse(s).unwrap()
+    }
+
+    fn rl(pairs: &[(&str, &str)]) -> ResourceList {
+        pairs.iter().map(|(k, v)| (k.to_string(), q(v))).collect()
+    }
+
+    /// A PyTorchJob whose Worker pod spec is `pod` (YAML, indented for nesting).
+    fn pytorch_with_pod(pod: &str) -> Value {
+        let indented: String = pod.lines().map(|l| format!("          {l}\n")).collect();
+        y(&format!(
+            "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {{name: p}}\nspec:\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n        spec:\n{indented}"
+        ))
+    }
+
+    fn worker_requests(pod: &str) -> ResourceList {
+        let w = interpret(&pytorch_with_pod(pod)).unwrap();
+        assert_eq!(w.components.len(), 1);
+        w.components[0].requests.clone()
+    }
+
+    #[test]
+    fn quantity_numbers_are_accepted() {
+        // k8s-openapi's Quantity turns numbers into strings; check it, since users write them.
+        let r = worker_requests(
+            "containers:\n- name: a\n  resources:\n    limits: {nvidia.com/gpu: 1, cpu: 0.5, memory: 1073741824}",
+        );
+        assert_eq!(
+            r,
+            rl(&[("nvidia.com/gpu", "1"), ("cpu", "500m"), ("memory", "1Gi")])
+        );
+        let json = serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "a", "resources": {"requests": {"cpu": 2, "memory": 1.5e3}}}]}}}
+        });
+        let w = interpret(&json).unwrap();
+        assert_eq!(
+            w.components[0].requests,
+            rl(&[("cpu", "2"), ("memory", "1500")])
+        );
+    }
+
+    #[test]
+    fn limits_stand_in_for_requests() {
+        let r = worker_requests(
+            "containers:\n- name: a\n  resources:\n    requests: {cpu: 1}\n    limits: {cpu: 2, memory: 4Gi}\n- name: b\n  resources:\n    limits: {cpu: 300m}",
+        );
+        assert_eq!(r, rl(&[("cpu", "1300m"), ("memory", "4Gi")]));
+    }
+
+    #[test]
+    fn explicit_zero_request_is_not_replaced_by_the_limit() {
+        let r = worker_requests(
+            "containers:\n- name: a\n  resources:\n    requests: {cpu: 0, memory: 1Gi}\n    limits: {cpu: 2}",
+        );
+        assert_eq!(r, rl(&[("memory", "1Gi")]));
+    }
+
+    #[test]
+    fn init_containers_versus_containers() {
+        // cpu: containers 1+1=2 vs init max 3 -> 3; memory: containers 2Gi vs init 1Gi -> 2Gi.
+        let r = worker_requests(
+            "initContainers:\n- name: i1\n  resources: {requests: {cpu: 3, memory: 1Gi}}\n- name: i2\n  resources: {requests: {cpu: 500m}}\ncontainers:\n- name: a\n  resources: {requests: {cpu: 1, memory: 1Gi}}\n- name: b\n  resources: {requests: {cpu: 1, memory: 1Gi}}",
+        );
+        assert_eq!(r, rl(&[("cpu", "3"), ("memory", "2Gi")]));
+    }
+
+    #[test]
+    fn sidecars_add_to_containers_and_later_init_steps() {
+        // sidecar s (cpu 1) runs alongside: containers 2 + s 1 = 3.
+        // init steps: i1 alone 1.5 (before s); s: 1; i2: 2.5 + s 1 = 3.5 -> max 3.5.
+        let r = worker_requests(
+            "initContainers:\n- name: i1\n  resources: {requests: {cpu: 1500m}}\n- name: s\n  restartPolicy: Always\n  resources: {requests: {cpu: 1, memory: 100Mi}}\n- name: i2\n  resources: {requests: {cpu: 2500m}}\ncontainers:\n- name: a\n  resources: {requests: {cpu: 2, memory: 1Gi}}",
+        );
+        assert_eq!(r, rl(&[("cpu", "3500m"), ("memory", "1124Mi")]));
+        // Without the late init container the containers + sidecar sum wins.
+        let r = worker_requests(
+            "initContainers:\n- name: s\n  restartPolicy: Always\n  resources: {limits: {cpu: 1}}\n- name: i\n  resources: {requests: {cpu: 2}}\ncontainers:\n- name: a\n  resources: {requests: {cpu: 2}}",
+        );
+        assert_eq!(r, rl(&[("cpu", "3")]));
+    }
+
+    #[test]
+    fn overhead_is_added() {
+        let r = worker_requests(
+            "overhead: {cpu: 250m, memory: 120Mi}\ncontainers:\n- name: a\n  resources: {requests: {cpu: 1, memory: 1Gi}}",
+        );
+        assert_eq!(r, rl(&[("cpu", "1250m"), ("memory", "1144Mi")]));
+    }
+
+    #[test]
+    fn pod_level_resources_override() {
+        // Pod-level request wins for cpu; gpu is not a pod-level resource; overhead on top.
+        let r = worker_requests(
+            "resources: {requests: {cpu: 4, nvidia.com/gpu: 8}}\noverhead: {cpu: 100m}\ncontainers:\n- name: a\n  resources: {requests: {cpu: 1, memory: 1Gi, nvidia.com/gpu: 1}}",
+        );
+        assert_eq!(
+            r,
+            rl(&[("cpu", "4100m"), ("memory", "1Gi"), ("nvidia.com/gpu", "1")])
+        );
+        // Pod-level limit only: becomes the request where containers request nothing ...
+        let r = worker_requests(
+            "resources: {limits: {cpu: 4, memory: 8Gi}}\ncontainers:\n- name: a\n  resources: {requests: {cpu: 1}}\n- name: b",
+        );
+        assert_eq!(r, rl(&[("cpu", "1"), ("memory", "8Gi")]));
+        // ... and fully when no container asks for anything.
+        let r = worker_requests("resources: {limits: {cpu: 3}}\ncontainers:\n- name: a");
+        assert_eq!(r, rl(&[("cpu", "3")]));
+    }
+
+    #[test]
+    fn kubeflow_replicas_and_priority() {
+        let w = interpret(&y(r#"
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: p, namespace: team-a, uid: u-1, labels: {a: b}}
+spec:
+  runPolicy: {schedulingPolicy: {priorityClass: high}}
+  pytorchReplicaSpecs:
+    Master:
+      template:
+        spec:
+          priorityClassName: medium
+          containers: [{name: m, resources: {requests: {cpu: 1}}}]
+    Worker:
+      replicas: 3
+      template:
+        spec:
+          nodeSelector: {gpu: a100}
+          tolerations: [{key: gpu, operator: Exists, effect: NoSchedule}]
+          affinity:
+            nodeAffinity:
+              requiredDuringSchedulingIgnoredDuringExecution:
+                nodeSelectorTerms:
+                - matchExpressions: [{key: zone, operator: In, values: [a, b]}]
+          containers: [{name: w, resources: {limits: {nvidia.com/gpu: 2}}}]
+"#))
+        .unwrap();
+        assert_eq!(w.kind, JobKind::PyTorchJob);
+        assert_eq!(w.key(), "team-a/p");
+        assert_eq!(w.uid.as_deref(), Some("u-1"));
+        assert_eq!(w.labels.get("a").map(String::as_str), Some("b"));
+        let names: Vec<_> = w
+            .components
+            .iter()
+            .map(|c| (c.name.as_str(), c.pods))
+            .collect();
+        assert_eq!(names, [("master", 1), ("worker", 3)]);
+        assert_eq!(
+            w.priority_class_names,
+            BTreeSet::from(["high".to_string(), "medium".to_string()])
+        );
+        let worker = &w.components[1];
+        assert_eq!(
+            worker.node_selector.get("gpu").map(String::as_str),
+            Some("a100")
+        );
+        assert_eq!(worker.tolerations.len(), 1);
+        let aff = worker.required_node_affinity.as_ref().unwrap();
+        assert_eq!(aff.node_selector_terms.len(), 1);
+        assert!(w.components[0].required_node_affinity.is_none());
+        assert_eq!(
+            w.total_requests(),
+            rl(&[("cpu", "1"), ("nvidia.com/gpu", "6")])
+        );
+        assert!(w.candidates.is_unrestricted());
+    }
+
+    #[test]
+    fn mpijob_worker_defaults_to_zero_replicas() {
+        let w = interpret(&y(r#"
+apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {name: m}
+spec:
+  mpiReplicaSpecs:
+    Launcher: {template: {spec: {containers: [{name: l}]}}}
+    Worker: {template: {spec: {containers: [{name: w}]}}}
+"#))
+        .unwrap();
+        let names: Vec<_> = w
+            .components
+            .iter()
+            .map(|c| (c.name.as_str(), c.pods))
+            .collect();
+        assert_eq!(names, [("launcher", 1), ("worker", 0)]);
+    }
+
+    #[test]
+    fn batch_job_parallelism_capped_by_completions() {
+        let job = |extra: &str| {
+            y(&format!(
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: j}}\nspec:\n  {extra}\n  template:\n    spec:\n      containers: [{{name: a, resources: {{requests: {{cpu: 1}}}}}}]\n"
+            ))
+        };
+        let pods = |extra: &str| interpret(&job(extra)).map(|w| w.components[0].pods);
+        assert_eq!(pods("parallelism: 5").unwrap(), 5);
+        assert_eq!(pods("completions: 3").unwrap(), 1);
+        assert_eq!(pods("parallelism: 5\n  completions: 3").unwrap(), 3);
+        assert_eq!(pods("parallelism: 2\n  completions: 10").unwrap(), 2);
+        let e = pods("parallelism: 0").unwrap_err();
+        assert!(e.message.contains("has no pods"), "{e}");
+        let e = pods("parallelism: -1").unwrap_err();
+        assert_eq!(e.field, "spec.parallelism");
+        let w = interpret(&job("parallelism: 4")).unwrap();
+        assert_eq!(w.components[0].name, "job");
+        assert_eq!(w.namespace, "default");
+    }
+
+    #[test]
+    fn jobset_multiplies_replicas_by_job_pods() {
+        let w = interpret(&y(r#"
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata: {name: js}
+spec:
+  replicatedJobs:
+  - name: workers
+    replicas: 3
+    template:
+      spec:
+        parallelism: 4
+        completions: 2
+        template:
+          spec:
+            containers: [{name: a, resources: {limits: {nvidia.com/gpu: 1}}}]
+  - name: driver
+    template:
+      spec:
+        template:
+          spec:
+            containers: [{name: d, resources: {requests: {cpu: 1}}}]
+"#))
+        .unwrap();
+        let names: Vec<_> = w
+            .components
+            .iter()
+            .map(|c| (c.name.as_str(), c.pods))
+            .collect();
+        assert_eq!(names, [("workers", 6), ("driver", 1)]);
+        assert_eq!(w.components[0].requests, rl(&[("nvidia.com/gpu", "1")]));
+    }
+
+    #[test]
+    fn ray_groups_num_of_hosts_suspend_and_clamping() {
+        let w = interpret(&y(r#"
+apiVersion: ray.io/v1
+kind: RayCluster
+metadata: {name: rc}
+spec:
+  headGroupSpec:
+    template: {spec: {containers: [{name: h, resources: {requests: {cpu: 2}}}]}}
+  workerGroupSpecs:
+  - groupName: tpu
+    replicas: 2
+    numOfHosts: 4
+    template: {spec: {containers: [{name: w, resources: {limits: {google.com/tpu: 4}}}]}}
+  - groupName: off
+    replicas: 5
+    suspend: true
+    template: {spec: {containers: [{name: w}]}}
+  - groupName: min-only
+    minReplicas: 3
+    template: {spec: {containers: [{name: w}]}}
+  - groupName: above-max
+    replicas: 9
+    maxReplicas: 4
+    template: {spec: {containers: [{name: w}]}}
+  - groupName: none
+    template: {spec: {containers: [{name: w}]}}
+"#))
+        .unwrap();
+        let names: Vec<_> = w
+            .components
+            .iter()
+            .map(|c| (c.name.as_str(), c.pods))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("head", 1),
+                ("tpu", 8),
+                ("off", 0),
+                ("min-only", 3),
+                ("above-max", 4),
+                ("none", 0)
+            ]
+        );
+        assert_eq!(w.components[1].requests, rl(&[("google.com/tpu", "4")]));
+    }
+
+    #[test]
+    fn ray_autoscaler_sidecar_counts_on_the_head() {
+        let base = r#"
+apiVersion: ray.io/v1
+kind: RayCluster
+metadata: {name: rc}
+spec:
+  enableInTreeAutoscaling: true
+  headGroupSpec:
+    template: {spec: {containers: [{name: h, resources: {requests: {cpu: 1, memory: 1Gi}}}]}}
+"#;
+        let w = interpret(&y(base)).unwrap();
+        assert_eq!(
+            w.components[0].requests,
+            rl(&[("cpu", "1500m"), ("memory", "1536Mi")])
+        );
+        let custom =
+            format!("{base}  autoscalerOptions: {{resources: {{requests: {{cpu: 2}}}}}}\n");
+        let w = interpret(&y(&custom)).unwrap();
+        assert_eq!(
+            w.components[0].requests,
+            rl(&[("cpu", "3"), ("memory", "1Gi")])
+        );
+    }
+
+    fn ray_job(extra: &str) -> Value {
+        y(&format!(
+            r#"
+apiVersion: ray.io/v1
+kind: RayJob
+metadata: {{name: rj}}
+spec:
+  entrypoint: python x.py
+{extra}
+  rayClusterSpec:
+    headGroupSpec:
+      template: {{spec: {{containers: [{{name: h, resources: {{requests: {{cpu: 1}}}}}}]}}}}
+    workerGroupSpecs:
+    - groupName: g
+      replicas: 2
+      template: {{spec: {{containers: [{{name: w, resources: {{requests: {{cpu: 2}}}}}}]}}}}
+"#
+        ))
+    }
+
+    #[test]
+    fn ray_job_submitter_modes() {
+        let w = interpret(&ray_job("")).unwrap();
+        let names: Vec<_> = w
+            .components
+            .iter()
+            .map(|c| (c.name.as_str(), c.pods))
+            .collect();
+        assert_eq!(names, [("head", 1), ("g", 2), ("submitter", 1)]);
+        assert_eq!(
+            w.components[2].requests,
+            rl(&[("cpu", "500m"), ("memory", "200Mi")])
+        );
+
+        let w = interpret(&ray_job(
+            "  submitterPodTemplate:\n    spec:\n      priorityClassName: low\n      containers: [{name: s, resources: {requests: {cpu: 100m}}}]",
+        ))
+        .unwrap();
+        assert_eq!(w.components[2].requests, rl(&[("cpu", "100m")]));
+        assert!(w.priority_class_names.contains("low"));
+
+        for mode in ["HTTPMode", "InteractiveMode"] {
+            let w = interpret(&ray_job(&format!("  submissionMode: {mode}"))).unwrap();
+            assert_eq!(w.components.len(), 2, "{mode}");
+        }
+        let w = interpret(&ray_job("  submissionMode: SidecarMode")).unwrap();
+        assert_eq!(w.components.len(), 2);
+        assert_eq!(
+            w.components[0].requests,
+            rl(&[("cpu", "1500m"), ("memory", "200Mi")])
+        );
+
+        let e = interpret(&ray_job("  submissionMode: Bogus")).unwrap_err();
+        assert_eq!(e.field, "spec.submissionMode");
+    }
+
+    #[test]
+    fn ray_job_on_existing_cluster_is_rejected() {
+        let e = interpret(&ray_job("  clusterSelector: {ray.io/cluster: shared}")).unwrap_err();
+        assert_eq!(e.field, "spec.clusterSelector");
+        assert!(e.message.contains("existing RayCluster"), "{e}");
+    }
+
+    #[test]
+    fn unknown_kind_and_wrong_api_version() {
+        let e = interpret(&y(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec: {}",
+        ))
+        .unwrap_err();
+        assert_eq!(e.field, "kind");
+        assert!(e.message.contains("Deployment"), "{e}");
+        let e = interpret(&y(
+            "apiVersion: kubeflow.org/v2\nkind: PyTorchJob\nmetadata: {name: d}\nspec: {}",
+        ))
+        .unwrap_err();
+        assert_eq!(e.field, "apiVersion");
+        assert!(e.message.contains("kubeflow.org/v1"), "{e}");
+        let e = interpret(&y("kind: Job\nmetadata: {name: d}")).unwrap_err();
+        assert_eq!(e.field, "apiVersion");
+        let e = interpret(&y("[1, 2]")).unwrap_err();
+        assert!(e.message.contains("object"), "{e}");
+    }
+
+    #[test]
+    fn job_kind_helpers() {
+        for k in JobKind::ALL {
+            assert_eq!(JobKind::from_type(k.api_version(), k.as_str()), Some(k));
+            assert_eq!(k.to_string(), k.as_str());
+            assert!(k.suspend_pointer().starts_with("/spec/"));
+        }
+        assert_eq!(
+            JobKind::from_type("kubeflow.org/v1", "MPIJob"),
+            Some(JobKind::MPIJob)
+        );
+        assert_eq!(JobKind::from_type("kubeflow.org/v1", "Job"), None);
+        assert_eq!(JobKind::Job.suspend_pointer(), "/spec/suspend");
+        assert_eq!(JobKind::TFJob.suspend_pointer(), "/spec/runPolicy/suspend");
+        assert_eq!(JobKind::MPIJob.suspend_pointer(), "/spec/runPolicy/suspend");
+        assert_eq!(JobKind::RayCluster.suspend_pointer(), "/spec/suspend");
+    }
+
+    #[test]
+    fn missing_pieces_name_the_field() {
+        let cases = [
+            (
+                "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: t}\nspec: {}",
+                "spec.tfReplicaSpecs",
+            ),
+            (
+                "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: t}\nspec: {tfReplicaSpecs: {Worker: {replicas: 1}}}",
+                "spec.tfReplicaSpecs.Worker.template",
+            ),
+            (
+                "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: t}",
+                "spec",
+            ),
+            (
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec: {parallelism: 1}",
+                "spec.template",
+            ),
+            (
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec: {template: {metadata: {}}}",
+                "spec.template.spec",
+            ),
+            (
+                "apiVersion: jobset.x-k8s.io/v1alpha2\nkind: JobSet\nmetadata: {name: j}\nspec: {replicatedJobs: [{name: a, template: {spec: {}}}]}",
+                "spec.replicatedJobs[0].template.spec.template",
+            ),
+            (
+                "apiVersion: ray.io/v1\nkind: RayCluster\nmetadata: {name: r}\nspec: {workerGroupSpecs: []}",
+                "spec.headGroupSpec",
+            ),
+            (
+                "apiVersion: ray.io/v1\nkind: RayJob\nmetadata: {name: r}\nspec: {entrypoint: x}",
+                "spec.rayClusterSpec",
+            ),
+            ("apiVersion: batch/v1\nkind: Job\nspec: {}", "metadata"),
+            (
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {namespace: x}\nspec: {}",
+                "metadata.name",
+            ),
+            (
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {generateName: x-}\nspec: {}",
+                "metadata.name",
+            ),
+            // A structural error inside a template names its full path.
+            (
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec: {template: {spec: {containers: [{name: a, resources: {limits: [1]}}]}}}",
+                "spec.template.spec.containers[0].resources.limits",
+            ),
+            (
+                "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec: {template: {spec: {}}}",
+                "spec.template.spec.containers",
+            ),
+        ];
+        for (m, field) in cases {
+            let e = interpret(&y(m)).unwrap_err();
+            assert_eq!(e.field, field, "{m}: {e}");
+        }
+    }
+
+    #[test]
+    fn bad_quantity_names_its_path() {
+        let m = y(r#"
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: p}
+spec:
+  pytorchReplicaSpecs:
+    Worker:
+      template:
+        spec:
+          containers:
+          - name: a
+            resources: {limits: {nvidia.com/gpu: two}}
+"#);
+        let e = interpret(&m).unwrap_err();
+        assert_eq!(
+            e.field,
+            "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits[nvidia.com/gpu]"
+        );
+        assert!(e.message.starts_with("\"two\" is not a quantity"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("limits[nvidia.com/gpu]: \"two\" is not a quantity")
+        );
+        let e = interpret(&pytorch_with_pod(
+            "initContainers:\n- name: i\n  resources: {requests: {memory: -1Gi}}\ncontainers:\n- name: a",
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.field,
+            "spec.pytorchReplicaSpecs.Worker.template.spec.initContainers[0].resources.requests[memory]"
+        );
+        assert!(e.message.contains("negative"), "{e}");
+        let e = interpret(&pytorch_with_pod(
+            "overhead: {cpu: 1x}\ncontainers:\n- name: a",
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.field,
+            "spec.pytorchReplicaSpecs.Worker.template.spec.overhead[cpu]"
+        );
+    }
+
+    #[test]
+    fn negative_or_bad_replicas() {
+        let m = |r: &str| {
+            y(&format!(
+                "apiVersion: kubeflow.org/v1\nkind: JAXJob\nmetadata: {{name: j}}\nspec:\n  jaxReplicaSpecs:\n    Worker:\n      replicas: {r}\n      template: {{spec: {{containers: [{{name: a}}]}}}}\n"
+            ))
+        };
+        let e = interpret(&m("-1")).unwrap_err();
+        assert_eq!(e.field, "spec.jaxReplicaSpecs.Worker.replicas");
+        assert!(e.message.contains("negative"));
+        let e = interpret(&m("two")).unwrap_err();
+        assert_eq!(e.field, "spec.jaxReplicaSpecs.Worker.replicas");
+        let e = interpret(&m("0")).unwrap_err();
+        assert!(e.message.contains("has no pods"), "{e}");
+        let e = interpret(&m("3000000000")).unwrap_err();
+        assert!(e.message.contains("int32"), "{e}");
+    }
+
+    #[test]
+    fn cluster_annotations() {
+        let m = |ann: &str| {
+            y(&format!(
+                "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j\n  annotations:\n{ann}\nspec: {{template: {{spec: {{containers: [{{name: a}}]}}}}}}\n"
+            ))
+        };
+        let w = interpret(&m(
+            "    muster.dev/clusters: \"member-a, member-c,\"\n    muster.dev/cluster-selector: \"region=eu,tier in (large)\"",
+        ))
+        .unwrap();
+        let c = &w.candidates;
+        assert_eq!(
+            c.names,
+            Some(BTreeSet::from([
+                "member-a".to_string(),
+                "member-c".to_string()
+            ]))
+        );
+        let eu_large = BTreeMap::from([
+            ("region".to_string(), "eu".to_string()),
+            ("tier".to_string(), "large".to_string()),
+        ]);
+        assert!(c.allows("member-a", &eu_large));
+        assert!(!c.allows("member-b", &eu_large));
+        assert!(!c.allows("member-c", &BTreeMap::new()));
+
+        let e = interpret(&m("    muster.dev/cluster-selector: \"region in eu\"")).unwrap_err();
+        assert_eq!(e.field, "metadata.annotations[muster.dev/cluster-selector]");
+        assert!(e.message.contains("\"eu\""), "{e}");
+        let e = interpret(&m("    muster.dev/clusters: \" , \"")).unwrap_err();
+        assert_eq!(e.field, "metadata.annotations[muster.dev/clusters]");
+        let w = interpret(&m("    other: x")).unwrap();
+        assert!(w.candidates.is_unrestricted());
+    }
+}
