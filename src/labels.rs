@@ -581,4 +581,48 @@ mod tests {
             assert!(err.contains(needle), "{err}");
         }
     }
+
+    proptest::proptest! {
+        /// Printing a selector and parsing it back gives the same selector, and it matches
+        /// a label set exactly when every requirement does.
+        #[test]
+        fn print_parse_roundtrip(
+            reqs in proptest::collection::vec(
+                (0usize..4, 0usize..6, proptest::collection::btree_set("[a-c]{0,2}", 1..3)),
+                0..5,
+            ),
+            labels in proptest::collection::btree_map("k[0-3]", "[a-c]{0,2}", 0..4),
+        ) {
+            let ops = [
+                Operator::Equals,
+                Operator::NotEquals,
+                Operator::In,
+                Operator::NotIn,
+                Operator::Exists,
+                Operator::DoesNotExist,
+            ];
+            let requirements: Vec<Requirement> = reqs
+                .into_iter()
+                .map(|(k, op, values)| {
+                    let op = ops[op];
+                    let values = match op {
+                        Operator::Equals | Operator::NotEquals => {
+                            values.into_iter().take(1).collect()
+                        }
+                        Operator::In | Operator::NotIn => values,
+                        _ => BTreeSet::new(),
+                    };
+                    Requirement { key: format!("k{k}"), op, values }
+                })
+                .collect();
+            let s = LabelSelector::from_requirements(requirements.clone());
+            let text = s.to_string();
+            let back = LabelSelector::parse(&text).unwrap();
+            proptest::prop_assert_eq!(&back, &s, "{}", text);
+            proptest::prop_assert_eq!(
+                back.matches(&labels),
+                requirements.iter().all(|r| r.matches(&labels))
+            );
+        }
+    }
 }

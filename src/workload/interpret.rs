@@ -595,6 +595,19 @@ pub fn interpret(manifest: &Value) -> Result<Workload, InterpretError> {
         JobKind::RayJob => ray_job(spec, &mut parts)?,
     }
 
+    let mut seen = BTreeSet::new();
+    for c in &parts.components {
+        if !seen.insert(c.name.as_str()) {
+            return Err(err(
+                "spec",
+                format!(
+                    "two pod templates are both named {:?}; muster needs distinct component names",
+                    c.name
+                ),
+            ));
+        }
+    }
+
     let workload = Workload {
         kind,
         api_version: api_version.to_string(),
@@ -1570,5 +1583,40 @@ spec:
         assert_eq!(e.field, "metadata.annotations[muster.dev/clusters]");
         let w = interpret(&m("    other: x")).unwrap();
         assert!(w.candidates.is_unrestricted());
+    }
+
+    #[test]
+    fn fields_muster_does_not_read_cannot_reject() {
+        // serde_yaml reads `defaultMode: 0777` as a string; the pod still interprets.
+        let r = worker_requests(
+            "volumes:\n- name: v\n  configMap: {name: x, defaultMode: 0777}\ncontainers:\n- name: a\n  env: [{name: X, value: 1}]\n  livenessProbe: {bogus: true}\n  resources: {requests: {cpu: 1}}",
+        );
+        assert_eq!(r, rl(&[("cpu", "1")]));
+        // What muster reads is still checked structurally.
+        let e = interpret(&pytorch_with_pod(
+            "tolerations: {key: x}\ncontainers:\n- name: a",
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.field,
+            "spec.pytorchReplicaSpecs.Worker.template.spec.tolerations"
+        );
+    }
+
+    #[test]
+    fn duplicate_component_names_are_rejected() {
+        let e = interpret(&y(r#"
+apiVersion: ray.io/v1
+kind: RayCluster
+metadata: {name: rc}
+spec:
+  headGroupSpec:
+    template: {spec: {containers: [{name: h}]}}
+  workerGroupSpecs:
+  - {groupName: g, replicas: 1, template: {spec: {containers: [{name: w}]}}}
+  - {groupName: g, replicas: 1, template: {spec: {containers: [{name: w}]}}}
+"#))
+        .unwrap_err();
+        assert!(e.message.contains("\"g\""), "{e}");
     }
 }
