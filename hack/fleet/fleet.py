@@ -1,0 +1,839 @@
+#!/usr/bin/env python3
+"""muster's local fleet: one hub and three member clusters on 127.0.0.1.
+
+Run through hack/fleet/fleet.sh (which sets FLEET_* from lib.sh), normally via make:
+  up      start etcd, the four apiservers, the members' scheduler, controller-manager, kwok and
+          training-operator, the hub's controller-manager; install CRDs; create fake nodes from the
+          fleet file; wait until everything is ready. Reuses a healthy running fleet.
+  down    stop every process it started, by pid; check that no port is left open.
+  status  one line per component: pid, health, RSS, log.
+
+Only the Python standard library and PyYAML are used. Runtime state lives in $FLEET_STATE
+(<repo>/.fleet): certs, kubeconfigs, etcd data, logs, pid files.
+"""
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import yaml
+
+BIN = os.environ["FLEET_BIN"]
+CRDS = os.environ["FLEET_CRDS"]
+STAGES = os.environ["FLEET_STAGES"]
+STATE = os.environ["FLEET_STATE"]
+REPO = os.environ["FLEET_REPO_ROOT"]
+PINS = os.environ.get("FLEET_PINS_HASH", "")
+
+HUB = "hub"
+MEMBERS = ["member-a", "member-b", "member-c"]
+CLUSTERS = [HUB] + MEMBERS
+PORT_BASE = int(os.environ.get("FLEET_PORT_BASE", "16400"))
+
+# The training-operator's cert rotator checks this fixed path (a constant in v1.9.x), whatever
+# TMPDIR says; its webhook *server* reads os.TempDir()/k8s-webhook-server/serving-certs.
+ROTATOR_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"
+
+# Schemes the training-operator runs. Not "mpijob": its MPIJob is kubeflow.org/v1, while the fleet
+# installs the MPI operator's MPIJob v2beta1 CRD under the same name (mpijobs.kubeflow.org).
+TRAINING_SCHEMES = ["pytorchjob", "tfjob", "xgboostjob", "paddlejob", "jaxjob"]
+
+READY_TIMEOUT = float(os.environ.get("FLEET_READY_TIMEOUT", "180"))
+
+
+def log(msg):
+    print(f"[fleet {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class FleetError(Exception):
+    pass
+
+
+def p(*parts):
+    return os.path.join(STATE, *parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ports and components
+
+
+def cluster_index(cluster):
+    return CLUSTERS.index(cluster)
+
+
+def ports(cluster=None):
+    b = PORT_BASE
+    if cluster is None:
+        return {"etcd-client": b, "etcd-peer": b + 1}
+    i = cluster_index(cluster)
+    return {
+        "apiserver": b + 40 + i,
+        "controller-manager": b + 50 + i,
+        "scheduler": b + 60 + i,
+        "kwok": b + 70 + i,
+        "training-operator-metrics": b + 80 + i,
+        "training-operator-health": b + 90 + i,
+        "training-operator-webhook": b + 100 + i,
+    }
+
+
+def components():
+    """Every process of the fleet, in start order: (name, cluster or None, binary)."""
+    out = [("etcd", None, "etcd")]
+    out += [(f"{c}/kube-apiserver", c, "kube-apiserver") for c in CLUSTERS]
+    out += [(f"{HUB}/kube-controller-manager", HUB, "kube-controller-manager")]
+    for c in MEMBERS:
+        out += [
+            (f"{c}/kube-controller-manager", c, "kube-controller-manager"),
+            (f"{c}/kube-scheduler", c, "kube-scheduler"),
+            (f"{c}/kwok", c, "kwok"),
+            (f"{c}/training-operator", c, "training-operator"),
+        ]
+    return out
+
+
+def log_path(name):
+    return p("logs", name.replace("/", "_") + ".log")
+
+
+def pid_path(name):
+    return p("pids", name.replace("/", "_") + ".pid")
+
+
+def kubeconfig_path(cluster):
+    return p("kubeconfigs", f"{cluster}.kubeconfig")
+
+
+# ---------------------------------------------------------------------------------------------
+# Certificates (openssl) and kubeconfigs
+
+
+def run(args, **kw):
+    r = subprocess.run(args, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise FleetError(f"{' '.join(args)} failed: {r.stderr.strip()}")
+    return r.stdout
+
+
+def make_pki():
+    d = p("pki")
+    os.makedirs(d, exist_ok=True)
+    ext = os.path.join(d, "ext.cnf")
+    with open(ext, "w") as f:
+        f.write(
+            "[req]\ndistinguished_name=dn\nprompt=no\n[dn]\nCN=muster-fleet\n"
+            "[ca]\nbasicConstraints=critical,CA:TRUE\n"
+            "keyUsage=critical,keyCertSign,cRLSign,digitalSignature\n"
+            "subjectKeyIdentifier=hash\n"
+            "[serving]\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=serverAuth\n"
+            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+            "DNS:kubernetes.default.svc,DNS:training-operator.kubeflow.svc\n"
+            "[client]\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n"
+        )
+    ca_key, ca_crt = os.path.join(d, "ca.key"), os.path.join(d, "ca.crt")
+    run(["openssl", "req", "-x509", "-config", ext, "-extensions", "ca", "-newkey", "rsa:2048",
+         "-nodes", "-days", "30", "-subj", "/CN=muster-fleet-ca", "-keyout", ca_key,
+         "-out", ca_crt])
+
+    def signed(name, subj, section):
+        key, csr, crt = (os.path.join(d, f"{name}.{x}") for x in ("key", "csr", "crt"))
+        run(["openssl", "req", "-config", ext, "-new", "-newkey", "rsa:2048", "-nodes",
+             "-subj", subj, "-keyout", key, "-out", csr])
+        run(["openssl", "x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key,
+             "-CAcreateserial", "-days", "30", "-extfile", ext, "-extensions", section,
+             "-out", crt])
+        os.unlink(csr)
+
+    signed("serving", "/CN=127.0.0.1", "serving")
+    # system:masters: the admin identity every component and test uses in this local fleet.
+    signed("admin", "/O=system:masters/CN=muster-fleet-admin", "client")
+    run(["openssl", "genrsa", "-out", os.path.join(d, "sa.key"), "2048"])
+    run(["openssl", "rsa", "-in", os.path.join(d, "sa.key"), "-pubout",
+         "-out", os.path.join(d, "sa.pub")])
+
+
+def write_kubeconfigs():
+    os.makedirs(p("kubeconfigs"), exist_ok=True)
+
+    def b64(path):
+        import base64
+        with open(path, "rb") as f:
+            return base64.b64encode(f.read()).decode()
+
+    for c in CLUSTERS:
+        kc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": c, "cluster": {
+                "server": f"https://127.0.0.1:{ports(c)['apiserver']}",
+                "certificate-authority-data": b64(p("pki", "ca.crt"))}}],
+            "users": [{"name": f"{c}-admin", "user": {
+                "client-certificate-data": b64(p("pki", "admin.crt")),
+                "client-key-data": b64(p("pki", "admin.key"))}}],
+            "contexts": [{"name": c, "context": {"cluster": c, "user": f"{c}-admin"}}],
+            "current-context": c,
+        }
+        path = kubeconfig_path(c)
+        with open(path + ".tmp", "w") as f:
+            yaml.safe_dump(kc, f, sort_keys=False)
+        os.chmod(path + ".tmp", 0o600)
+        os.replace(path + ".tmp", path)
+
+
+# ---------------------------------------------------------------------------------------------
+# A tiny API client: the admin client certificate over HTTPS to 127.0.0.1
+
+
+class Api:
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.base = f"https://127.0.0.1:{ports(cluster)['apiserver']}"
+        ctx = ssl.create_default_context(cafile=p("pki", "ca.crt"))
+        ctx.load_cert_chain(p("pki", "admin.crt"), p("pki", "admin.key"))
+        self.ctx = ctx
+
+    def req(self, method, path, body=None, ctype="application/json", timeout=30):
+        data = None if body is None else json.dumps(body).encode()
+        r = urllib.request.Request(self.base + path, data=data, method=method)
+        r.add_header("Accept", "application/json")
+        if data is not None:
+            r.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(r, context=self.ctx, timeout=timeout) as resp:
+                raw = resp.read()
+                return resp.status, (json.loads(raw) if raw.startswith(b"{") else raw.decode())
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                return e.code, json.loads(raw)
+            except ValueError:
+                return e.code, raw.decode(errors="replace")
+
+    def create(self, path, obj):
+        code, out = self.req("POST", path, obj)
+        if code in (200, 201, 409):  # 409: already exists (idempotent)
+            return out
+        raise FleetError(f"{self.cluster}: POST {path} -> {code}: {str(out)[:500]}")
+
+
+def insecure_get(url, timeout=3):
+    """GET a component's own health endpoint (self-signed serving certs): returns (code, body)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, context=ctx, timeout=timeout) as resp:
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+    except OSError as e:
+        return None, str(e)
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+
+
+def port_open(port):
+    with socket.socket() as s:
+        s.settimeout(0.3)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def all_ports():
+    out = dict(ports())
+    for c in CLUSTERS:
+        for k, v in ports(c).items():
+            out[f"{c}/{k}"] = v
+    return out
+
+
+def proc_alive(pid, binary):
+    """True if pid runs our binary (guards against a recycled pid)."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+    return os.path.basename(exe.replace(" (deleted)", "")) == binary
+
+
+def read_pid(name):
+    try:
+        with open(pid_path(name)) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def rss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def start(name, binary, args, env=None):
+    os.makedirs(p("logs"), exist_ok=True)
+    os.makedirs(p("pids"), exist_ok=True)
+    exe = os.path.join(BIN, binary)
+    e = dict(os.environ)
+    for k in list(e):
+        if k.startswith("KUBECONFIG"):
+            del e[k]
+    e.update(env or {})
+    with open(log_path(name), "ab") as lf:
+        lf.write(f"--- {time.strftime('%F %T')} {exe} {' '.join(args)}\n".encode())
+        lf.flush()
+        proc = subprocess.Popen([exe] + args, stdout=lf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=e, cwd=STATE,
+                                start_new_session=True)
+    with open(pid_path(name), "w") as f:
+        f.write(f"{proc.pid}\n")
+    return proc.pid
+
+
+def tail(path, n=15):
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.readlines()[-n:]
+        return "".join("    | " + ln for ln in lines)
+    except OSError:
+        return ""
+
+
+def fail(name, why):
+    lp = log_path(name)
+    raise FleetError(f"{name} is not ready: {why}\n  log: {lp}\n{tail(lp)}")
+
+
+def wait_for(name, binary, check, what, timeout=READY_TIMEOUT):
+    """Poll check() until it returns True; fail naming the component and its log."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        pid = read_pid(name)
+        if binary and (pid is None or not proc_alive(pid, binary)):
+            fail(name, f"process exited while waiting for {what}")
+        try:
+            ok = check()
+        except Exception as e:  # noqa: BLE001 - any failure is "not yet"
+            ok, last = False, str(e)
+        if ok is True:
+            return
+        if ok not in (False, None):
+            last = ok
+        time.sleep(0.5)
+    fail(name, f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last: {last})" if last else ""))
+
+
+def stop_all(quiet=False):
+    """SIGTERM every recorded pid (reverse start order), then SIGKILL stragglers."""
+    names = [n for n, _, _ in components()][::-1]
+    binaries = {n: b for n, _, b in components()}
+    live = []
+    for n in names:
+        pid = read_pid(n)
+        if pid is not None and proc_alive(pid, binaries[n]):
+            os.kill(pid, signal.SIGTERM)
+            live.append((n, pid))
+    deadline = time.monotonic() + 20
+    for n, pid in live:
+        while proc_alive(pid, binaries[n]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if proc_alive(pid, binaries[n]):
+            log(f"{n} (pid {pid}) ignored SIGTERM; sending SIGKILL")
+            os.kill(pid, signal.SIGKILL)
+    for n, pid in live:
+        t = time.monotonic() + 5
+        while proc_alive(pid, binaries[n]) and time.monotonic() < t:
+            time.sleep(0.1)
+    for n in names:
+        try:
+            os.unlink(pid_path(n))
+        except OSError:
+            pass
+    marker = p("rotator-certs-created")
+    if os.path.exists(marker):
+        shutil.rmtree(os.path.dirname(ROTATOR_CERT_DIR), ignore_errors=True)
+        os.unlink(marker)
+    if live and not quiet:
+        log(f"stopped {len(live)} processes: " + ", ".join(f"{n}={pid}" for n, pid in live))
+    busy = {}
+    t = time.monotonic() + 10
+    while time.monotonic() < t:
+        busy = {k: v for k, v in all_ports().items() if port_open(v)}
+        if not busy:
+            break
+        time.sleep(0.2)
+    if busy:
+        raise FleetError("ports still open after stopping the fleet: "
+                         + ", ".join(f"{k}={v}" for k, v in busy.items()))
+    return live
+
+
+# ---------------------------------------------------------------------------------------------
+# Bring-up
+
+
+def start_etcd():
+    pt = ports()
+    data = p("etcd")
+    start("etcd", "etcd", [
+        "--name=muster-fleet", f"--data-dir={data}",
+        f"--listen-client-urls=http://127.0.0.1:{pt['etcd-client']}",
+        f"--advertise-client-urls=http://127.0.0.1:{pt['etcd-client']}",
+        f"--listen-peer-urls=http://127.0.0.1:{pt['etcd-peer']}",
+        f"--initial-advertise-peer-urls=http://127.0.0.1:{pt['etcd-peer']}",
+        f"--initial-cluster=muster-fleet=http://127.0.0.1:{pt['etcd-peer']}",
+        "--unsafe-no-fsync=true",  # a throwaway test store: speed over durability
+        "--quota-backend-bytes=4294967296", "--log-level=warn",
+    ])
+
+
+def start_apiserver(c):
+    pt = ports(c)
+    pki = p("pki")
+    start(f"{c}/kube-apiserver", "kube-apiserver", [
+        f"--etcd-servers=http://127.0.0.1:{ports()['etcd-client']}",
+        f"--etcd-prefix=/muster-fleet/{c}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+        f"--secure-port={pt['apiserver']}",
+        f"--cert-dir={p(c, 'apiserver-certs')}",
+        f"--tls-cert-file={pki}/serving.crt", f"--tls-private-key-file={pki}/serving.key",
+        f"--client-ca-file={pki}/ca.crt",
+        f"--service-account-issuer=https://{c}.muster-fleet.invalid",
+        f"--service-account-key-file={pki}/sa.pub",
+        f"--service-account-signing-key-file={pki}/sa.key",
+        "--service-cluster-ip-range=10.0.0.0/24",
+        "--authorization-mode=RBAC", "--allow-privileged=true",
+        # The "kubernetes" Service gets no endpoints: 127.0.0.1 is not a valid endpoint address.
+        "--endpoint-reconciler-type=none",
+        "--profiling=false", "--v=1",
+    ])
+
+
+def common_component_flags(c, name):
+    kc = kubeconfig_path(c)
+    return [
+        f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
+        f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1",
+        f"--cert-dir={p(c, name + '-certs')}", "--leader-elect=false", "--profiling=false",
+    ]
+
+
+def start_controller_manager(c):
+    args = common_component_flags(c, "kube-controller-manager") + [
+        f"--secure-port={ports(c)['controller-manager']}",
+        f"--service-account-private-key-file={p('pki', 'sa.key')}",
+        f"--root-ca-file={p('pki', 'ca.crt')}",
+        "--use-service-account-credentials=false",
+        "--v=1",
+    ]
+    if c == HUB:
+        # The hub runs no workloads: namespaces, garbage collection and service accounts only
+        # (no job controller, so batch Jobs on the hub stay as submitted).
+        args.append("--controllers=namespace-controller,garbage-collector-controller,"
+                    "serviceaccount-controller,root-ca-certificate-publisher-controller")
+    start(f"{c}/kube-controller-manager", "kube-controller-manager", args)
+
+
+def start_scheduler(c):
+    start(f"{c}/kube-scheduler", "kube-scheduler",
+          common_component_flags(c, "kube-scheduler")
+          + [f"--secure-port={ports(c)['scheduler']}", "--v=1"])
+
+
+def start_kwok(c):
+    configs = sorted(os.path.join(STAGES, f) for f in os.listdir(STAGES) if f.endswith(".yaml"))
+    start(f"{c}/kwok", "kwok", [
+        f"--kubeconfig={kubeconfig_path(c)}",
+        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        f"--server-address=127.0.0.1:{ports(c)['kwok']}",
+        "--node-ip=127.0.0.1",
+        "--node-lease-duration-seconds=40",
+    ] + [f"--config={x}" for x in configs])
+
+
+def start_training_operator(c):
+    pt = ports(c)
+    tmp = p(c, "tmp")
+    start(f"{c}/training-operator", "training-operator", [
+        f"--kubeconfig={kubeconfig_path(c)}",
+        f"--metrics-bind-address=127.0.0.1:{pt['training-operator-metrics']}",
+        f"--health-probe-bind-address=127.0.0.1:{pt['training-operator-health']}",
+        f"--webhook-server-port={pt['training-operator-webhook']}",
+        "--leader-elect=false",
+    ] + [f"--enable-scheme={s}" for s in TRAINING_SCHEMES],
+        env={"TMPDIR": tmp, "MY_POD_NAMESPACE": "kubeflow"})
+
+
+def copy_serving_cert(dst_dir):
+    os.makedirs(dst_dir, exist_ok=True)
+    shutil.copy(p("pki", "serving.crt"), os.path.join(dst_dir, "tls.crt"))
+    shutil.copy(p("pki", "serving.key"), os.path.join(dst_dir, "tls.key"))
+
+
+def prepare_training_operator_files():
+    # The webhook server of each instance reads $TMPDIR/k8s-webhook-server/serving-certs.
+    for c in MEMBERS:
+        copy_serving_cert(os.path.join(p(c, "tmp"), "k8s-webhook-server", "serving-certs"))
+    # The cert rotator only checks that tls.crt exists at its fixed path before it declares the
+    # certs "mounted"; nothing reads that file. Create it if missing; remember to remove it.
+    if not os.path.exists(os.path.join(ROTATOR_CERT_DIR, "tls.crt")):
+        copy_serving_cert(ROTATOR_CERT_DIR)
+        with open(p("rotator-certs-created"), "w") as f:
+            f.write(ROTATOR_CERT_DIR + "\n")
+
+
+def load_yaml_docs(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def install_crds(api):
+    names = []
+    for fn in sorted(os.listdir(CRDS)):
+        if not fn.endswith(".yaml"):
+            continue
+        for doc in load_yaml_docs(os.path.join(CRDS, fn)):
+            if doc.get("kind") != "CustomResourceDefinition":
+                continue
+            doc.get("metadata", {}).pop("annotations", None)
+            if doc["metadata"]["name"] in names:
+                raise FleetError(f"CRD {doc['metadata']['name']} defined twice in {CRDS}")
+            api.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
+            names.append(doc["metadata"]["name"])
+    return names
+
+
+def crds_established(api, names):
+    for n in names:
+        code, obj = api.req("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
+        if code != 200:
+            return f"CRD {n}: HTTP {code}"
+        conds = {x["type"]: x["status"] for x in obj.get("status", {}).get("conditions", [])}
+        if conds.get("Established") != "True":
+            return f"CRD {n} not Established"
+    return True
+
+
+def setup_training_operator_objects(api):
+    """What the training-operator's cert rotator insists on, with its admission webhook off."""
+    api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                      "metadata": {"name": "kubeflow"}})
+    api.create("/api/v1/namespaces/kubeflow/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": "training-operator-webhook-cert", "namespace": "kubeflow"}})
+    # No webhooks in it: the apiserver calls nothing (it could not reach the operator's
+    # training-operator.kubeflow.svc name here), and the rotator can still "inject" its CA.
+    api.create("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "validator.training-operator.kubeflow.org",
+                     "labels": {"app.kubernetes.io/managed-by": "muster-fleet"}}})
+
+
+def expand_nodes(cluster_spec):
+    out = []
+    for n in cluster_spec.get("nodes") or []:
+        count = int(n.get("count", 1))
+        names = [n["name"]] if count == 1 else [f"{n['name']}-{i}" for i in range(count)]
+        for name in names:
+            out.append((name, n))
+    return out
+
+
+def node_object(name, spec, cluster):
+    alloc = {k: str(v) for k, v in (spec.get("allocatable") or {}).items()}
+    labels = {
+        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64", "type": "kwok", "muster.io/fleet-cluster": cluster,
+    }
+    labels.update({k: str(v) for k, v in (spec.get("labels") or {}).items()})
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels,
+                     "annotations": {"kwok.x-k8s.io/node": "fake",
+                                     "node.alpha.kubernetes.io/ttl": "0"}},
+        "spec": {"taints": spec.get("taints") or []},
+        "status": {"capacity": alloc, "allocatable": alloc},
+    }
+
+
+def create_nodes(api, cluster, cluster_spec):
+    names = []
+    for name, spec in expand_nodes(cluster_spec):
+        obj = node_object(name, spec, cluster)
+        api.create("/api/v1/nodes", obj)
+        # Make sure capacity/allocatable are what the fleet file says, whatever create kept.
+        code, out = api.req("PATCH", f"/api/v1/nodes/{name}/status",
+                            {"status": obj["status"]}, ctype="application/merge-patch+json")
+        if code != 200:
+            raise FleetError(f"{cluster}: patching status of node {name}: {code} {out}")
+        names.append(name)
+    return names
+
+
+def nodes_ready(api, names):
+    code, obj = api.req("GET", "/api/v1/nodes")
+    if code != 200:
+        return f"list nodes: HTTP {code}"
+    ready = set()
+    for n in obj.get("items", []):
+        for cond in n.get("status", {}).get("conditions", []):
+            if cond["type"] == "Ready" and cond["status"] == "True":
+                ready.add(n["metadata"]["name"])
+    missing = [n for n in names if n not in ready]
+    return True if not missing else f"nodes not Ready: {', '.join(missing)}"
+
+
+def default_sa(api):
+    code, _ = api.req("GET", "/api/v1/namespaces/default/serviceaccounts/default")
+    return True if code == 200 else f"ServiceAccount default/default: HTTP {code}"
+
+
+def load_fleet_file(path):
+    with open(path) as f:
+        doc = yaml.safe_load(f) or {}
+    clusters = {c["name"]: c for c in doc.get("clusters") or []}
+    unknown = sorted(set(clusters) - set(MEMBERS))
+    if unknown:
+        raise FleetError(f"{path}: clusters must be among {MEMBERS}; unknown: {unknown}")
+    return clusters
+
+
+def fleet_id(fleet_file):
+    with open(fleet_file, "rb") as f:
+        h = hashlib.sha256(f.read())
+    h.update(PINS.encode())
+    h.update(str(PORT_BASE).encode())
+    return h.hexdigest()[:16]
+
+
+def healthy(fleet_file):
+    """Is a complete fleet, started from this fleet file and these pins, running and ready?"""
+    try:
+        with open(p("fleet-id")) as f:
+            if f.read().strip() != fleet_id(fleet_file):
+                return False
+    except OSError:
+        return False
+    for n, _, b in components():
+        pid = read_pid(n)
+        if pid is None or not proc_alive(pid, b):
+            return False
+    try:
+        for c in CLUSTERS:
+            code, _ = Api(c).req("GET", "/readyz", timeout=5)
+            if code != 200:
+                return False
+        for c in MEMBERS:
+            for k, path in (("controller-manager", "/healthz"), ("scheduler", "/healthz"),
+                            ("kwok", "/healthz")):
+                scheme = "http" if k == "kwok" else "https"
+                code, _ = insecure_get(f"{scheme}://127.0.0.1:{ports(c)[k]}{path}")
+                if code != 200:
+                    return False
+            code, _ = insecure_get(
+                f"http://127.0.0.1:{ports(c)['training-operator-health']}/readyz")
+            if code != 200:
+                return False
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def up(fleet_file):
+    t0 = time.monotonic()
+    if healthy(fleet_file):
+        log(f"fleet already up and healthy (state {STATE}); reusing it")
+        return
+    if any(read_pid(n) is not None for n, _, _ in components()):
+        log("a previous fleet is partly running or stale: stopping it first")
+    stop_all(quiet=False)
+    busy = {k: v for k, v in all_ports().items() if port_open(v)}
+    if busy:
+        raise FleetError("ports needed by the fleet are in use by something else: "
+                         + ", ".join(f"{k}={v}" for k, v in busy.items())
+                         + " (set FLEET_PORT_BASE to move them)")
+    for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+              "training-operator"):
+        if not os.access(os.path.join(BIN, b), os.X_OK):
+            raise FleetError(f"{BIN}/{b} missing: run `make fleet-build`")
+    fleet = load_fleet_file(fleet_file)
+
+    # Fresh state every time: nothing from an earlier run leaks into this one.
+    for sub in ["etcd", "pki", "kubeconfigs", "logs", "pids", "fleet-id"] + CLUSTERS:
+        path = p(sub)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.unlink(path)
+    os.makedirs(STATE, exist_ok=True)
+    make_pki()
+    write_kubeconfigs()
+
+    start_etcd()
+    wait_for("etcd", "etcd",
+             lambda: insecure_get(f"http://127.0.0.1:{ports()['etcd-client']}/health")[0] == 200,
+             "/health")
+    for c in CLUSTERS:
+        start_apiserver(c)
+    apis = {c: Api(c) for c in CLUSTERS}
+    for c in CLUSTERS:
+        wait_for(f"{c}/kube-apiserver", "kube-apiserver",
+                 lambda c=c: apis[c].req("GET", "/readyz", timeout=5)[0] == 200, "/readyz")
+    log(f"etcd and 4 apiservers ready ({time.monotonic() - t0:.1f}s)")
+
+    crd_names = {}
+    for c in CLUSTERS:
+        crd_names[c] = install_crds(apis[c])
+    for c in MEMBERS:
+        setup_training_operator_objects(apis[c])
+    prepare_training_operator_files()
+    for c in CLUSTERS:
+        wait_for(f"{c}/kube-apiserver", "kube-apiserver",
+                 lambda c=c: crds_established(apis[c], crd_names[c]), "CRDs Established")
+    log(f"{len(crd_names[HUB])} CRDs established in every cluster ({time.monotonic() - t0:.1f}s)")
+
+    start_controller_manager(HUB)
+    for c in MEMBERS:
+        start_controller_manager(c)
+        start_scheduler(c)
+        start_kwok(c)
+        start_training_operator(c)
+
+    node_names = {}
+    for c in MEMBERS:
+        node_names[c] = create_nodes(apis[c], c, fleet.get(c, {}))
+
+    def health(c, key, scheme="https", path="/healthz"):
+        def check():
+            code, body = insecure_get(f"{scheme}://127.0.0.1:{ports(c)[key]}{path}")
+            return True if code == 200 else f"{path}: {code} {body[:200]}"
+        return check
+
+    wait_for(f"{HUB}/kube-controller-manager", "kube-controller-manager",
+             health(HUB, "controller-manager"), "/healthz")
+    for c in MEMBERS:
+        wait_for(f"{c}/kube-controller-manager", "kube-controller-manager",
+                 health(c, "controller-manager"), "/healthz")
+        wait_for(f"{c}/kube-scheduler", "kube-scheduler", health(c, "scheduler"), "/healthz")
+        wait_for(f"{c}/kwok", "kwok", health(c, "kwok", "http"), "/healthz")
+        wait_for(f"{c}/kwok", "kwok", lambda c=c: nodes_ready(apis[c], node_names[c]),
+                 "nodes Ready")
+        wait_for(f"{c}/kube-controller-manager", "kube-controller-manager",
+                 lambda c=c: default_sa(apis[c]), "ServiceAccount default/default")
+        wait_for(f"{c}/training-operator", "training-operator",
+                 health(c, "training-operator-health", "http", "/readyz"), "/readyz")
+    wait_for(f"{HUB}/kube-controller-manager", "kube-controller-manager",
+             lambda: default_sa(apis[HUB]), "ServiceAccount default/default")
+
+    with open(p("fleet-id"), "w") as f:
+        f.write(fleet_id(fleet_file) + "\n")
+    total = sum(len(v) for v in node_names.values())
+    log(f"fleet up in {time.monotonic() - t0:.1f}s: hub + {len(MEMBERS)} members, {total} fake nodes"
+        f" ({', '.join(f'{c}={len(v)}' for c, v in node_names.items())})")
+    log(f"kubeconfigs: {p('kubeconfigs')}/{{{','.join(CLUSTERS)}}}.kubeconfig   logs: {p('logs')}")
+
+
+def status():
+    total = 0
+    running = 0
+    print(f"{'component':34} {'pid':>8} {'state':8} {'health':8} {'rss MiB':>8}  log")
+    for n, c, b in components():
+        pid = read_pid(n)
+        alive = pid is not None and proc_alive(pid, b)
+        h = "-"
+        if alive:
+            running += 1
+            if b == "etcd":
+                code, _ = insecure_get(f"http://127.0.0.1:{ports()['etcd-client']}/health")
+            elif b == "kube-apiserver":
+                code = Api(c).req("GET", "/readyz", timeout=5)[0]
+            elif b == "kwok":
+                code, _ = insecure_get(f"http://127.0.0.1:{ports(c)['kwok']}/healthz")
+            elif b == "training-operator":
+                code, _ = insecure_get(
+                    f"http://127.0.0.1:{ports(c)['training-operator-health']}/readyz")
+            else:
+                key = "controller-manager" if b == "kube-controller-manager" else "scheduler"
+                code, _ = insecure_get(f"https://127.0.0.1:{ports(c)[key]}/healthz")
+            h = "ok" if code == 200 else f"HTTP {code}"
+        rss = rss_kib(pid) if alive else 0
+        total += rss
+        print(f"{n:34} {pid or '-':>8} {'running' if alive else 'stopped':8} {h:8} "
+              f"{rss / 1024:8.0f}  {os.path.relpath(log_path(n), REPO)}")
+    print(f"{running}/{len(components())} processes running; total RSS {total / 1024:.0f} MiB")
+    if running:
+        for c in CLUSTERS:
+            print(f"{c:10} https://127.0.0.1:{ports(c)['apiserver']}  "
+                  f"KUBECONFIG={os.path.relpath(kubeconfig_path(c), REPO)}")
+    return running
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("up")
+    u.add_argument("--fleet", default=os.environ.get("FLEET") or
+                   os.path.join(REPO, "examples", "fleet.yaml"))
+    sub.add_parser("down")
+    sub.add_parser("status")
+    sub.add_parser("ports")
+    a = ap.parse_args()
+
+    os.makedirs(STATE, exist_ok=True)
+    lock = open(os.path.join(STATE, ".lock"), "w")
+    if a.cmd in ("up", "down"):
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        if a.cmd == "up":
+            fleet_file = os.path.abspath(a.fleet)
+            try:
+                up(fleet_file)
+            except FleetError as e:
+                log(f"ERROR: {e}")
+                log("stopping what was started (set FLEET_KEEP_ON_FAILURE=1 to keep it)")
+                if not os.environ.get("FLEET_KEEP_ON_FAILURE"):
+                    try:
+                        stop_all(quiet=True)
+                    except FleetError as e2:
+                        log(f"ERROR: {e2}")
+                return 1
+        elif a.cmd == "down":
+            stop_all()
+            try:
+                os.unlink(p("fleet-id"))
+            except OSError:
+                pass
+            log("fleet down; no fleet process or port left")
+        elif a.cmd == "status":
+            status()
+        elif a.cmd == "ports":
+            for k, v in all_ports().items():
+                print(f"{k} {v}")
+    except FleetError as e:
+        log(f"ERROR: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+//! Helpers for tests that run against the local fleet (`hack/fleet`, `make fleet-up`): one hub and
+//! three member clusters (member-a, member-b, member-c), each a real kube-apiserver on 127.0.0.1.
+//!
+//! `ensure_fleet_up()` starts the fleet if it is not already running and healthy; a test that needs
+//! the fleet calls it first and panics (fails, never skips) when the fleet cannot start.
+//! `client_for("member-c")` builds a `kube::Client` from that cluster's admin kubeconfig.
+#![allow(dead_code)] // each test binary uses its own subset of these helpers
+
+use std::fs::{self, File};
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Client, Config};
+
+pub const HUB: &str = "hub";
+pub const MEMBERS: [&str; 3] = ["member-a", "member-b", "member-c"];
+
+/// The repository root (where the Makefile is).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The fleet's runtime state: certificates, kubeconfigs, logs, pid files.
+pub fn state_dir() -> PathBuf {
+    std::env::var_os("MUSTER_FLEET_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".fleet"))
+}
+
+/// `<state>/kubeconfigs/<cluster>.kubeconfig`: admin credentials for `cluster`.
+pub fn kubeconfig_path(cluster: &str) -> PathBuf {
+    state_dir()
+        .join("kubeconfigs")
+        .join(format!("{cluster}.kubeconfig"))
+}
+
+/// Make sure the fleet is up and healthy, starting it if needed (`make fleet-up`, which reuses a
+/// healthy running fleet and otherwise starts a fresh one). Runs at most once per test process;
+/// concurrent test binaries serialize on a file lock (and the script takes its own lock too).
+/// Panics with the script's exit status when the fleet cannot start: its log paths are in the
+/// script's output, which goes straight to the test's stderr.
+pub fn ensure_fleet_up() {
+    static UP: OnceLock<Result<(), String>> = OnceLock::new();
+    let result = UP.get_or_init(|| {
+        let state = state_dir();
+        fs::create_dir_all(&state).map_err(|e| format!("creating {}: {e}", state.display()))?;
+        let lock_path = state.join("ensure.lock");
+        let lock = File::create(&lock_path)
+            .map_err(|e| format!("opening {}: {e}", lock_path.display()))?;
+        lock.lock()
+            .map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+        let started = Instant::now();
+        let status = Command::new("make")
+            .arg("--no-print-directory")
+            .arg("fleet-up")
+            .current_dir(repo_root())
+            .status()
+            .map_err(|e| format!("running `make fleet-up`: {e}"))?;
+        drop(lock);
+        if !status.success() {
+            return Err(format!(
+                "`make fleet-up` failed ({status}) after {:.0?}; see its output above and the logs in {}",
+                started.elapsed(),
+                state.join("logs").display()
+            ));
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("the local fleet is not available: {e}");
+    }
+}
+
+/// A client for `cluster` ("hub", "member-a", ...), from its kubeconfig.
+pub async fn client_for(cluster: &str) -> Client {
+    let path = kubeconfig_path(cluster);
+    let kubeconfig = Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| panic!("reading kubeconfig {}: {e}", path.display()));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", path.display()));
+    Client::try_from(config).unwrap_or_else(|e| panic!("client for {cluster}: {e}"))
+}
+
+/// A name unique to this test process and call, usable as a namespace or object name.
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() % 1_000_000)
+        .unwrap_or(0);
+    format!("{prefix}-{}-{t}-{n}", std::process::id())
+}
+
+/// Create a namespace (the caller deletes it with `delete_namespace`).
+pub async fn create_namespace(client: &Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"muster.io/test": "true"}}
+    }))
+    .expect("namespace object");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+}
+
+/// Delete a namespace and, through the controller-manager, everything in it. Does not wait.
+pub async fn delete_namespace(client: &Client, name: &str) {
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(name, &DeleteParams::background())
+        .await;
+}
+
+/// The API of a kind given by apiVersion, kind and plural, e.g. ("kubeflow.org/v1", "PyTorchJob",
+/// "pytorchjobs"); namespaced when `ns` is given.
+pub fn dynamic_api(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    plural: &str,
+    ns: Option<&str>,
+) -> Api<DynamicObject> {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    }
+}
+
+/// Create an object given as JSON (apiVersion, kind, metadata.name [, metadata.namespace]).
+pub async fn create_json(
+    client: &Client,
+    plural: &str,
+    obj: serde_json::Value,
+) -> kube::Result<DynamicObject> {
+    let api_version = obj["apiVersion"].as_str().expect("apiVersion").to_string();
+    let kind = obj["kind"].as_str().expect("kind").to_string();
+    let ns = obj["metadata"]["namespace"].as_str().map(str::to_string);
+    let api = dynamic_api(client, &api_version, &kind, plural, ns.as_deref());
+    let dynobj: DynamicObject = serde_json::from_value(obj).expect("a Kubernetes object");
+    api.create(&PostParams::default(), &dynobj).await
+}
+
+/// Pods in `ns` matching a label selector.
+pub async fn list_pods(client: &Client, ns: &str, selector: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(selector))
+        .await
+        .unwrap_or_else(|e| panic!("listing pods in {ns} ({selector}): {e}"))
+        .items
+}
+
+/// Poll `check` every 500 ms until it returns `Ok(T)` or `timeout` passes; on timeout, panic with
+/// `what` and the last `Err` message.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}; last state: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// The pod's PodScheduled condition as (status, reason, message), if it has one.
+pub fn pod_scheduled_condition(pod: &Pod) -> Option<(String, String, String)> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+/// A one-line summary of pods: name, phase, node.
+pub fn describe_pods(pods: &[Pod]) -> String {
+    pods.iter()
+        .map(|p| {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_else(|| "<unbound>".into());
+            format!("{name}={phase}@{node}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,2 @@
+//! Shared code for integration tests. Declare it in a test file with `mod support;`.
+pub mod fleet;
