@@ -377,8 +377,8 @@ def stop_all(quiet=False):
     if live and not quiet:
         log(f"stopped {len(live)} processes: " + ", ".join(f"{n}={pid}" for n, pid in live))
     busy = {}
-    t = time.monotonic() + 10
-    while time.monotonic() < t:
+    t = time.monotonic() + (10 if live else 0)
+    while live and time.monotonic() < t:
         busy = {k: v for k, v in all_ports().items() if port_open(v)}
         if not busy:
             break
