@@ -345,26 +345,35 @@ def wait_for(name, binary, check, what, timeout=READY_TIMEOUT):
 
 
 def stop_all(quiet=False):
-    """SIGTERM every recorded pid (reverse start order), then SIGKILL stragglers."""
+    """Stop every recorded pid: first the controllers, then the apiservers, then etcd (an
+    apiserver whose etcd is already gone hangs in its shutdown). SIGTERM, then SIGKILL."""
     names = [n for n, _, _ in components()][::-1]
     binaries = {n: b for n, _, b in components()}
+    tiers = [
+        [n for n in names if binaries[n] not in ("kube-apiserver", "etcd")],
+        [n for n in names if binaries[n] == "kube-apiserver"],
+        [n for n in names if binaries[n] == "etcd"],
+    ]
     live = []
-    for n in names:
-        pid = read_pid(n)
-        if pid is not None and proc_alive(pid, binaries[n]):
-            os.kill(pid, signal.SIGTERM)
-            live.append((n, pid))
-    deadline = time.monotonic() + 20
-    for n, pid in live:
-        while proc_alive(pid, binaries[n]) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if proc_alive(pid, binaries[n]):
-            log(f"{n} (pid {pid}) ignored SIGTERM; sending SIGKILL")
-            os.kill(pid, signal.SIGKILL)
-    for n, pid in live:
-        t = time.monotonic() + 5
-        while proc_alive(pid, binaries[n]) and time.monotonic() < t:
-            time.sleep(0.1)
+    for tier in tiers:
+        batch = []
+        for n in tier:
+            pid = read_pid(n)
+            if pid is not None and proc_alive(pid, binaries[n]):
+                os.kill(pid, signal.SIGTERM)
+                batch.append((n, pid))
+        deadline = time.monotonic() + 20
+        for n, pid in batch:
+            while proc_alive(pid, binaries[n]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if proc_alive(pid, binaries[n]):
+                log(f"{n} (pid {pid}) ignored SIGTERM for 20s; sending SIGKILL")
+                os.kill(pid, signal.SIGKILL)
+        for n, pid in batch:
+            t = time.monotonic() + 5
+            while proc_alive(pid, binaries[n]) and time.monotonic() < t:
+                time.sleep(0.1)
+        live += batch
     for n in names:
         try:
             os.unlink(pid_path(n))
