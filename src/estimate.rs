@@ -72,8 +72,16 @@ struct Scratch<'a> {
 }
 
 impl Scratch<'_> {
+    fn new(cluster: &Cluster) -> Scratch<'_> {
+        Scratch {
+            cluster,
+            taken: Vec::new(),
+        }
+    }
+
     fn free(&self, n: usize, r: Res) -> i128 {
-        self.cluster.nodes[n].free(r) - at(&self.taken[n], r)
+        let taken = self.taken.get(n).map_or(0, |t| at(t, r));
+        self.cluster.nodes[n].free(r) - taken
     }
 
     /// How many pods of `d` fit on node `n` now.
@@ -87,12 +95,20 @@ impl Scratch<'_> {
             if f < x {
                 return 0;
             }
-            c = c.min(f / x);
+            // 64-bit division when both fit (the common case), 128-bit otherwise.
+            let q = match (u64::try_from(f), u64::try_from(x)) {
+                (Ok(f), Ok(x)) => i128::from(f / x),
+                _ => f / x,
+            };
+            c = c.min(q);
         }
         if c == i128::MAX { 1 << 40 } else { c }
     }
 
     fn take(&mut self, n: usize, d: &Demand, k: i128) {
+        if self.taken.len() <= n {
+            self.taken.resize(n + 1, Vec::new());
+        }
         crate::resources::add_demand(&mut self.taken[n], d, k);
     }
 }
@@ -109,10 +125,7 @@ pub fn place(
         .map(|i| is_extended(table.name(Res(i as u16))))
         .collect();
     // Necessary conditions per group, with a precise reason when they fail.
-    let fresh = Scratch {
-        cluster,
-        taken: vec![Vec::new(); cluster.nodes.len()],
-    };
+    let fresh = Scratch::new(cluster);
     for (gi, g) in groups.iter().enumerate() {
         if g.pods == 0 {
             continue;
@@ -169,9 +182,9 @@ fn necessary(
     let mut total = 0i128;
     for &n in eligible {
         total += s.cap(n, &g.demand);
-    }
-    if total >= i128::from(g.pods) {
-        return Ok(());
+        if total >= i128::from(g.pods) {
+            return Ok(());
+        }
     }
     if total == 0 {
         // Not one pod fits: name the resource that is short on every node.
@@ -268,10 +281,7 @@ fn greedy(
     order: &[usize],
     ext: &[bool],
 ) -> Option<Placement> {
-    let mut s = Scratch {
-        cluster,
-        taken: vec![Vec::new(); cluster.nodes.len()],
-    };
+    let mut s = Scratch::new(cluster);
     let mut plan = Placement {
         groups: vec![Vec::new(); groups.len()],
     };
@@ -377,10 +387,7 @@ fn search(
     }
     let first = order.first().map_or(0, |&g| i128::from(groups[g].pods));
     let mut st = St {
-        s: Scratch {
-            cluster,
-            taken: vec![Vec::new(); cluster.nodes.len()],
-        },
+        s: Scratch::new(cluster),
         groups,
         eligible,
         order,

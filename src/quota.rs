@@ -4,7 +4,7 @@
 //! reported with its path), namespace → leaf mapping, and usage accounting against min/max at
 //! every node from a leaf to the root. Decides nothing about ordering or placement.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -486,15 +486,22 @@ impl QuotaState {
     /// The child of the lowest common ancestor of `a` and `b` on `b`'s side
     /// (`None` when `b` is an ancestor of, or equal to, `a`).
     pub fn meeting_child(&self, a: usize, b: usize) -> Option<usize> {
-        let up_a: BTreeSet<usize> = self.tree.path_up(a).into_iter().collect();
-        let mut prev = None;
-        for n in self.tree.path_up(b) {
-            if up_a.contains(&n) {
-                return prev;
-            }
-            prev = Some(n);
+        let nodes = &self.tree.nodes;
+        let up = |n: usize| nodes[n].parent.unwrap_or(n);
+        let (mut x, mut y, mut below_y) = (a, b, None);
+        while nodes[y].depth > nodes[x].depth {
+            below_y = Some(y);
+            y = up(y);
         }
-        prev
+        while nodes[x].depth > nodes[y].depth {
+            x = up(x);
+        }
+        while x != y {
+            x = up(x);
+            below_y = Some(y);
+            y = up(y);
+        }
+        below_y
     }
 
     pub fn describe(&self, s: &Shortfall, table: &ResourceTable) -> String {

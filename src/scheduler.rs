@@ -87,15 +87,16 @@ struct Shape {
     key_res: Res,
     /// Per cluster: (topology version, eligible nodes per group).
     eligible: HashMap<usize, (u64, Vec<Vec<usize>>)>,
+    /// Per cluster, the cluster version at which this shape last failed there, and why.
+    seen: Vec<(u64, Option<String>)>,
+    /// The fleet version at which the shape last fit nowhere, and why.
+    nowhere: Option<(u64, String)>,
 }
 
 struct Class {
     jobs: BTreeSet<(JobOrder, JobId)>,
     reason: Option<String>,
     reason_cycle: u64,
-    /// Per cluster, the cluster version at which this class's head last failed there.
-    seen: Vec<u64>,
-    seen_reason: Vec<Option<String>>,
     dirty: bool,
 }
 
@@ -126,6 +127,8 @@ pub struct Scheduler {
     quota_blocked: HashMap<usize, HashSet<ClassId>>,
     /// Admitted jobs, lowest priority then most recently admitted first.
     admitted: BTreeSet<(i32, Reverse<u64>, JobId)>,
+    /// The same, per quota leaf (preemption candidates).
+    admitted_by_leaf: BTreeMap<usize, BTreeSet<(i32, Reverse<u64>, JobId)>>,
     inadmissible: BTreeSet<JobId>,
     empty_clusters: HashMap<usize, (u64, Cluster)>,
     cycle_no: u64,
@@ -153,6 +156,7 @@ impl Scheduler {
             fleet_blocked: HashSet::new(),
             quota_blocked: HashMap::new(),
             admitted: BTreeSet::new(),
+            admitted_by_leaf: BTreeMap::new(),
             inadmissible: BTreeSet::new(),
             empty_clusters: HashMap::new(),
             cycle_no: 0,
@@ -574,10 +578,32 @@ impl Scheduler {
         leaf: usize,
         short: &[Res],
     ) -> Option<(Vec<JobId>, usize, Placement)> {
-        let candidates: Vec<JobId> = self.admitted.iter().map(|(_, _, j)| *j).collect();
+        let q = self.quota.as_ref()?;
+        let d = &self.shapes[self.jobs[job].shape].quota_demand;
+        // Leaves whose jobs may be victims: borrowing at the meeting level on their side, while
+        // this job's side stays within its min there (so the victim can never reclaim it back).
+        let leaves: Vec<usize> = self
+            .admitted_by_leaf
+            .iter()
+            .filter(|(vleaf, set)| **vleaf != leaf && !set.is_empty())
+            .filter(|(vleaf, _)| {
+                let (Some(mc), Some(jc)) = (q.meeting_child(leaf, **vleaf), q.meeting_child(**vleaf, leaf)) else {
+                    return false;
+                };
+                short.iter().any(|&r| q.borrowing(mc, r))
+                    && short.iter().all(|&r| q.used_of(jc, r) + d.get(r) <= q.min_of(jc, r))
+            })
+            .map(|(l, _)| *l)
+            .collect();
+        let mut candidates: Vec<(i32, Reverse<u64>, JobId)> = leaves
+            .iter()
+            .flat_map(|l| self.admitted_by_leaf[l].iter().copied())
+            .collect();
+        candidates.sort_unstable();
         let mut victims: Vec<(JobId, usize, Placement)> = Vec::new();
         let mut found = None;
-        for v in candidates {
+        let mut checked_all = false;
+        for (_, _, v) in candidates {
             let vq = self.jobs[v].queue;
             let Some(vleaf) = self.queues.leaf(vq) else {
                 continue;
@@ -586,11 +612,22 @@ impl Scheduler {
                 continue;
             }
             let q = self.quota.as_ref()?;
-            let Some(mc) = q.meeting_child(leaf, vleaf) else {
+            // The two sides where the paths of the job and the victim meet: the victim's must be
+            // borrowing, the job's must stay within its min there too (so that the victim can
+            // never reclaim it back: no preemption ping-pong).
+            let (Some(mc), Some(jc)) = (q.meeting_child(leaf, vleaf), q.meeting_child(vleaf, leaf))
+            else {
                 continue;
             };
             let vd = &self.shapes[self.jobs[v].shape].quota_demand;
             if !short.iter().any(|&r| vd.get(r) > 0 && q.borrowing(mc, r)) {
+                continue;
+            }
+            let d = &self.shapes[self.jobs[job].shape].quota_demand;
+            if !short
+                .iter()
+                .all(|&r| q.used_of(jc, r) + d.get(r) <= q.min_of(jc, r))
+            {
                 continue;
             }
             let JobState::Admitted { cluster, placement } = self.jobs[v].state.clone() else {
@@ -598,9 +635,19 @@ impl Scheduler {
             };
             self.release(v);
             victims.push((v, cluster, placement));
-            if self.fits_now(job, leaf)
-                && let Ok(p) = self.find_cluster(job)
-            {
+            if !self.fits_now(job, leaf) {
+                continue;
+            }
+            // The first time quota allows it, look everywhere; after that only the victim's
+            // cluster changed.
+            let fit = if checked_all {
+                let shape = self.jobs[job].shape;
+                self.place_on(shape, cluster).map(|p| (cluster, p))
+            } else {
+                checked_all = true;
+                self.find_cluster(job)
+            };
+            if let Ok(p) = fit {
                 found = Some(p);
                 break;
             }
@@ -647,11 +694,15 @@ impl Scheduler {
     /// The tightest cluster (least free of the job's scarcest resource) where the whole job fits.
     fn find_cluster(&mut self, job: JobId) -> Result<(usize, Placement), String> {
         let shape_id = self.jobs[job].shape;
-        let class = self.jobs[job].class;
+        // Jobs of the same shape in other queues see the same fleet: one failure per fleet state.
+        if let Some((v, r)) = &self.shapes[shape_id].nowhere
+            && *v == self.fleet_version
+        {
+            return Err(r.clone());
+        }
         let ncl = self.clusters.len();
-        if self.classes[class].seen.len() < ncl {
-            self.classes[class].seen.resize(ncl, 0);
-            self.classes[class].seen_reason.resize(ncl, None);
+        if self.shapes[shape_id].seen.len() < ncl {
+            self.shapes[shape_id].seen.resize(ncl, (0, None));
         }
         let key = self.shapes[shape_id].key_res;
         let mut order: Vec<(i128, usize)> = Vec::with_capacity(ncl);
@@ -673,8 +724,8 @@ impl Scheduler {
         let mut reasons: Vec<(usize, String)> = Vec::new();
         for (_, ci) in order {
             let version = self.clusters[ci].version;
-            if self.classes[class].seen[ci] == version
-                && let Some(r) = &self.classes[class].seen_reason[ci]
+            if let (v, Some(r)) = &self.shapes[shape_id].seen[ci]
+                && *v == version
             {
                 reasons.push((ci, r.clone()));
                 continue;
@@ -682,8 +733,7 @@ impl Scheduler {
             match self.place_on(shape_id, ci) {
                 Ok(p) => return Ok((ci, p)),
                 Err(r) => {
-                    self.classes[class].seen[ci] = version;
-                    self.classes[class].seen_reason[ci] = Some(r.clone());
+                    self.shapes[shape_id].seen[ci] = (version, Some(r.clone()));
                     reasons.push((ci, r));
                 }
             }
@@ -698,7 +748,9 @@ impl Scheduler {
         if total > 5 {
             parts.push(format!("and {} more clusters", total - 5));
         }
-        Err(format!("no cluster fits: {}", parts.join("; ")))
+        let reason = format!("no cluster fits: {}", parts.join("; "));
+        self.shapes[shape_id].nowhere = Some((self.fleet_version, reason.clone()));
+        Err(reason)
     }
 
     fn place_on(&mut self, shape_id: ShapeId, ci: usize) -> Result<Placement, String> {
@@ -890,11 +942,15 @@ impl Scheduler {
                 }
             }
         }
-        self.admitted.remove(&(
+        let entry = (
             self.jobs[job].priority,
             Reverse(self.jobs[job].admitted_seq),
             job,
-        ));
+        );
+        self.admitted.remove(&entry);
+        if let Some(set) = leaf.and_then(|l| self.admitted_by_leaf.get_mut(&l)) {
+            set.remove(&entry);
+        }
         self.bump_cluster(ci);
         self.capacity_freed();
     }
@@ -1086,8 +1142,6 @@ impl Scheduler {
             jobs: BTreeSet::new(),
             reason: None,
             reason_cycle: 0,
-            seen: Vec::new(),
-            seen_reason: Vec::new(),
             dirty: false,
         });
         self.class_ids.insert(key, id);
@@ -1130,6 +1184,8 @@ impl Scheduler {
             candidates: w.candidates.clone(),
             key_res,
             eligible: HashMap::new(),
+            seen: Vec::new(),
+            nowhere: None,
         });
         self.shape_ids.insert(key, id);
         id
