@@ -812,6 +812,7 @@ def status():
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `fleet.sh ports | head` is fine
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     u = sub.add_parser("up")
