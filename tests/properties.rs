@@ -781,6 +781,8 @@ fn config(cases: u32) -> ProptestConfig {
         .max(1);
     ProptestConfig {
         cases: cases.saturating_mul(scale),
+        // A failure shrinks to a small case quickly; do not spend minutes on the last steps.
+        max_shrink_iters: 512,
         failure_persistence: None,
         ..ProptestConfig::default()
     }
@@ -1264,8 +1266,9 @@ fn scenario_text(tree: &TreeSpec, fleet: &[Vec<NodeSpec>], jobs: &[(JobSpec, u32
 
 /// Stops a run whose virtual clock goes far past any schedule that makes progress: without
 /// preemption every job is done by the last submission plus the sum of all run times (whenever
-/// something admissible waits, something runs), and reclaiming min may at most add a few wasted
-/// partial runs per job. A preemption cycle that never ends trips it instead of hanging the test.
+/// something admissible waits, something runs), and reclaiming min may add a few wasted partial
+/// runs; four times the total work is far beyond that. A preemption cycle that never ends trips
+/// it instead of hanging the test.
 struct Watchdog {
     limit_ms: u64,
 }
@@ -1275,7 +1278,7 @@ impl Watchdog {
         let last_at = jobs.iter().map(|j| u64::from(j.1)).max().unwrap_or(0);
         let work: u64 = jobs.iter().map(|j| u64::from(j.2) * 60).sum();
         Watchdog {
-            limit_ms: (last_at + 10 * work) * 1000,
+            limit_ms: (last_at + 4 * work) * 1000,
         }
     }
 }
