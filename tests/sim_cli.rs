@@ -316,8 +316,15 @@ fn quota_reclaim_preempts_a_borrower() {
         3600.0,
         "{borrower}"
     );
+    // It went back to its original place in team-a's queue, ahead of a job submitted later.
+    let later = job(&r, "a-later");
+    assert_eq!(later["state"], "Finished", "{later}");
+    assert!(
+        secs(&later["dispatched"]) > secs(&borrower["dispatched"]),
+        "the preempted job lost its place: {r:#}"
+    );
     assert!(r["summary"]["preemptions"].as_u64() >= Some(1));
-    assert_eq!(r["summary"]["dispatches"], 4);
+    assert_eq!(r["summary"]["dispatches"], 5);
 }
 
 #[test]
@@ -446,4 +453,27 @@ fn bad_arguments_do_not_panic() {
     let out = muster(&["sim", "tests/data/scenarios"]);
     assert_eq!(out.status.code(), Some(2), "a directory is not a scenario");
     assert!(stderr(&out).contains("tests/data/scenarios"));
+}
+
+#[test]
+fn jobs_that_can_never_run_block_nobody() {
+    let r = sim_json(&[scenario("never_admissible.yaml").to_str().unwrap()]);
+    let too_big = job(&r, "too-big");
+    assert_eq!(too_big["state"], "Inadmissible", "{too_big}");
+    assert_eq!(
+        reason(too_big),
+        "requests nvidia.com/gpu 4 but quota root/team allows at most 2: can never be admitted"
+    );
+    let no_class = job(&r, "no-class");
+    assert_eq!(no_class["state"], "Inadmissible", "{no_class}");
+    assert!(reason(no_class).contains(r#"PriorityClass "urgent" does not exist"#));
+    let elsewhere = job(&r, "elsewhere");
+    assert_eq!(elsewhere["state"], "Ignored", "{elsewhere}");
+    assert!(reason(elsewhere).contains("not-in-tree"), "{elsewhere}");
+    assert!(elsewhere["dispatched"].is_null());
+    // Even in a StrictFIFO leaf, the job behind them runs at once.
+    let small = job(&r, "small");
+    assert_eq!(secs(&small["dispatched"]), 0.0, "{small}");
+    assert_eq!(r["summary"]["inadmissible"], 2);
+    assert_eq!(r["summary"]["ignored"], 1);
 }
