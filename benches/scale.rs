@@ -26,7 +26,12 @@ impl Rng {
 fn list(pairs: &[(&str, &str)]) -> muster::quantity::ResourceList {
     pairs
         .iter()
-        .map(|(k, v)| (k.to_string(), muster::quantity::Quantity::parse(v).expect("quantity")))
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                muster::quantity::Quantity::parse(v).expect("quantity"),
+            )
+        })
         .collect()
 }
 
@@ -86,7 +91,12 @@ fn scenario(jobs: usize, clusters: usize, nodes: u32) -> Scenario {
                 NodeSpec {
                     name: format!("m{c:02}-gpu"),
                     count: gpu_nodes,
-                    allocatable: list(&[("cpu", "128"), ("memory", "1Ti"), ("pods", "110"), ("nvidia.com/gpu", "8")]),
+                    allocatable: list(&[
+                        ("cpu", "128"),
+                        ("memory", "1Ti"),
+                        ("pods", "110"),
+                        ("nvidia.com/gpu", "8"),
+                    ]),
                     labels: Default::default(),
                     taints: vec![],
                     unschedulable: false,
@@ -136,7 +146,12 @@ fn scenario(jobs: usize, clusters: usize, nodes: u32) -> Scenario {
     Scenario {
         clusters: clusters_v,
         quota: Some(quota),
-        priority_classes: [("low".into(), 0), ("normal".into(), 100), ("high".into(), 1000)].into(),
+        priority_classes: [
+            ("low".into(), 0),
+            ("normal".into(), 100),
+            ("high".into(), 1000),
+        ]
+        .into(),
         jobs: job_v,
     }
 }
@@ -154,7 +169,10 @@ fn peak_rss_kib() -> u64 {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let jobs = args.first().copied().unwrap_or(100_000);
     let clusters = args.get(1).copied().unwrap_or(50);
     let nodes = args.get(2).copied().unwrap_or(200) as u32;
@@ -170,9 +188,18 @@ fn main() {
     println!("generate: {:.2}s", generated.as_secs_f64());
     println!(
         "run: {:.2}s, {} cycles, {} dispatches, {} preemptions, {} finished, {} pending, {} inadmissible",
-        run.as_secs_f64(), s.cycles, s.dispatches, s.preemptions, s.finished, s.pending, s.inadmissible
+        run.as_secs_f64(),
+        s.cycles,
+        s.dispatches,
+        s.preemptions,
+        s.finished,
+        s.pending,
+        s.inadmissible
     );
-    println!("admission decisions/s: {:.0}", decisions as f64 / run.as_secs_f64());
+    println!(
+        "admission decisions/s: {:.0}",
+        decisions as f64 / run.as_secs_f64()
+    );
     println!("utilization: {:?}", s.utilization);
     println!("virtual makespan: {}s", s.makespan);
     println!("peak RSS: {} MiB", peak_rss_kib() / 1024);

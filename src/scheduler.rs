@@ -64,6 +64,7 @@ pub enum Submitted {
 
 struct Job {
     namespace: String,
+    name: String,
     shape: ShapeId,
     queue: usize,
     class: ClassId,
@@ -98,6 +99,8 @@ struct Class {
     reason: Option<String>,
     reason_cycle: u64,
     dirty: bool,
+    /// Per cluster: (cluster version, candidates) of the last failed reclaim trial there.
+    reclaim_failed: HashMap<usize, (u64, u64)>,
 }
 
 /// Scheduler settings.
@@ -125,9 +128,8 @@ pub struct Scheduler {
     next_dirty: Vec<ClassId>,
     fleet_blocked: HashSet<ClassId>,
     quota_blocked: HashMap<usize, HashSet<ClassId>>,
-    /// Admitted jobs, lowest priority then most recently admitted first.
-    admitted: BTreeSet<(i32, Reverse<u64>, JobId)>,
-    /// The same, per quota leaf (preemption candidates).
+    /// Admitted jobs per quota leaf, lowest priority then most recently admitted first
+    /// (preemption candidates).
     admitted_by_leaf: BTreeMap<usize, BTreeSet<(i32, Reverse<u64>, JobId)>>,
     inadmissible: BTreeSet<JobId>,
     empty_clusters: HashMap<usize, (u64, Cluster)>,
@@ -155,7 +157,6 @@ impl Scheduler {
             next_dirty: Vec::new(),
             fleet_blocked: HashSet::new(),
             quota_blocked: HashMap::new(),
-            admitted: BTreeSet::new(),
             admitted_by_leaf: BTreeMap::new(),
             inadmissible: BTreeSet::new(),
             empty_clusters: HashMap::new(),
@@ -270,6 +271,7 @@ impl Scheduler {
         let id = self.jobs.len();
         self.jobs.push(Job {
             namespace: w.namespace.clone(),
+            name: w.name.clone(),
             shape,
             queue,
             class,
@@ -380,8 +382,9 @@ impl Scheduler {
         }
     }
 
-    fn job_label(&self, job: JobId) -> String {
-        format!("job #{job}")
+    /// `namespace/name` of a job.
+    pub fn job_label(&self, job: JobId) -> String {
+        format!("{}/{}", self.jobs[job].namespace, self.jobs[job].name)
     }
 
     pub fn pending_count(&self) -> usize {
@@ -410,7 +413,17 @@ impl Scheduler {
                 break;
             }
         }
+        // Preemption victims are back in their queues for the next cycle, not this one.
+        let next = std::mem::take(&mut self.next_dirty);
+        for c in next {
+            self.mark_dirty(c);
+        }
         out
+    }
+
+    /// Whether a cycle now could decide anything new (some queue changed since it last failed).
+    pub fn has_work(&self) -> bool {
+        !self.dirty.is_empty()
     }
 
     fn pass(&mut self, out: &mut Vec<Decision>) {
@@ -449,10 +462,6 @@ impl Scheduler {
                     out.push(Decision::Wait { job, reason });
                 }
             }
-        }
-        let next = std::mem::take(&mut self.next_dirty);
-        for c in next {
-            self.mark_dirty(c);
         }
     }
 
@@ -569,9 +578,12 @@ impl Scheduler {
             .then_some(short)
     }
 
-    /// Picks victims from borrowing subtrees (lowest priority, then most recently admitted) until
-    /// the job fits; then drops the ones that turned out unnecessary. Leaves the state with the
-    /// victims released on success, unchanged on failure.
+    /// Picks victims from borrowing subtrees so that `job` fits: per member cluster, victims on
+    /// it in order (lowest priority, then most recently admitted) until the job fits there, then
+    /// the ones that turned out unnecessary are given back; the cluster whose victim set is
+    /// cheapest (lowest top priority, then fewest victims, then the usual cluster order) wins.
+    /// When only quota is short and the job already fits a cluster, victims come from anywhere.
+    /// On success the victims are released and queued again; on failure nothing changed.
     fn reclaim(
         &mut self,
         job: JobId,
@@ -587,101 +599,230 @@ impl Scheduler {
             .iter()
             .filter(|(vleaf, set)| **vleaf != leaf && !set.is_empty())
             .filter(|(vleaf, _)| {
-                let (Some(mc), Some(jc)) = (q.meeting_child(leaf, **vleaf), q.meeting_child(**vleaf, leaf)) else {
+                let (Some(mc), Some(jc)) = (
+                    q.meeting_child(leaf, **vleaf),
+                    q.meeting_child(**vleaf, leaf),
+                ) else {
                     return false;
                 };
                 short.iter().any(|&r| q.borrowing(mc, r))
-                    && short.iter().all(|&r| q.used_of(jc, r) + d.get(r) <= q.min_of(jc, r))
+                    && short
+                        .iter()
+                        .all(|&r| q.used_of(jc, r) + d.get(r) <= q.min_of(jc, r))
             })
             .map(|(l, _)| *l)
             .collect();
         let mut candidates: Vec<(i32, Reverse<u64>, JobId)> = leaves
             .iter()
             .flat_map(|l| self.admitted_by_leaf[l].iter().copied())
+            .filter(|(_, _, v)| {
+                let vd = &self.shapes[self.jobs[*v].shape].quota_demand;
+                short.iter().any(|&r| vd.get(r) > 0)
+            })
             .collect();
-        candidates.sort_unstable();
-        let mut victims: Vec<(JobId, usize, Placement)> = Vec::new();
-        let mut found = None;
-        let mut checked_all = false;
-        for (_, _, v) in candidates {
-            let vq = self.jobs[v].queue;
-            let Some(vleaf) = self.queues.leaf(vq) else {
-                continue;
-            };
-            if vleaf == leaf {
-                continue;
-            }
-            let q = self.quota.as_ref()?;
-            // The two sides where the paths of the job and the victim meet: the victim's must be
-            // borrowing, the job's must stay within its min there too (so that the victim can
-            // never reclaim it back: no preemption ping-pong).
-            let (Some(mc), Some(jc)) = (q.meeting_child(leaf, vleaf), q.meeting_child(vleaf, leaf))
-            else {
-                continue;
-            };
-            let vd = &self.shapes[self.jobs[v].shape].quota_demand;
-            if !short.iter().any(|&r| vd.get(r) > 0 && q.borrowing(mc, r)) {
-                continue;
-            }
-            let d = &self.shapes[self.jobs[job].shape].quota_demand;
-            if !short
-                .iter()
-                .all(|&r| q.used_of(jc, r) + d.get(r) <= q.min_of(jc, r))
-            {
-                continue;
-            }
-            let JobState::Admitted { cluster, placement } = self.jobs[v].state.clone() else {
-                continue;
-            };
-            self.release(v);
-            victims.push((v, cluster, placement));
-            if !self.fits_now(job, leaf) {
-                continue;
-            }
-            // The first time quota allows it, look everywhere; after that only the victim's
-            // cluster changed.
-            let fit = if checked_all {
-                let shape = self.jobs[job].shape;
-                self.place_on(shape, cluster).map(|p| (cluster, p))
-            } else {
-                checked_all = true;
-                self.find_cluster(job)
-            };
-            if let Ok(p) = fit {
-                found = Some(p);
-                break;
-            }
-        }
-        let Some(mut fit) = found else {
-            for (v, c, p) in victims.into_iter().rev() {
-                self.reserve_with(v, c, p, true);
-            }
+        if candidates.is_empty() {
             return None;
-        };
-        // Minimize: give back victims whose capacity was not needed.
-        let mut needed = Vec::new();
-        let last = victims.pop();
-        for (v, c, p) in victims.into_iter().rev() {
-            self.reserve_with(v, c, p, true);
-            if self.fits_now(job, leaf)
-                && let Ok(f) = self.find_cluster(job)
-            {
-                fit = f;
-            } else {
-                self.release(v);
-                needed.push(v);
+        }
+        candidates.sort_unstable();
+        let shape = self.jobs[job].shape;
+        let quota_only = !self.fits_now(job, leaf) && self.find_cluster(job).is_ok();
+        let chosen: Option<(Vec<JobId>, usize)> = if quota_only {
+            // Quota is the only shortage: release in order until quota allows the job.
+            let order: Vec<JobId> = candidates.iter().map(|c| c.2).collect();
+            self.trial(job, leaf, &order, None)
+                .and_then(|v| self.find_cluster_with(job, &v).map(|ci| (v, ci)))
+        } else {
+            let mut by_cluster: BTreeMap<usize, Vec<JobId>> = BTreeMap::new();
+            for (_, _, v) in &candidates {
+                if let JobState::Admitted { cluster, .. } = self.jobs[*v].state {
+                    by_cluster.entry(cluster).or_default().push(*v);
+                }
             }
-        }
-        if let Some((v, _, _)) = last {
-            needed.push(v);
-        }
-        for &v in &needed {
+            // Clusters in the usual choice order (least free of the job's scarcest resource,
+            // then name); the first where its victims suffice wins.
+            let key_res = self.shapes[shape].key_res;
+            let mut clusters: Vec<(i128, String, usize)> = by_cluster
+                .keys()
+                .map(|&ci| {
+                    let free = at(&self.clusters[ci].summary().total_free, key_res);
+                    (free, self.clusters[ci].name.clone(), ci)
+                })
+                .collect();
+            clusters.sort();
+            let mut best: Option<(Vec<JobId>, usize)> = None;
+            for (_, _, ci) in clusters {
+                let order = by_cluster.remove(&ci).unwrap_or_default();
+                let c = &self.clusters[ci];
+                if !c.reachable || !self.shapes[shape].candidates.allows(&c.name, &c.labels) {
+                    continue;
+                }
+                // Same cluster state and same candidates as a failed trial: same failure.
+                let memo = (
+                    self.clusters[ci].version,
+                    order.iter().fold(job as u64, |h, v| {
+                        h.rotate_left(7) ^ (*v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    }),
+                );
+                let class = self.jobs[job].class;
+                if self.classes[class].reclaim_failed.get(&ci) == Some(&memo) {
+                    continue;
+                }
+                match self.trial(job, leaf, &order, Some(ci)) {
+                    Some(victims) => {
+                        best = Some((victims, ci));
+                        break;
+                    }
+                    None => {
+                        self.classes[class].reclaim_failed.insert(ci, memo);
+                    }
+                }
+            }
+            best
+        };
+        let (victims, ci) = chosen?;
+        let plans = self.release_all(&victims);
+        let placement = match self.place_on(shape, ci) {
+            Ok(p) => p,
+            Err(_) => {
+                // Cannot happen: the trial saw this exact state. Undo rather than guess.
+                self.restore_all(plans);
+                return None;
+            }
+        };
+        for &v in &victims {
             self.jobs[v].state = JobState::Pending;
             self.enqueue_later(v);
         }
-        // Recompute the fit with exactly the final victim set released.
-        let fit = self.find_cluster(job).unwrap_or(fit);
-        Some((needed, fit.0, fit.1))
+        Some((victims, ci, placement))
+    }
+
+    /// Without touching versions, queues or memos: take victims from `order` (in order) off
+    /// their nodes and quota until the job fits quota (and, with `on`, fits that cluster), then
+    /// put back each one not needed. Returns the victims, the state restored as it was.
+    fn trial(
+        &mut self,
+        job: JobId,
+        leaf: usize,
+        order: &[JobId],
+        on: Option<usize>,
+    ) -> Option<Vec<JobId>> {
+        let fits = |s: &mut Scheduler| -> bool {
+            s.fits_now(job, leaf)
+                && on.is_none_or(|ci| {
+                    let shape = s.jobs[job].shape;
+                    let elig = s.eligible_on(shape, ci);
+                    estimate::place(&s.clusters[ci], &s.shapes[shape].groups, &elig, &s.table)
+                        .is_ok()
+                })
+        };
+        // Releasing more never hurts a fit: binary-search the shortest prefix of `order` that
+        // makes the job fit (the first check, with every candidate gone, rules most clusters out).
+        let mut cur = 0usize;
+        let set_prefix = |s: &mut Scheduler, cur: &mut usize, target: usize| {
+            while *cur < target {
+                s.adjust(order[*cur], -1);
+                *cur += 1;
+            }
+            while *cur > target {
+                *cur -= 1;
+                s.adjust(order[*cur], 1);
+            }
+        };
+        set_prefix(self, &mut cur, order.len());
+        if order.is_empty() || !fits(self) {
+            set_prefix(self, &mut cur, 0);
+            return None;
+        }
+        let (mut lo, mut hi) = (1usize, order.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            set_prefix(self, &mut cur, mid);
+            if fits(self) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        set_prefix(self, &mut cur, lo);
+        let mut taken: Vec<JobId> = order[..lo].to_vec();
+        // Give back the ones not needed (the last one taken is needed).
+        let mut needed = Vec::new();
+        if let Some(last) = taken.pop() {
+            needed.push(last);
+        }
+        for &v in taken.iter().rev() {
+            self.adjust(v, 1);
+            if !fits(self) {
+                self.adjust(v, -1);
+                needed.push(v);
+            }
+        }
+        for &v in &needed {
+            self.adjust(v, 1);
+        }
+        needed.reverse();
+        Some(needed)
+    }
+
+    /// The cluster `find_cluster` would pick with `victims` released, state left unchanged.
+    fn find_cluster_with(&mut self, job: JobId, victims: &[JobId]) -> Option<usize> {
+        let plans = self.release_all(victims);
+        let r = self.find_cluster(job).ok().map(|(ci, _)| ci);
+        self.restore_all(plans);
+        r
+    }
+
+    /// Releases admitted jobs, returning their plans for [`Self::restore_all`].
+    fn release_all(&mut self, jobs: &[JobId]) -> Vec<(JobId, usize, Placement)> {
+        let mut plans = Vec::new();
+        for &v in jobs {
+            if let JobState::Admitted { cluster, placement } = self.jobs[v].state.clone() {
+                self.release(v);
+                plans.push((v, cluster, placement));
+            }
+        }
+        plans
+    }
+
+    fn restore_all(&mut self, plans: Vec<(JobId, usize, Placement)>) {
+        for (v, c, p) in plans.into_iter().rev() {
+            self.reserve_with(v, c, p, true);
+        }
+    }
+
+    /// Adds (`sign` 1) or removes (`sign` -1) an admitted job's reservation and quota charge,
+    /// leaving its state, versions and queues alone (trials only).
+    fn adjust(&mut self, job: JobId, sign: i128) {
+        let JobState::Admitted { cluster, placement } = &self.jobs[job].state else {
+            return;
+        };
+        let shape = &self.shapes[self.jobs[job].shape];
+        let c = &mut self.clusters[*cluster];
+        for (gi, nodes) in placement.groups.iter().enumerate() {
+            for &(n, k) in nodes {
+                crate::resources::add_demand(
+                    &mut c.nodes[n].reserved,
+                    &shape.groups[gi].demand,
+                    sign * i128::from(k),
+                );
+            }
+        }
+        if let (Some(q), Some(leaf)) = (self.quota.as_mut(), self.queues.leaf(self.jobs[job].queue))
+        {
+            q.charge(leaf, &shape.quota_demand, sign);
+        }
+    }
+
+    fn eligible_on(&mut self, shape_id: ShapeId, ci: usize) -> Vec<Vec<usize>> {
+        let topo = self.clusters[ci].topology;
+        match self.shapes[shape_id].eligible.get(&ci) {
+            Some((t, e)) if *t == topo => e.clone(),
+            _ => {
+                let e = estimate::eligible(&self.clusters[ci], &self.shapes[shape_id].groups);
+                self.shapes[shape_id].eligible.insert(ci, (topo, e.clone()));
+                e
+            }
+        }
     }
 
     fn fits_now(&self, job: JobId, leaf: usize) -> bool {
@@ -905,8 +1046,10 @@ impl Scheduler {
             placement,
         };
         let j = &self.jobs[job];
-        self.admitted
-            .insert((j.priority, Reverse(j.admitted_seq), job));
+        let entry = (j.priority, Reverse(j.admitted_seq), job);
+        if let Some(leaf) = self.queues.leaf(j.queue) {
+            self.admitted_by_leaf.entry(leaf).or_default().insert(entry);
+        }
         self.bump_cluster(ci);
     }
 
@@ -947,7 +1090,6 @@ impl Scheduler {
             Reverse(self.jobs[job].admitted_seq),
             job,
         );
-        self.admitted.remove(&entry);
         if let Some(set) = leaf.and_then(|l| self.admitted_by_leaf.get_mut(&l)) {
             set.remove(&entry);
         }
@@ -1143,6 +1285,7 @@ impl Scheduler {
             reason: None,
             reason_cycle: 0,
             dirty: false,
+            reclaim_failed: HashMap::new(),
         });
         self.class_ids.insert(key, id);
         id

@@ -16,7 +16,7 @@ use crate::fleet::{ClusterInfo, NodeInfo};
 use crate::quantity::ResourceList;
 use crate::quota::{Problem, QuotaTree};
 use crate::scheduler::{Config, Decision, JobId, JobState, Scheduler, Submitted};
-use crate::workload::{Workload, interpret};
+use crate::workload::interpret;
 
 /// The scenario `muster sim` runs when no file is given.
 pub const DEFAULT_SCENARIO: &str = include_str!("../examples/default.yaml");
@@ -295,7 +295,8 @@ struct SimJob {
     at: u64,
     run_for: u64,
     id: Option<JobId>,
-    workload: Option<Workload>,
+    /// Requests of all pods (for utilization).
+    total: ResourceList,
     state: &'static str,
     reason: Option<String>,
     dispatched: Option<u64>,
@@ -366,7 +367,7 @@ pub fn run(
             at: j.at,
             run_for: j.run_for,
             id: None,
-            workload: None,
+            total: ResourceList::new(),
             state: "Pending",
             reason: None,
             dispatched: None,
@@ -433,57 +434,66 @@ pub fn run(
                                     j.reason = Some(r);
                                 }
                             }
-                            j.workload = Some(w);
+                            j.total = w.total_requests();
                         }
                     }
                 }
             }
         }
-        cycles += 1;
-        for d in sched.cycle() {
-            match d {
-                Decision::Admit {
-                    job,
-                    cluster,
-                    nodes,
-                    ..
-                } => {
-                    let Some(&i) = by_id.get(&job) else { continue };
-                    let j = &mut jobs[i];
-                    j.state = "Running";
-                    j.dispatched = Some(now);
-                    j.cluster = Some(cluster);
-                    j.placement = nodes;
-                    j.run += 1;
-                    dispatches += 1;
-                    if let Some(w) = &j.workload {
-                        for (r, q) in w.total_requests().iter() {
+        // Cycles at this instant until nothing changes (preemption victims get their turn in
+        // the next cycle; bounded so that a run always ends).
+        for _ in 0..16 {
+            cycles += 1;
+            let decisions = sched.cycle();
+            let moved = decisions
+                .iter()
+                .any(|d| !matches!(d, Decision::Wait { .. }));
+            for d in decisions {
+                match d {
+                    Decision::Admit {
+                        job,
+                        cluster,
+                        nodes,
+                        ..
+                    } => {
+                        let Some(&i) = by_id.get(&job) else { continue };
+                        let j = &mut jobs[i];
+                        j.state = "Running";
+                        j.dispatched = Some(now);
+                        j.cluster = Some(cluster);
+                        j.placement = nodes;
+                        j.run += 1;
+                        dispatches += 1;
+                        for (r, q) in j.total.iter() {
                             *held.entry(r.to_string()).or_default() +=
                                 q.milli() * i128::from(j.run_for);
                         }
+                        events.push(Reverse((
+                            now + j.run_for,
+                            Event::Finish { job: i, run: j.run },
+                        )));
                     }
-                    events.push(Reverse((
-                        now + j.run_for,
-                        Event::Finish { job: i, run: j.run },
-                    )));
-                }
-                Decision::Preempt { job, .. } => {
-                    let Some(&i) = by_id.get(&job) else { continue };
-                    let j = &mut jobs[i];
-                    // Give back the part of the run that did not happen.
-                    if let (Some(w), Some(start)) = (&j.workload, j.dispatched) {
-                        let unused = (start + j.run_for).saturating_sub(now);
-                        for (r, q) in w.total_requests().iter() {
-                            *held.entry(r.to_string()).or_default() -=
-                                q.milli() * i128::from(unused);
+                    Decision::Preempt { job, .. } => {
+                        let Some(&i) = by_id.get(&job) else { continue };
+                        let j = &mut jobs[i];
+                        // Give back the part of the run that did not happen.
+                        if let Some(start) = j.dispatched {
+                            let unused = (start + j.run_for).saturating_sub(now);
+                            for (r, q) in j.total.iter() {
+                                *held.entry(r.to_string()).or_default() -=
+                                    q.milli() * i128::from(unused);
+                            }
                         }
+                        j.state = "Pending";
+                        j.cluster = None;
+                        j.placement.clear();
+                        preemptions += 1;
                     }
-                    j.state = "Pending";
-                    j.cluster = None;
-                    j.placement.clear();
-                    preemptions += 1;
+                    Decision::Wait { .. } => {}
                 }
-                Decision::Wait { .. } => {}
+            }
+            if !moved || !sched.has_work() {
+                break;
             }
         }
         progress.tick(done_events, total_events, now);
