@@ -268,24 +268,34 @@ impl Cluster {
         }
     }
 
+    /// The bounds as last computed by [`Cluster::summary`] (call that first).
+    pub fn cached_summary(&self) -> &Summary {
+        &self.summary
+    }
+
     /// Cached bounds, recomputed when the cluster changed.
     pub fn summary(&mut self) -> &Summary {
         if self.summary_version != self.version {
-            let mut s = Summary::default();
+            let len = self
+                .nodes
+                .iter()
+                .map(|n| n.alloc.len().max(n.reserved.len()).max(n.external.len()))
+                .max()
+                .unwrap_or(0);
+            let mut s = Summary {
+                max_free: vec![0; len],
+                total_free: vec![0; len],
+                total_alloc: vec![0; len],
+            };
             for n in &self.nodes {
-                let len = n.alloc.len().max(n.reserved.len()).max(n.external.len());
+                let usable = !n.taints.iter().any(is_condition_taint);
                 for i in 0..len {
-                    let r = Res(u16::try_from(i).unwrap_or(u16::MAX));
-                    let free = n.free(r);
-                    let ta = at(&s.total_alloc, r) + at(&n.alloc, r);
-                    set(&mut s.total_alloc, r, ta);
-                    if n.taints.iter().any(is_condition_taint) {
-                        continue;
-                    }
-                    let tf = at(&s.total_free, r) + free.max(0);
-                    set(&mut s.total_free, r, tf);
-                    if free > at(&s.max_free, r) {
-                        set(&mut s.max_free, r, free);
+                    let r = Res(i as u16);
+                    s.total_alloc[i] += at(&n.alloc, r);
+                    if usable {
+                        let free = n.free(r);
+                        s.total_free[i] += free.max(0);
+                        s.max_free[i] = s.max_free[i].max(free);
                     }
                 }
             }

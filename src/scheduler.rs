@@ -706,13 +706,16 @@ impl Scheduler {
         order: &[JobId],
         on: Option<usize>,
     ) -> Option<Vec<JobId>> {
+        let shape = self.jobs[job].shape;
+        if let Some(ci) = on {
+            self.ensure_eligible(shape, ci);
+        }
         let fits = |s: &mut Scheduler| -> bool {
             s.fits_now(job, leaf)
                 && on.is_none_or(|ci| {
-                    let shape = s.jobs[job].shape;
-                    let elig = s.eligible_on(shape, ci);
-                    estimate::place(&s.clusters[ci], &s.shapes[shape].groups, &elig, &s.table)
-                        .is_ok()
+                    let sh = &s.shapes[shape];
+                    let elig = sh.eligible.get(&ci).map_or(&[][..], |(_, e)| e.as_slice());
+                    estimate::place(&s.clusters[ci], &sh.groups, elig, &s.table).is_ok()
                 })
         };
         // Releasing more never hurts a fit: binary-search the shortest prefix of `order` that
@@ -813,15 +816,13 @@ impl Scheduler {
         }
     }
 
-    fn eligible_on(&mut self, shape_id: ShapeId, ci: usize) -> Vec<Vec<usize>> {
+    /// Computes (or keeps) the nodes admitting each group of `shape_id` on cluster `ci`.
+    fn ensure_eligible(&mut self, shape_id: ShapeId, ci: usize) {
         let topo = self.clusters[ci].topology;
-        match self.shapes[shape_id].eligible.get(&ci) {
-            Some((t, e)) if *t == topo => e.clone(),
-            _ => {
-                let e = estimate::eligible(&self.clusters[ci], &self.shapes[shape_id].groups);
-                self.shapes[shape_id].eligible.insert(ci, (topo, e.clone()));
-                e
-            }
+        let fresh = matches!(self.shapes[shape_id].eligible.get(&ci), Some((t, _)) if *t == topo);
+        if !fresh {
+            let e = estimate::eligible(&self.clusters[ci], &self.shapes[shape_id].groups);
+            self.shapes[shape_id].eligible.insert(ci, (topo, e));
         }
     }
 
@@ -897,7 +898,8 @@ impl Scheduler {
     fn place_on(&mut self, shape_id: ShapeId, ci: usize) -> Result<Placement, String> {
         // Quick bounds first: a pod bigger than any node's free amount cannot fit.
         {
-            let s = self.clusters[ci].summary().clone();
+            self.clusters[ci].summary();
+            let s = self.clusters[ci].cached_summary();
             let shape = &self.shapes[shape_id];
             for g in &shape.groups {
                 if g.pods == 0 {
@@ -937,12 +939,7 @@ impl Scheduler {
                 }
             }
         }
-        let topo = self.clusters[ci].topology;
-        let cached = matches!(self.shapes[shape_id].eligible.get(&ci), Some((t, _)) if *t == topo);
-        if !cached {
-            let e = estimate::eligible(&self.clusters[ci], &self.shapes[shape_id].groups);
-            self.shapes[shape_id].eligible.insert(ci, (topo, e));
-        }
+        self.ensure_eligible(shape_id, ci);
         let shape = &self.shapes[shape_id];
         let elig = shape
             .eligible
