@@ -316,7 +316,7 @@ pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 
 pub fn make_node(n: &NodeInfo, table: &mut ResourceTable) -> Node {
     let mut alloc = table.dense(&n.allocatable);
-    if n.allocatable.0.get("pods").is_none() {
+    if !n.allocatable.0.contains_key("pods") {
         // No pod limit reported: do not limit (scenario files may omit it).
         set(&mut alloc, PODS, i128::MAX / 4);
     }

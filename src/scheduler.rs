@@ -480,18 +480,15 @@ impl Scheduler {
         } else {
             None
         };
-        match fit {
+        let fleet_reason = match fit {
             Some(Ok((ci, placement))) => {
                 self.admit(job, ci, placement, out);
                 return Ok(());
             }
-            Some(Err(_)) | None => {}
-        }
-        // Reclaim guaranteed quota from borrowing subtrees, if this job is within its min.
-        let fleet_reason = match &fit {
-            Some(Err(r)) => Some(r.clone()),
-            _ => None,
+            Some(Err(r)) => Some(r),
+            None => None,
         };
+        // Reclaim guaranteed quota from borrowing subtrees, if this job is within its min.
         if let Some(leaf) = leaf
             && let Some(short) = self.short_resources(job, leaf, quota_short.as_ref())
             && let Some((victims, ci, placement)) = self.reclaim(job, leaf, &short)

@@ -281,7 +281,7 @@ pub struct WaitStats {
 
 /// Milliseconds as a JSON number of seconds (integer when whole).
 pub fn secs(ms: u64) -> Value {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         Value::from(ms / 1000)
     } else {
         serde_json::Number::from_f64(ms as f64 / 1000.0).map_or(Value::Null, Value::Number)
