@@ -536,11 +536,15 @@ impl Scheduler {
     /// The resources a blocked job is short of, if it is eligible to reclaim them: it stays
     /// within its leaf's min for every one of them.
     fn short_resources(
-        &self,
+        &mut self,
         job: JobId,
         leaf: usize,
         quota_short: Option<&crate::quota::Shortfall>,
     ) -> Option<Vec<Res>> {
+        let fleet_short = match quota_short {
+            Some(_) => Vec::new(),
+            None => self.fleet_short(job),
+        };
         let q = self.quota.as_ref()?;
         let d = &self.shapes[self.jobs[job].shape].quota_demand;
         let short: Vec<Res> = match quota_short {
@@ -560,11 +564,7 @@ impl Scheduler {
                 })
                 .map(|(r, _)| r)
                 .collect(),
-            None => d
-                .iter()
-                .filter(|(r, _)| *r != PODS && *r != MAX_JOBS && q.min_of(leaf, *r) > 0)
-                .map(|(r, _)| r)
-                .collect(),
+            None => fleet_short,
         };
         if short.is_empty() {
             return None;
@@ -573,6 +573,42 @@ impl Scheduler {
             .iter()
             .all(|&r| q.used_of(leaf, r) + d.get(r) <= q.min_of(leaf, r))
             .then_some(short)
+    }
+
+    /// The requested resources the candidate clusters lack for `job`: in every candidate
+    /// cluster, one of its pods asks more than any node has free, or the job more than the
+    /// cluster has free. When no single resource is short (fragmentation, node constraints),
+    /// every requested resource.
+    fn fleet_short(&mut self, job: JobId) -> Vec<Res> {
+        let shape_id = self.jobs[job].shape;
+        let d = self.shapes[shape_id].quota_demand.clone();
+        let requested: Vec<Res> = d
+            .iter()
+            .filter(|(r, x)| *r != PODS && *r != MAX_JOBS && *x > 0)
+            .map(|(r, _)| r)
+            .collect();
+        let mut short = Vec::new();
+        'res: for &r in &requested {
+            let per_pod = self.shapes[shape_id]
+                .groups
+                .iter()
+                .filter(|g| g.pods > 0)
+                .map(|g| g.demand.get(r))
+                .max()
+                .unwrap_or(0);
+            for ci in 0..self.clusters.len() {
+                let c = &self.clusters[ci];
+                if !c.reachable || !self.shapes[shape_id].candidates.allows(&c.name, &c.labels) {
+                    continue;
+                }
+                let s = self.clusters[ci].summary();
+                if per_pod <= at(&s.max_free, r) && d.get(r) <= at(&s.total_free, r) {
+                    continue 'res;
+                }
+            }
+            short.push(r);
+        }
+        if short.is_empty() { requested } else { short }
     }
 
     /// Picks victims from borrowing subtrees so that `job` fits: per member cluster, victims on

@@ -158,7 +158,14 @@ pub fn parse_scenario(file: &str, text: &str) -> Result<Scenario, ScenarioError>
     let de = serde_yaml::Deserializer::from_str(text);
     let sc: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
-        let message = e.inner().to_string();
+        let mut message = e.inner().to_string();
+        // serde_yaml starts its message with (part of) the path we already print.
+        if let Some((head, rest)) = message.split_once(": ")
+            && !head.is_empty()
+            && field.starts_with(head)
+        {
+            message = rest.to_string();
+        }
         if field == "." || field.is_empty() {
             ScenarioError::Read {
                 file: file.into(),
