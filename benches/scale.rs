@@ -169,13 +169,19 @@ fn peak_rss_kib() -> u64 {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let jobs = args.first().copied().unwrap_or(100_000);
-    let clusters = args.get(1).copied().unwrap_or(50);
-    let nodes = args.get(2).copied().unwrap_or(200) as u32;
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it: then
+    // a small smoke run checks that the benchmark still works, without timing anything.
+    let smoke = !raw.iter().any(|a| a == "--bench");
+    let args: Vec<usize> = raw.iter().filter_map(|a| a.parse().ok()).collect();
+    let (dj, dc, dn) = if smoke {
+        (600, 4, 20)
+    } else {
+        (100_000, 50, 200)
+    };
+    let jobs = args.first().copied().unwrap_or(dj);
+    let clusters = args.get(1).copied().unwrap_or(dc);
+    let nodes = args.get(2).copied().unwrap_or(dn) as u32;
     let t0 = Instant::now();
     let sc = scenario(jobs, clusters, nodes);
     let generated = t0.elapsed();
@@ -203,4 +209,17 @@ fn main() {
     println!("utilization: {:?}", s.utilization);
     println!("virtual makespan: {}s", s.makespan);
     println!("peak RSS: {} MiB", peak_rss_kib() / 1024);
+    if smoke {
+        let accounted =
+            s.finished + s.running + s.pending + s.inadmissible + s.rejected + s.ignored;
+        let ok = accounted == jobs && s.finished + s.inadmissible == jobs && s.rejected == 0;
+        println!(
+            "scale smoke: {} passed, {} failed",
+            usize::from(ok),
+            usize::from(!ok)
+        );
+        if !ok {
+            std::process::exit(1);
+        }
+    }
 }
