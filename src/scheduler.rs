@@ -8,7 +8,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 
 use crate::estimate::{self, Placement, PodGroup};
-use crate::fleet::{Cluster, ClusterInfo, Constraints, NodeInfo};
+use crate::fleet::{Cluster, ClusterInfo, Constraints};
 use crate::quantity::{Quantity, ResourceList};
 use crate::queue::{JobOrder, Queues};
 use crate::quota::{QuotaState, QuotaTree, Strategy};
@@ -344,10 +344,6 @@ impl Scheduler {
         self.queues.name(self.jobs[job].queue)
     }
 
-    pub fn cluster_name(&self, i: usize) -> &str {
-        &self.clusters[i].name
-    }
-
     pub fn clusters(&self) -> &[Cluster] {
         &self.clusters
     }
@@ -385,10 +381,6 @@ impl Scheduler {
     /// `namespace/name` of a job.
     pub fn job_label(&self, job: JobId) -> String {
         format!("{}/{}", self.jobs[job].namespace, self.jobs[job].name)
-    }
-
-    pub fn pending_count(&self) -> usize {
-        self.classes.iter().map(|c| c.jobs.len()).sum()
     }
 
     // ----- the cycle ------------------------------------------------------------------------
@@ -1001,49 +993,6 @@ impl Scheduler {
         });
     }
 
-    /// Restores an admitted job after a restart: reserves its plan without a cycle.
-    pub fn restore_admitted(
-        &mut self,
-        job: JobId,
-        cluster: &str,
-        nodes: &BTreeMap<String, u32>,
-    ) -> Result<(), String> {
-        let ci = *self
-            .cluster_by_name
-            .get(cluster)
-            .ok_or_else(|| format!("unknown cluster {cluster}"))?;
-        let shape = &self.shapes[self.jobs[job].shape];
-        // Spread the recorded per-node pod counts over the groups in order.
-        let mut left: BTreeMap<usize, u32> = BTreeMap::new();
-        for (n, k) in nodes {
-            let ni = *self.clusters[ci]
-                .node_index
-                .get(n)
-                .ok_or_else(|| format!("unknown node {n} in {cluster}"))?;
-            left.insert(ni, *k);
-        }
-        let mut placement = Placement {
-            groups: vec![Vec::new(); shape.groups.len()],
-        };
-        for (gi, g) in shape.groups.iter().enumerate() {
-            let mut need = g.pods;
-            for (ni, k) in left.iter_mut() {
-                if need == 0 {
-                    break;
-                }
-                let t = need.min(*k);
-                if t > 0 {
-                    placement.groups[gi].push((*ni, t));
-                    *k -= t;
-                    need -= t;
-                }
-            }
-        }
-        self.dequeue(job);
-        self.reserve(job, ci, placement);
-        Ok(())
-    }
-
     // ----- bookkeeping ----------------------------------------------------------------------
 
     fn reserve(&mut self, job: JobId, ci: usize, placement: Placement) {
@@ -1148,7 +1097,8 @@ impl Scheduler {
 
     fn enqueue(&mut self, job: JobId) {
         let c = self.jobs[job].class;
-        self.jobs[job].enqueued_cycle = self.cycle_no;
+        // Considered from the next pass on: reasons from earlier passes are not its own.
+        self.jobs[job].enqueued_cycle = self.cycle_no + 1;
         let key = (self.jobs[job].order, job);
         self.classes[c].jobs.insert(key);
         self.mark_dirty(c);
@@ -1388,22 +1338,6 @@ impl Scheduler {
         }
         best.1
     }
-
-    /// Free capacity per cluster and resource (for reports and metrics).
-    pub fn cluster_free(&mut self, ci: usize) -> ResourceList {
-        let s = self.clusters[ci].summary().clone();
-        s.total_free
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != usize::from(MAX_JOBS.0))
-            .map(|(i, v)| {
-                (
-                    self.table.name(Res(i as u16)).to_string(),
-                    Quantity::from_milli(*v),
-                )
-            })
-            .collect()
-    }
 }
 
 struct Block {
@@ -1416,12 +1350,124 @@ enum Blocker {
     Quota(usize),
 }
 
-/// Builds the in-core node description from scenario-style inputs.
-pub fn node_info(name: &str, allocatable: ResourceList) -> NodeInfo {
-    NodeInfo {
-        name: name.to_string(),
-        allocatable,
-        ready: true,
-        ..Default::default()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::NodeInfo;
+    use crate::workload::interpret;
+
+    fn gpu_cluster(name: &str, nodes: usize, gpus: &str) -> ClusterInfo {
+        ClusterInfo {
+            name: name.into(),
+            nodes: (0..nodes)
+                .map(|i| NodeInfo {
+                    name: format!("{name}-{i}"),
+                    allocatable: [("cpu", "16"), ("nvidia.com/gpu", gpus), ("pods", "110")]
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), Quantity::parse(v).unwrap()))
+                        .collect(),
+                    ready: true,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn job(name: &str, workers: u32, gpus: u32) -> Workload {
+        interpret(&serde_json::json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": workers, "template": {"spec": {
+                "containers": [{"name": "w", "image": "x",
+                    "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": gpus}}}]}}}}}
+        }))
+        .unwrap()
+    }
+
+    fn admitted_on(d: &[Decision], id: JobId) -> Option<String> {
+        d.iter().find_map(|d| match d {
+            Decision::Admit { job, cluster, .. } if *job == id => Some(cluster.clone()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn external_pods_take_node_capacity() {
+        let mut s = Scheduler::new(Config::default());
+        s.set_cluster(&gpu_cluster("m", 1, "8"));
+        let used: ResourceList = [("nvidia.com/gpu".to_string(), Quantity::from_units(6))]
+            .into_iter()
+            .collect();
+        s.set_external_usage("m", "m-0", &used);
+        let Submitted::Queued(id) = s.submit(&job("j", 1, 3), 0) else {
+            panic!("not queued")
+        };
+        let d = s.cycle();
+        assert_eq!(admitted_on(&d, id), None);
+        let reason = s.reason(id).unwrap_or_default();
+        assert!(
+            reason.contains("needs nvidia.com/gpu 3 on one node; the most free on any node is 2"),
+            "{reason}"
+        );
+        s.set_external_usage("m", "m-0", &ResourceList::new());
+        assert_eq!(admitted_on(&s.cycle(), id).as_deref(), Some("m"));
+    }
+
+    #[test]
+    fn unreachable_members_get_nothing() {
+        let mut s = Scheduler::new(Config::default());
+        s.set_cluster(&gpu_cluster("a", 1, "8"));
+        s.set_cluster(&gpu_cluster("b", 1, "8"));
+        s.set_reachable("a", false);
+        s.set_reachable("b", false);
+        let Submitted::Queued(id) = s.submit(&job("j", 2, 1), 0) else {
+            panic!("not queued")
+        };
+        assert_eq!(admitted_on(&s.cycle(), id), None);
+        assert!(
+            s.reason(id)
+                .unwrap_or_default()
+                .contains("no reachable member")
+        );
+        s.set_reachable("b", true);
+        assert_eq!(admitted_on(&s.cycle(), id).as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn requeued_job_keeps_its_place_and_reason() {
+        let mut s = Scheduler::new(Config::default());
+        s.set_cluster(&gpu_cluster("a", 1, "4"));
+        let Submitted::Queued(first) = s.submit(&job("first", 1, 4), 0) else {
+            panic!("not queued")
+        };
+        assert!(admitted_on(&s.cycle(), first).is_some());
+        let Submitted::Queued(second) = s.submit(&job("second", 1, 4), 10) else {
+            panic!("not queued")
+        };
+        assert_eq!(admitted_on(&s.cycle(), second), None);
+        // The first job's pods got stuck: it goes back ahead of the later job.
+        s.requeue(first, "pods unschedulable for 10m on a");
+        let d = s.cycle();
+        assert!(admitted_on(&d, first).is_some(), "{d:?}");
+        assert_eq!(admitted_on(&d, second), None);
+        assert_eq!(
+            s.reason(first).as_deref(),
+            Some("pods unschedulable for 10m on a")
+        );
+        s.finish(first);
+        assert!(admitted_on(&s.cycle(), second).is_some());
+    }
+
+    #[test]
+    fn nodes_added_make_inadmissible_jobs_admissible() {
+        let mut s = Scheduler::new(Config::default());
+        s.set_cluster(&gpu_cluster("a", 2, "2"));
+        let Submitted::Inadmissible(id, reason) = s.submit(&job("wide", 2, 4), 0) else {
+            panic!("should be inadmissible")
+        };
+        assert!(reason.contains("can never fit"), "{reason}");
+        s.set_cluster(&gpu_cluster("a", 2, "8"));
+        assert_eq!(admitted_on(&s.cycle(), id).as_deref(), Some("a"));
     }
 }
