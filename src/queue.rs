@@ -50,6 +50,13 @@ impl Queues {
         i
     }
 
+    /// Detaches every queue from its leaf (the tree changed); `get_or_add` attaches them again.
+    pub fn forget_leaves(&mut self) {
+        for q in &mut self.queues {
+            q.leaf = None;
+        }
+    }
+
     pub fn name(&self, q: usize) -> &str {
         &self.queues[q].name
     }
