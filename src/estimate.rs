@@ -5,9 +5,11 @@
 //! step budget when the greedy pass fails, and a precise reason when nothing fits. Never decides
 //! from cluster totals; never mutates the cluster (the caller reserves the returned plan).
 
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use crate::fleet::{Cluster, Constraints, Mismatch};
+use crate::fleet::{Cluster, Constraints, Mismatch, Summary};
+use crate::quantity::Quantity;
 use crate::resources::{Demand, PODS, Res, ResourceTable, at};
 
 /// One component of a job, ready for placement: `pods` identical pods of `demand` each
@@ -187,64 +189,97 @@ fn necessary(
         }
     }
     if total == 0 {
-        // Not one pod fits: name the resource that is short on every node.
-        let mut worst: Option<(Res, i128, i128)> = None; // (res, need, best free)
-        for (r, x) in g.demand.iter() {
-            let best = eligible
-                .iter()
-                .map(|&n| s.free(n, r))
-                .max()
-                .unwrap_or(0)
-                .max(0);
-            if best < x {
-                let short = (x - best) * 1_000_000 / x.max(1);
-                if worst.is_none_or(|(wr, wx, wb)| {
-                    short > (wx - wb) * 1_000_000 / wx.max(1)
-                        || (short == (wx - wb) * 1_000_000 / wx.max(1) && r < wr)
-                }) {
-                    worst = Some((r, x, best));
-                }
-            }
-        }
-        if let Some((r, x, best)) = worst {
-            if r == PODS {
-                return Err(format!(
-                    "{} needs room for 1 more pod on one node; every admitting node is at its pods limit",
-                    g.name
-                ));
-            }
-            return Err(format!(
-                "{} needs {} on one node; the most free on any node is {}",
-                g.name,
-                table.fmt_amount(r, x),
-                crate::quantity::Quantity::from_milli(best)
-            ));
-        }
-        let req: Vec<String> = g
+        // Not one pod fits: name the resource most short on every node (ties: lowest id).
+        let worst = g
             .demand
             .iter()
-            .filter(|(r, _)| *r != PODS)
-            .map(|(r, x)| table.fmt_amount(r, x))
-            .collect();
-        return Err(format!(
-            "{} needs {} together on one node; no node has all of it free",
-            g.name,
-            req.join(", ")
-        ));
+            .filter_map(|(r, x)| {
+                let best = eligible
+                    .iter()
+                    .map(|&n| s.free(n, r))
+                    .max()
+                    .unwrap_or(0)
+                    .max(0);
+                (best < x).then(|| (Reverse((x - best) * 1_000_000 / x.max(1)), r, x, best))
+            })
+            .min();
+        return Err(match worst {
+            Some((_, r, x, best)) => one_node_short(g, table, r, x, best),
+            None => format!(
+                "{} needs {} together on one node; no node has all of it free",
+                g.name,
+                per_pod(g, table)
+            ),
+        });
     }
-    let req: Vec<String> = g
+    Err(format!(
+        "{} needs {} pods ({} each); the free nodes hold only {}",
+        g.name,
+        g.pods,
+        per_pod(g, table),
+        total
+    ))
+}
+
+/// `worker needs nvidia.com/gpu 3 on one node; the most free on any node is 2`.
+fn one_node_short(g: &PodGroup, table: &ResourceTable, r: Res, need: i128, best: i128) -> String {
+    if r == PODS {
+        return format!(
+            "{} needs room for 1 more pod on one node; every admitting node is at its pods limit",
+            g.name
+        );
+    }
+    format!(
+        "{} needs {} on one node; the most free on any node is {}",
+        g.name,
+        table.fmt_amount(r, need),
+        Quantity::from_milli(best.max(0))
+    )
+}
+
+/// A group's per-pod request, without the implicit `pods: 1`.
+fn per_pod(g: &PodGroup, table: &ResourceTable) -> String {
+    let parts: Vec<String> = g
         .demand
         .iter()
         .filter(|(r, _)| *r != PODS)
         .map(|(r, x)| table.fmt_amount(r, x))
         .collect();
-    Err(format!(
-        "{} needs {} pods ({} each); the free nodes hold only {}",
-        g.name,
-        g.pods,
-        req.join(", "),
-        total
-    ))
+    parts.join(", ")
+}
+
+/// Quick rejection from a cluster's [`Summary`], before any per-node work: a pod asking more
+/// than the largest free amount on any node, or a job (`total`) asking more than the cluster has
+/// free. Node constraints change which nodes count, so with constraints only the pod limit is
+/// checked here and [`place`] explains the rest.
+pub fn beyond_bounds(
+    summary: &Summary,
+    groups: &[PodGroup],
+    total: &Demand,
+    table: &ResourceTable,
+) -> Option<String> {
+    let unconstrained = groups.iter().all(|g| g.constraints.is_empty());
+    for g in groups.iter().filter(|g| g.pods > 0) {
+        for (r, x) in g.demand.iter() {
+            let best = at(&summary.max_free, r);
+            if x > best && (r == PODS || unconstrained) {
+                return Some(one_node_short(g, table, r, x, best));
+            }
+        }
+    }
+    if !unconstrained {
+        return None;
+    }
+    total
+        .iter()
+        .find(|(r, x)| *r != crate::resources::MAX_JOBS && *x > at(&summary.total_free, *r))
+        .map(|(r, x)| {
+            format!(
+                "needs {} in all; {} free on schedulable nodes",
+                table.fmt_amount(r, x),
+                Quantity::from_milli(at(&summary.total_free, r).max(0))
+            )
+        })
 }
 
 /// Biggest groups first (dominant share of the cluster's allocatable), so scarce devices are

@@ -402,16 +402,7 @@ impl Scheduler {
         // Capacity freed inside a pass (preemption) is offered to the blocked queues in a
         // further pass; bounded so that a cycle always ends.
         for _ in 0..8 {
-            let before = out
-                .iter()
-                .filter(|d| !matches!(d, Decision::Wait { .. }))
-                .count();
-            self.pass(&mut out);
-            let after = out
-                .iter()
-                .filter(|d| !matches!(d, Decision::Wait { .. }))
-                .count();
-            if after == before || self.dirty.is_empty() {
+            if !self.pass(&mut out) || self.dirty.is_empty() {
                 break;
             }
         }
@@ -428,8 +419,10 @@ impl Scheduler {
         !self.dirty.is_empty()
     }
 
-    fn pass(&mut self, out: &mut Vec<Decision>) {
+    /// One pass over the woken queues; true when it admitted or preempted something.
+    fn pass(&mut self, out: &mut Vec<Decision>) -> bool {
         self.cycle_no += 1;
+        let mut moved = false;
         let mut heap: BinaryHeap<Reverse<(JobOrder, ClassId)>> = BinaryHeap::new();
         let dirty = std::mem::take(&mut self.dirty);
         for c in dirty {
@@ -444,6 +437,7 @@ impl Scheduler {
             };
             match self.try_admit(job, out) {
                 Ok(()) => {
+                    moved = true;
                     if let Some((o, _)) = self.classes[c].jobs.iter().next() {
                         heap.push(Reverse((*o, c)));
                     }
@@ -465,6 +459,7 @@ impl Scheduler {
                 }
             }
         }
+        moved
     }
 
     fn try_admit(&mut self, job: JobId, out: &mut Vec<Decision>) -> Result<(), Block> {
@@ -615,48 +610,15 @@ impl Scheduler {
     }
 
     fn place_on(&mut self, shape_id: ShapeId, ci: usize) -> Result<Placement, String> {
-        // Quick bounds first: a pod bigger than any node's free amount cannot fit.
-        {
-            self.clusters[ci].summary();
-            let s = self.clusters[ci].cached_summary();
-            let shape = &self.shapes[shape_id];
-            for g in &shape.groups {
-                if g.pods == 0 {
-                    continue;
-                }
-                for (r, x) in g.demand.iter() {
-                    if x > at(&s.max_free, r) {
-                        let best = at(&s.max_free, r);
-                        if r == PODS {
-                            return Err(format!(
-                                "{} needs room for 1 more pod on one node; every node is at its pods limit",
-                                g.name
-                            ));
-                        }
-                        if !shape.groups.iter().all(|g| g.constraints.is_empty()) {
-                            break; // constraints change which nodes count: let place() explain.
-                        }
-                        return Err(format!(
-                            "{} needs {} on one node; the most free on any node is {}",
-                            g.name,
-                            self.table.fmt_amount(r, x),
-                            Quantity::from_milli(best.max(0))
-                        ));
-                    }
-                }
-            }
-            for (r, x) in shape.quota_demand.iter() {
-                if r != MAX_JOBS
-                    && x > at(&s.total_free, r)
-                    && shape.groups.iter().all(|g| g.constraints.is_empty())
-                {
-                    return Err(format!(
-                        "needs {} in all; {} free on schedulable nodes",
-                        self.table.fmt_amount(r, x),
-                        Quantity::from_milli(at(&s.total_free, r).max(0))
-                    ));
-                }
-            }
+        self.clusters[ci].summary();
+        let shape = &self.shapes[shape_id];
+        if let Some(reason) = estimate::beyond_bounds(
+            self.clusters[ci].cached_summary(),
+            &shape.groups,
+            &shape.quota_demand,
+            &self.table,
+        ) {
+            return Err(reason);
         }
         self.ensure_eligible(shape_id, ci);
         let shape = &self.shapes[shape_id];
@@ -904,14 +866,19 @@ impl Scheduler {
                 }
                 self.empty_clusters.insert(ci, (c.topology, e));
             }
+            // Eligibility depends on topology only, which the empty copy shares.
+            self.ensure_eligible(shape_id, ci);
             let Some((_, empty)) = self.empty_clusters.get(&ci) else {
                 continue;
             };
             let shape = &self.shapes[shape_id];
-            let elig = estimate::eligible(empty, &shape.groups);
-            match estimate::place(empty, &shape.groups, &elig, &self.table) {
+            let elig = shape
+                .eligible
+                .get(&ci)
+                .map_or(&[][..], |(_, e)| e.as_slice());
+            match estimate::place(empty, &shape.groups, elig, &self.table) {
                 Ok(_) => return Ok(prio.unwrap_or(0)),
-                Err(r) => reasons.push(format!("{}: {r}", c.name)),
+                Err(r) => reasons.push(format!("{}: {r}", self.clusters[ci].name)),
             }
         }
         if !any {
