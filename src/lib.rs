@@ -2,6 +2,7 @@
 //! clusters. The scheduling core (`quantity`, `resources`, `workload`, `quota`, `queue`, `fleet`,
 //! `estimate`, `scheduler`) is pure and deterministic; `sim` drives it from a scenario file.
 
+pub mod controller;
 pub mod estimate;
 pub mod fleet;
 pub mod labels;

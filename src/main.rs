@@ -1,4 +1,5 @@
-//! The `muster` command line: `muster sim` runs the scheduling core on a scenario.
+//! The `muster` command line: `muster sim` runs the scheduling core on a scenario;
+//! `muster controller` runs it against real clusters; `muster crds` prints the CRDs.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -29,6 +30,63 @@ enum Command {
         #[arg(long, short, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// Run the hub controller (suspend, queue, admit, dispatch, sync status).
+    Controller(Box<ControllerArgs>),
+    /// Print the CustomResourceDefinitions muster serves (QueuedJob, MemberCluster,
+    /// ElasticQuotaTree) as YAML.
+    Crds,
+}
+
+#[derive(clap::Args)]
+struct ControllerArgs {
+    /// Kubeconfig of the hub (default: in-cluster, then $KUBECONFIG / ~/.kube/config).
+    #[arg(long, env = "MUSTER_KUBECONFIG")]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// The controller's namespace (member Secrets without a namespace are read here).
+    #[arg(long, env = "MUSTER_NAMESPACE", default_value = "muster-system")]
+    namespace: String,
+    /// Namespace of the ElasticQuotaTree in force.
+    #[arg(long, default_value = "kube-system")]
+    quota_namespace: String,
+    /// This hub's identity, written on member copies (label muster.dev/origin).
+    #[arg(long, default_value = "hub")]
+    origin: String,
+    /// Name of this replica (Events, leader election); default: the host name.
+    #[arg(long, env = "POD_NAME")]
+    instance: Option<String>,
+    /// Address of /healthz and /readyz.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    http_addr: std::net::SocketAddr,
+    /// Address of the admission webhook (TLS); omit to run without the webhook.
+    #[arg(long)]
+    webhook_addr: Option<std::net::SocketAddr>,
+    /// Directory with tls.crt, tls.key and ca.crt; created self-signed when empty.
+    #[arg(long, default_value = "/tmp/muster-webhook")]
+    webhook_cert_dir: std::path::PathBuf,
+    /// Host names and IPs the self-signed certificate is made for.
+    #[arg(long, value_delimiter = ',', default_value = "localhost,127.0.0.1")]
+    webhook_hosts: Vec<String>,
+    /// Register the MutatingWebhookConfiguration with this URL (out-of-cluster runs).
+    #[arg(long)]
+    webhook_url: Option<String>,
+    /// Register the MutatingWebhookConfiguration with this Service (`namespace/name:port`).
+    #[arg(long)]
+    webhook_service: Option<String>,
+    /// What the API server does when the webhook does not answer: Fail or Ignore.
+    #[arg(long, default_value = "Fail", value_parser = ["Fail", "Ignore"])]
+    webhook_failure_policy: String,
+    /// Longest time between two syncs, in seconds.
+    #[arg(long, default_value_t = 5)]
+    resync_seconds: u64,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -58,6 +116,87 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Sim { scenario, output } => run_sim(scenario.as_deref(), output),
+        Command::Controller(args) => run_controller(*args),
+        Command::Crds => match muster::controller::crd::crds_yaml() {
+            Ok(y) => {
+                print!("{y}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn run_controller(a: ControllerArgs) -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match a.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+    let endpoint = match (&a.webhook_url, &a.webhook_service) {
+        (Some(u), _) => Some(muster::controller::intake::Endpoint::Url(u.clone())),
+        (None, Some(s)) => {
+            let parsed = s.split_once('/').and_then(|(ns, rest)| {
+                let (name, port) = rest.split_once(':').unwrap_or((rest, "443"));
+                port.parse().ok().map(|p| (ns, name, p))
+            });
+            match parsed {
+                Some((ns, name, port)) => Some(muster::controller::intake::Endpoint::Service {
+                    namespace: ns.to_string(),
+                    name: name.to_string(),
+                    port,
+                }),
+                None => {
+                    eprintln!(
+                        "error: --webhook-service: expected namespace/name[:port], got {s:?}"
+                    );
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        (None, None) => None,
+    };
+    let instance = a.instance.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "muster".to_string())
+    });
+    let opts = muster::controller::Options {
+        hub_kubeconfig: a.kubeconfig,
+        namespace: a.namespace,
+        quota_namespace: a.quota_namespace,
+        origin: a.origin,
+        instance,
+        http_addr: a.http_addr,
+        webhook_addr: a.webhook_addr,
+        webhook_cert_dir: a.webhook_cert_dir,
+        webhook_hosts: a.webhook_hosts,
+        webhook_endpoint: endpoint,
+        webhook_failure_policy: a.webhook_failure_policy,
+        resync: Duration::from_secs(a.resync_seconds.max(1)),
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(muster::controller::run(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "controller failed");
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 

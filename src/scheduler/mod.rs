@@ -18,6 +18,8 @@ use crate::workload::{ClusterRestriction, Workload};
 mod reclaim;
 
 pub type JobId = usize;
+/// Pods per node per component name: `{component: {node: pods}}`.
+pub type Plan = BTreeMap<String, BTreeMap<String, u32>>;
 pub type ClassId = usize;
 type ShapeId = usize;
 
@@ -333,6 +335,122 @@ impl Scheduler {
             self.jobs[job].state = JobState::Pending;
             self.jobs[job].last_wait = Some(reason.to_string());
             self.enqueue(job);
+        }
+    }
+
+    /// Brings back a job an earlier run admitted, from the durable record its driver kept:
+    /// registered like [`Scheduler::submit`], then admitted on `cluster` with the pods planned
+    /// there (`plan[component] = {node: pods}`; nodes the cluster no longer has are left out):
+    /// quota charged and capacity reserved without a cycle. A cluster not known yet is added
+    /// empty and unreachable until the driver describes it.
+    pub fn restore(
+        &mut self,
+        w: &Workload,
+        submitted: u64,
+        cluster: &str,
+        plan: &Plan,
+    ) -> Submitted {
+        let s = self.submit(w, submitted);
+        let id = match &s {
+            Submitted::Queued(id) | Submitted::Inadmissible(id, _) => *id,
+            Submitted::Ignored(_) => return s,
+        };
+        match self.jobs[id].state {
+            JobState::Pending => self.dequeue(id),
+            _ => {
+                self.inadmissible.remove(&id);
+            }
+        }
+        let ci = match self.cluster_by_name.get(cluster) {
+            Some(&ci) => ci,
+            None => {
+                self.set_cluster(&ClusterInfo {
+                    name: cluster.to_string(),
+                    ..ClusterInfo::default()
+                });
+                self.set_reachable(cluster, false);
+                self.clusters.len() - 1
+            }
+        };
+        let placement = self.placement_from(id, ci, plan);
+        self.reserve(id, ci, placement);
+        Submitted::Queued(id)
+    }
+
+    /// Moves an admitted job's reservation to where its pods really are (`plan` as in
+    /// [`Scheduler::restore`]): once the member's scheduler has bound them, the reservation is
+    /// the pods themselves, so that what the core counts matches the member exactly.
+    pub fn rebind(&mut self, job: JobId, plan: &Plan) {
+        let JobState::Admitted { cluster: ci, .. } = self.jobs[job].state else {
+            return;
+        };
+        let new = self.placement_from(job, ci, plan);
+        let JobState::Admitted { placement, .. } = &mut self.jobs[job].state else {
+            return;
+        };
+        if *placement == new {
+            return;
+        }
+        let old = std::mem::replace(placement, new.clone());
+        self.reserve_nodes(job, ci, &old, -1);
+        self.reserve_nodes(job, ci, &new, 1);
+        self.bump_cluster(ci);
+        self.capacity_freed();
+    }
+
+    /// An admitted job's cluster and plan, per component name.
+    pub fn plan(&self, job: JobId) -> Option<(&str, Plan)> {
+        let JobState::Admitted {
+            cluster: ci,
+            placement,
+        } = &self.jobs[job].state
+        else {
+            return None;
+        };
+        let c = &self.clusters[*ci];
+        let shape = &self.shapes[self.jobs[job].shape];
+        let mut plan = Plan::new();
+        for (gi, nodes) in placement.groups.iter().enumerate() {
+            let entry = plan.entry(shape.groups[gi].name.clone()).or_default();
+            for &(n, k) in nodes {
+                if let Some(node) = c.nodes.get(n) {
+                    *entry.entry(node.name.clone()).or_insert(0) += k;
+                }
+            }
+        }
+        Some((c.name.as_str(), plan))
+    }
+
+    fn placement_from(&self, job: JobId, ci: usize, plan: &Plan) -> Placement {
+        let c = &self.clusters[ci];
+        let shape = &self.shapes[self.jobs[job].shape];
+        let groups = shape
+            .groups
+            .iter()
+            .map(|g| {
+                plan.get(&g.name)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(node, k)| c.node_index.get(node).map(|&n| (n, *k)))
+                    .collect()
+            })
+            .collect();
+        Placement { groups }
+    }
+
+    fn reserve_nodes(&mut self, job: JobId, ci: usize, placement: &Placement, sign: i128) {
+        let shape = &self.shapes[self.jobs[job].shape];
+        let c = &mut self.clusters[ci];
+        for (gi, nodes) in placement.groups.iter().enumerate() {
+            for &(n, k) in nodes {
+                if let Some(node) = c.nodes.get_mut(n) {
+                    crate::resources::add_demand(
+                        &mut node.reserved,
+                        &shape.groups[gi].demand,
+                        sign * i128::from(k),
+                    );
+                }
+            }
         }
     }
 

@@ -350,6 +350,47 @@ fn apply_pod_level(
     Ok(())
 }
 
+/// A pod's effective requests as the scheduler counts them (containers and sidecars vs. init
+/// containers, overhead, pod-level resources), for pods read from a member cluster.
+pub fn pod_spec_requests(spec: &PodSpec) -> Result<ResourceList, InterpretError> {
+    pod_requests(spec, "spec", &[])
+}
+
+/// Turns a field path of this module (`spec.a[nvidia.com/gpu].b[0]`) into a JSON pointer
+/// (`/spec/a/nvidia.com~1gpu/b/0`); `None` for a synthetic path such as `x(default)`.
+fn path_to_pointer(path: &str) -> Option<String> {
+    if path.contains('(') {
+        return None;
+    }
+    let mut segs: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    let mut chars = path.chars();
+    while let Some(ch) = chars.next() {
+        match ch {
+            '.' => segs.push(std::mem::take(&mut cur)),
+            '[' => {
+                if !cur.is_empty() {
+                    segs.push(std::mem::take(&mut cur));
+                }
+                let key: String = chars.by_ref().take_while(|c| *c != ']').collect();
+                segs.push(key);
+                // A `.` after `]` starts the next segment; skip it so it doesn't push "".
+                cur.clear();
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        segs.push(cur);
+    }
+    let mut out = String::new();
+    for s in segs.iter().filter(|s| !s.is_empty()) {
+        out.push('/');
+        out.push_str(&s.replace('~', "~0").replace('/', "~1"));
+    }
+    Some(out)
+}
+
 /// What one pod template contributes.
 struct Template {
     component: Component,
@@ -391,6 +432,7 @@ fn template_component(
             node_selector: spec.node_selector.clone().unwrap_or_default(),
             tolerations: spec.tolerations.clone().unwrap_or_default(),
             required_node_affinity,
+            template_pointer: path_to_pointer(template_path),
         },
         priority_class: spec.priority_class_name.clone().filter(|s| !s.is_empty()),
     })
@@ -998,6 +1040,28 @@ fn ray_job(spec: &Value, parts: &mut Parts) -> Result<(), InterpretError> {
         parts.push(t);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod pointer_tests {
+    use super::path_to_pointer;
+
+    #[test]
+    fn field_paths_become_json_pointers() {
+        assert_eq!(
+            path_to_pointer("spec.pytorchReplicaSpecs.Worker.template").as_deref(),
+            Some("/spec/pytorchReplicaSpecs/Worker/template")
+        );
+        assert_eq!(
+            path_to_pointer("spec.replicatedJobs[1].template.spec.template").as_deref(),
+            Some("/spec/replicatedJobs/1/template/spec/template")
+        );
+        assert_eq!(
+            path_to_pointer("spec.x[a/b~c].template").as_deref(),
+            Some("/spec/x/a~1b~0c/template")
+        );
+        assert_eq!(path_to_pointer("spec.submitterPodTemplate(default)"), None);
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use crate::labels::LabelSelector;
 use crate::quantity::ResourceList;
 
 mod interpret;
-pub use interpret::interpret;
+pub use interpret::{interpret, pod_spec_requests};
 
 /// Annotation restricting the clusters a job may be dispatched to, by name (comma-separated).
 pub const CLUSTERS_ANNOTATION: &str = "muster.dev/clusters";
@@ -69,6 +69,9 @@ pub struct Component {
     pub tolerations: Vec<Toleration>,
     /// `affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`.
     pub required_node_affinity: Option<NodeSelector>,
+    /// JSON pointer (RFC 6901) of this component's pod template in the manifest, where a
+    /// dispatcher adds labels and node affinity; `None` for a template muster defaulted.
+    pub template_pointer: Option<String>,
 }
 
 /// The member clusters a job may be placed in. Empty restriction = all clusters.

@@ -1,2 +1,3 @@
 //! Shared code for integration tests. Declare it in a test file with `mod support;`.
 pub mod fleet;
+pub mod hub;

@@ -1,0 +1,265 @@
+//! The custom resources muster serves on the hub: `MemberCluster` (a member and how to reach it),
+//! `QueuedJob` (one per submitted job: its place in the queue and the durable record of where it
+//! was dispatched) and `ElasticQuotaTree` (the quota hierarchy, in the upstream group so existing
+//! trees apply unchanged). Types only: no client calls here.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Where a member's kubeconfig lives on the hub.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Secret name.
+    pub name: String,
+    /// Secret namespace; the controller's namespace when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Key holding the kubeconfig; `kubeconfig` when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// A member cluster jobs can be dispatched to. Its labels (metadata.labels) are what the
+/// `muster.dev/cluster-selector` annotation of a job selects on.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "muster.dev",
+    version = "v1alpha1",
+    kind = "MemberCluster",
+    status = "MemberClusterStatus",
+    shortname = "mc",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.nodes"}"#,
+    printcolumn = r#"{"name":"Last Contact","type":"date","jsonPath":".status.lastContact"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberClusterSpec {
+    /// The Secret holding a kubeconfig for the member's API server.
+    pub kubeconfig_secret_ref: SecretKeyRef,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberClusterStatus {
+    /// `Ready`: the member answers and its nodes and pods are being watched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Last successful contact (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_contact: Option<String>,
+    /// Nodes muster sees.
+    #[serde(default)]
+    pub nodes: u32,
+    /// Sum of node allocatable per resource.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocatable: BTreeMap<String, String>,
+    /// Allocatable minus what pods and reservations hold, per resource (summed over nodes;
+    /// the estimator itself always decides per node).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub free: BTreeMap<String, String>,
+}
+
+/// Reference to the job a QueuedJob stands for.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobRef {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// One submitted job's place in muster: queue, state, where it runs and why it waits.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "muster.dev",
+    version = "v1alpha1",
+    kind = "QueuedJob",
+    namespaced,
+    status = "QueuedJobStatus",
+    shortname = "qj",
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.jobRef.kind"}"#,
+    printcolumn = r#"{"name":"Queue","type":"string","jsonPath":".status.queue"}"#,
+    printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".status.priority"}"#,
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".status.cluster"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.reason","priority":0}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedJobSpec {
+    pub job_ref: JobRef,
+}
+
+/// The states of a QueuedJob.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum QueuedJobState {
+    /// Waiting for quota or capacity (see `reason`).
+    #[default]
+    Queued,
+    /// Capacity reserved on `cluster`; the copy there is being created.
+    Admitted,
+    /// The copy exists on `cluster`; not every pod runs yet.
+    Dispatched,
+    /// Every pod of the job runs on `cluster`.
+    Running,
+    /// The member says the job succeeded.
+    Finished,
+    /// The member says the job failed.
+    Failed,
+    /// Can never run as written (malformed, above a max, never fits): see `reason`.
+    Rejected,
+}
+
+impl QueuedJobState {
+    /// States in which the job holds quota and capacity on a member.
+    pub fn holds_capacity(self) -> bool {
+        matches!(self, Self::Admitted | Self::Dispatched | Self::Running)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Finished | Self::Failed)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "Queued",
+            Self::Admitted => "Admitted",
+            Self::Dispatched => "Dispatched",
+            Self::Running => "Running",
+            Self::Finished => "Finished",
+            Self::Failed => "Failed",
+            Self::Rejected => "Rejected",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedJobStatus {
+    #[serde(default)]
+    pub state: QueuedJobState,
+    /// The quota tree leaf (queue) the job waits in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// The member the job was admitted to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// Why the job waits, or what happened last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The plan muster reserved: pods per node per component (`{worker: {node-1: 2}}`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub placement: BTreeMap<String, BTreeMap<String, u32>>,
+    /// When the current admission happened (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_at: Option<String>,
+    /// When the copy was created on the member (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatched_at: Option<String>,
+    /// Pods on the member: running / expected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<PodCounts>,
+    /// Times the job was taken back from a member and queued again.
+    #[serde(default)]
+    pub requeues: u32,
+    /// Last change of `state` (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCounts {
+    pub expected: u32,
+    pub scheduled: u32,
+    pub running: u32,
+}
+
+/// The quota hierarchy (upstream `scheduling.sigs.k8s.io/v1beta1`). `spec.root` is recursive;
+/// its schema preserves unknown fields and muster validates it itself, reporting every
+/// problem with its field path in `status` and Events.
+#[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[kube(
+    group = "scheduling.sigs.k8s.io",
+    version = "v1beta1",
+    kind = "ElasticQuotaTree",
+    namespaced,
+    status = "ElasticQuotaTreeStatus",
+    shortname = "eqt",
+    printcolumn = r#"{"name":"Valid","type":"string","jsonPath":".status.conditions[?(@.type==\"Valid\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct ElasticQuotaTreeSpec {
+    /// `{name, namespaces, attributes, min, max, children}`, recursively.
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub root: serde_json::Value,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ElasticQuotaTreeStatus {
+    /// `Valid`: the spec in force is this object's current generation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Every problem of the current spec, with its field path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+    /// Usage per tree node (admitted and dispatched jobs), as Kubernetes quantities.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<QuotaNodeStatus>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaNodeStatus {
+    /// Slash-separated path from the root (`root/research/team-a`).
+    pub path: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub used: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub min: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub max: BTreeMap<String, String>,
+}
+
+fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// The annotation Kubernetes requires on a CRD in a `*.k8s.io` group.
+pub const API_APPROVED: &str = "api-approved.kubernetes.io";
+
+/// The three CRDs as the hub needs them, in a stable order.
+pub fn all_crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    use kube::CustomResourceExt;
+    let mut eqt = ElasticQuotaTree::crd();
+    eqt.metadata.annotations = Some(BTreeMap::from([(
+        API_APPROVED.to_string(),
+        "https://github.com/kubernetes-sigs/scheduler-plugins/pull/1".to_string(),
+    )]));
+    vec![MemberCluster::crd(), QueuedJob::crd(), eqt]
+}
+
+/// The CRDs as one multi-document YAML stream (what `muster crds` prints).
+pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for crd in all_crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,385 @@
+//! Dispatch: the member copy of a hub job (suspend cleared, labelled with the hub job's UID, each
+//! pod template pinned to the nodes the plan reserved) and its idempotent creation and deletion
+//! on exactly the member the core chose. Never chooses a member itself.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams, Preconditions};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::kinds;
+use super::members::{COMPONENT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL};
+use crate::workload::{JobKind, Workload};
+
+/// What muster writes into `managedBy` of a hub batch Job / JobSet so that no controller on the
+/// hub acts on it (the member copy does not carry it).
+pub const MANAGED_BY: &str = "muster.dev/muster";
+
+/// Labels the API server generates on a batch Job's template and selector; the member's API
+/// server generates its own, so the copy must not carry the hub's.
+const JOB_GENERATED_LABELS: [&str; 4] = [
+    "batch.kubernetes.io/controller-uid",
+    "controller-uid",
+    "batch.kubernetes.io/job-name",
+    "job-name",
+];
+
+/// Builds the member copy of `hub` (the hub job as JSON) for `plan` (`{component: {node: pods}}`).
+pub fn member_copy(
+    hub: &Value,
+    w: &Workload,
+    uid: &str,
+    origin: &str,
+    plan: &BTreeMap<String, BTreeMap<String, u32>>,
+) -> Value {
+    let mut meta = json!({
+        "name": w.name,
+        "namespace": w.namespace,
+        "labels": hub.pointer("/metadata/labels").cloned().unwrap_or_else(|| json!({})),
+        "annotations": hub.pointer("/metadata/annotations").cloned().unwrap_or_else(|| json!({})),
+    });
+    if let Some(a) = meta["annotations"].as_object_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    if let Some(l) = meta["labels"].as_object_mut() {
+        l.insert(JOB_UID_LABEL.into(), uid.into());
+        l.insert(ORIGIN_LABEL.into(), origin.into());
+    }
+    let mut obj = json!({
+        "apiVersion": hub.get("apiVersion").cloned().unwrap_or_else(|| w.api_version.clone().into()),
+        "kind": w.kind.as_str(),
+        "metadata": meta,
+        "spec": hub.get("spec").cloned().unwrap_or_else(|| json!({})),
+    });
+    set_pointer(&mut obj, w.kind.suspend_pointer(), Value::Bool(false));
+    if matches!(w.kind, JobKind::Job | JobKind::JobSet)
+        && obj.pointer("/spec/managedBy").and_then(Value::as_str) == Some(MANAGED_BY)
+        && let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        spec.remove("managedBy");
+    }
+    if w.kind == JobKind::Job {
+        let manual = obj.pointer("/spec/manualSelector").and_then(Value::as_bool) == Some(true);
+        if !manual {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.remove("selector");
+            }
+            if let Some(l) = obj
+                .pointer_mut("/spec/template/metadata/labels")
+                .and_then(Value::as_object_mut)
+            {
+                for k in JOB_GENERATED_LABELS {
+                    l.remove(k);
+                }
+            }
+        }
+    }
+    for c in &w.components {
+        let Some(tp) = &c.template_pointer else {
+            continue;
+        };
+        set_pointer(
+            &mut obj,
+            &format!("{tp}/metadata/labels/{}", escape(JOB_UID_LABEL)),
+            uid.into(),
+        );
+        set_pointer(
+            &mut obj,
+            &format!("{tp}/metadata/labels/{}", escape(COMPONENT_LABEL)),
+            c.name.clone().into(),
+        );
+        let nodes: Vec<&String> = plan
+            .get(&c.name)
+            .map(|m| m.keys().collect())
+            .unwrap_or_default();
+        if !nodes.is_empty() {
+            pin_to_nodes(&mut obj, tp, &nodes);
+        }
+    }
+    obj
+}
+
+/// ANDs `metadata.name In nodes` into every required node-selector term of the template (or
+/// adds the only term), so the member's scheduler places the pods where capacity was reserved.
+fn pin_to_nodes(obj: &mut Value, template: &str, nodes: &[&String]) {
+    let req = json!({"key": "metadata.name", "operator": "In", "values": nodes});
+    let ptr = format!(
+        "{template}/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
+    );
+    match obj.pointer_mut(&ptr).and_then(Value::as_array_mut) {
+        Some(terms) if !terms.is_empty() => {
+            for t in terms {
+                if let Some(t) = t.as_object_mut() {
+                    let mf = t.entry("matchFields").or_insert_with(|| json!([]));
+                    if let Some(a) = mf.as_array_mut() {
+                        a.push(req.clone());
+                    }
+                }
+            }
+        }
+        _ => set_pointer(obj, &ptr, json!([{"matchFields": [req]}])),
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
+}
+
+/// Sets the value at a JSON pointer, creating the objects on the way.
+pub fn set_pointer(obj: &mut Value, pointer: &str, value: Value) {
+    let mut cur = obj;
+    let segs: Vec<String> = pointer
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    for (i, seg) in segs.iter().enumerate() {
+        let last = i + 1 == segs.len();
+        if let Value::Array(a) = cur {
+            let Some(item) = seg.parse::<usize>().ok().and_then(|n| a.get_mut(n)) else {
+                return;
+            };
+            if last {
+                *item = value;
+                return;
+            }
+            cur = item;
+            continue;
+        }
+        if !cur.is_object() {
+            *cur = json!({});
+        }
+        let Some(map) = cur.as_object_mut() else {
+            return;
+        };
+        if last {
+            map.insert(seg.clone(), value);
+            return;
+        }
+        cur = map.entry(seg.clone()).or_insert_with(|| json!({}));
+    }
+}
+
+/// Why a dispatch did not happen (retried on the next sync unless `Conflict`).
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{kind} {namespace}/{name} already exists on {cluster} and is not this job's copy")]
+    Conflict {
+        kind: JobKind,
+        namespace: String,
+        name: String,
+        cluster: String,
+    },
+}
+
+impl DispatchError {
+    /// A short, bounded reason for metrics and Events.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DispatchError::Api(kube::Error::Api(e)) if e.code == 422 => "invalid",
+            DispatchError::Api(kube::Error::Api(e)) if e.code == 403 => "forbidden",
+            DispatchError::Api(kube::Error::Api(_)) => "api_error",
+            DispatchError::Api(_) => "unreachable",
+            DispatchError::Invalid(_) => "invalid",
+            DispatchError::Conflict { .. } => "conflict",
+        }
+    }
+}
+
+/// Creates the copy on the member (namespace ensured). Idempotent: an existing copy of the same
+/// hub job (same UID label) counts as created; a foreign object of that name is a conflict.
+pub async fn create(
+    member: &Client,
+    cluster: &str,
+    kind: JobKind,
+    copy: &Value,
+) -> Result<DynamicObject, DispatchError> {
+    let ns = copy
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let name = copy
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let uid = copy
+        .pointer(&format!("/metadata/labels/{}", escape(JOB_UID_LABEL)))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let namespaces: Api<Namespace> = Api::all(member.clone());
+    let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))
+        .map_err(|e| DispatchError::Invalid(e.to_string()))?;
+    match namespaces.create(&PostParams::default(), &nsobj).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(member.clone(), &ns, &kinds::api_resource(kind));
+    let obj: DynamicObject =
+        serde_json::from_value(copy.clone()).map_err(|e| DispatchError::Invalid(e.to_string()))?;
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(o) => Ok(o),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let existing = api.get(&name).await?;
+            if existing.labels().get(JOB_UID_LABEL) == Some(&uid) {
+                Ok(existing)
+            } else {
+                Err(DispatchError::Conflict {
+                    kind,
+                    namespace: ns,
+                    name,
+                    cluster: cluster.to_string(),
+                })
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes the member copy of hub job `uid`, if that is what `namespace/name` is there.
+/// Returns whether something was deleted (or was already gone: false).
+pub async fn delete(
+    member: &Client,
+    kind: JobKind,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<bool, kube::Error> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(member.clone(), namespace, &kinds::api_resource(kind));
+    let existing = match api.get_opt(name).await? {
+        Some(o) => o,
+        None => return Ok(false),
+    };
+    if existing.labels().get(JOB_UID_LABEL).map(String::as_str) != Some(uid) {
+        return Ok(false);
+    }
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: existing.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(name, &dp).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::interpret;
+
+    fn plan(c: &str, nodes: &[(&str, u32)]) -> BTreeMap<String, BTreeMap<String, u32>> {
+        BTreeMap::from([(
+            c.to_string(),
+            nodes.iter().map(|(n, k)| (n.to_string(), *k)).collect(),
+        )])
+    }
+
+    #[test]
+    fn pytorch_copy_is_unsuspended_labelled_and_pinned() {
+        let hub = json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "t", "namespace": "team-a", "uid": "U1", "resourceVersion": "9",
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "me"}},
+            "spec": {"runPolicy": {"suspend": true}, "pytorchReplicaSpecs": {
+                "Worker": {"replicas": 2, "template": {"spec": {
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}]}}},
+                    "containers": [{"name": "pytorch", "image": "x",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}},
+            "status": {"conditions": []}
+        });
+        let w = interpret(&hub).expect("interprets");
+        let copy = member_copy(
+            &hub,
+            &w,
+            "U1",
+            "hub",
+            &plan("worker", &[("n1", 1), ("n2", 1)]),
+        );
+        assert_eq!(copy.pointer("/spec/runPolicy/suspend"), Some(&json!(false)));
+        assert_eq!(copy.pointer("/metadata/uid"), None);
+        assert_eq!(copy.pointer("/metadata/resourceVersion"), None);
+        assert_eq!(copy.pointer("/status"), None);
+        assert_eq!(
+            copy.pointer("/metadata/labels/muster.dev~1job-uid"),
+            Some(&json!("U1"))
+        );
+        assert_eq!(
+            copy.pointer("/metadata/annotations/keep"),
+            Some(&json!("me"))
+        );
+        assert_eq!(
+            copy.pointer("/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration"),
+            None
+        );
+        let t = "/spec/pytorchReplicaSpecs/Worker/template";
+        assert_eq!(
+            copy.pointer(&format!("{t}/metadata/labels/muster.dev~1component")),
+            Some(&json!("worker"))
+        );
+        let term = copy
+            .pointer(&format!("{t}/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0"))
+            .expect("term kept");
+        assert_eq!(term["matchExpressions"][0]["key"], json!("gpu"));
+        assert_eq!(
+            term["matchFields"][0],
+            json!({"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]})
+        );
+    }
+
+    #[test]
+    fn batch_job_copy_drops_generated_selector_and_managed_by() {
+        let hub = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "ns", "uid": "U2"},
+            "spec": {"suspend": true, "managedBy": MANAGED_BY, "parallelism": 2,
+                "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "U2"}},
+                "template": {"metadata": {"labels": {"controller-uid": "U2", "job-name": "j", "app": "x"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x",
+                        "resources": {"requests": {"cpu": "1"}}}]}}}
+        });
+        let w = interpret(&hub).expect("interprets");
+        let copy = member_copy(&hub, &w, "U2", "hub", &plan("job", &[("n1", 2)]));
+        assert_eq!(copy.pointer("/spec/suspend"), Some(&json!(false)));
+        assert_eq!(copy.pointer("/spec/managedBy"), None);
+        assert_eq!(copy.pointer("/spec/selector"), None);
+        let labels = copy
+            .pointer("/spec/template/metadata/labels")
+            .expect("labels");
+        assert_eq!(labels.get("controller-uid"), None);
+        assert_eq!(labels.get("app"), Some(&json!("x")));
+        assert_eq!(labels.get("muster.dev/job-uid"), Some(&json!("U2")));
+        assert_eq!(
+            copy.pointer("/spec/template/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values"),
+            Some(&json!(["n1"]))
+        );
+    }
+
+    #[test]
+    fn set_pointer_creates_objects_and_respects_arrays() {
+        let mut v = json!({"a": [{"b": 1}]});
+        set_pointer(&mut v, "/a/0/c/d", json!(true));
+        set_pointer(&mut v, "/x~1y/z", json!(2));
+        set_pointer(&mut v, "/a/5/q", json!(3));
+        assert_eq!(
+            v,
+            json!({"a": [{"b": 1, "c": {"d": true}}], "x/y": {"z": 2}})
+        );
+    }
+}

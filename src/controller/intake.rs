@@ -1,0 +1,353 @@
+//! Intake: every job of a supported kind in a namespace the quota tree covers is suspended from
+//! its first moment, by a mutating admission webhook served here over TLS (the controller's
+//! sync suspends anything the webhook missed). Owns the webhook's patch, its certificate and its
+//! registration; never queues or schedules.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::post;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use serde_json::{Value, json};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls;
+use tokio_util::sync::CancellationToken;
+
+use super::dispatch::MANAGED_BY;
+use super::kinds;
+use crate::workload::JobKind;
+
+/// Namespaces the quota tree in force covers (`None` until a valid tree was seen). Shared by the
+/// webhook and the sync loop.
+pub type Covered = Arc<RwLock<Option<BTreeSet<String>>>>;
+
+/// The JSON patch operations that suspend `obj` (and, on create, mark a batch Job or JobSet as
+/// managed by muster so that no controller on the hub acts on it). Empty when nothing to do.
+pub fn suspend_patch(kind: JobKind, obj: &Value, create: bool) -> Vec<Value> {
+    let mut ops = Vec::new();
+    let ptr = kind.suspend_pointer();
+    if obj.pointer(ptr) != Some(&Value::Bool(true)) {
+        // Add the missing parents first (JSON patch `add` needs the parent to exist).
+        let mut parent = String::new();
+        let segs: Vec<&str> = ptr.split('/').skip(1).collect();
+        for seg in &segs[..segs.len().saturating_sub(1)] {
+            parent.push('/');
+            parent.push_str(seg);
+            if obj.pointer(&parent).is_none_or(|v| !v.is_object()) {
+                ops.push(json!({"op": "add", "path": parent, "value": {}}));
+            }
+        }
+        ops.push(json!({"op": "add", "path": ptr, "value": true}));
+    }
+    if create
+        && matches!(kind, JobKind::Job | JobKind::JobSet)
+        && obj.pointer("/spec/managedBy").is_none_or(Value::is_null)
+    {
+        ops.push(json!({"op": "add", "path": "/spec/managedBy", "value": MANAGED_BY}));
+    }
+    ops
+}
+
+/// The merge patch the sync loop uses to suspend a job the webhook missed.
+pub fn suspend_merge_patch(kind: JobKind) -> Value {
+    let mut v = json!({});
+    super::dispatch::set_pointer(&mut v, kind.suspend_pointer(), Value::Bool(true));
+    v
+}
+
+/// Decides one admission request.
+pub fn review(
+    req: &AdmissionRequest<DynamicObject>,
+    covered: &Option<BTreeSet<String>>,
+) -> AdmissionResponse {
+    let resp = AdmissionResponse::from(req);
+    let kind = JobKind::from_type(
+        &format!(
+            "{}{}{}",
+            req.kind.group,
+            if req.kind.group.is_empty() { "" } else { "/" },
+            req.kind.version
+        ),
+        &req.kind.kind,
+    );
+    let (Some(kind), Some(obj)) = (kind, req.object.as_ref()) else {
+        return resp;
+    };
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return resp;
+    }
+    let ns = req.namespace.clone().unwrap_or_default();
+    if !covered.as_ref().is_some_and(|c| c.contains(&ns)) {
+        return resp;
+    }
+    let Ok(value) = serde_json::to_value(obj) else {
+        return resp;
+    };
+    let ops = suspend_patch(kind, &value, req.operation == Operation::Create);
+    if ops.is_empty() {
+        return resp;
+    }
+    match serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) {
+        Ok(p) => match resp.clone().with_patch(p) {
+            Ok(r) => r,
+            Err(e) => resp.deny(format!("muster could not build its patch: {e}")),
+        },
+        Err(e) => resp.deny(format!("muster could not build its patch: {e}")),
+    }
+}
+
+async fn mutate(
+    State(covered): State<Covered>,
+    axum::Json(body): axum::Json<AdmissionReview<DynamicObject>>,
+) -> axum::Json<AdmissionReview<DynamicObject>> {
+    let req: AdmissionRequest<DynamicObject> = match body.try_into() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "malformed admission review");
+            return axum::Json(AdmissionResponse::invalid(e.to_string()).into_review());
+        }
+    };
+    let snapshot = covered.read().map(|c| c.clone()).unwrap_or(None);
+    let resp = review(&req, &snapshot);
+    tracing::debug!(
+        kind = %req.kind.kind, namespace = ?req.namespace, name = %req.name,
+        patched = resp.patch.is_some(), "admission"
+    );
+    axum::Json(resp.into_review())
+}
+
+/// The webhook's serving certificate: PEM chain, PEM key, and the CA bundle that verifies it.
+pub struct ServingCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub ca_pem: String,
+}
+
+impl ServingCert {
+    /// Reads `tls.crt`, `tls.key` and `ca.crt` from `dir` (cert-manager's layout) when present;
+    /// otherwise makes a self-signed CA and a serving certificate for `hosts` (DNS names or IPs)
+    /// and writes them there, so that a restart keeps the same CA.
+    pub fn load_or_create(dir: &Path, hosts: &[String]) -> anyhow::Result<ServingCert> {
+        let (c, k, a) = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
+        if c.exists() && k.exists() {
+            let cert_pem = std::fs::read_to_string(&c)?;
+            let ca_pem = std::fs::read_to_string(&a).unwrap_or_else(|_| cert_pem.clone());
+            return Ok(ServingCert {
+                cert_pem,
+                key_pem: std::fs::read_to_string(&k)?,
+                ca_pem,
+            });
+        }
+        let sc = Self::generate(hosts)?;
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(&c, &sc.cert_pem)?;
+        std::fs::write(&k, &sc.key_pem)?;
+        std::fs::write(&a, &sc.ca_pem)?;
+        Ok(sc)
+    }
+
+    pub fn generate(hosts: &[String]) -> anyhow::Result<ServingCert> {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "muster webhook CA");
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+        let leaf_key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(hosts.to_vec())?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "muster webhook");
+        let leaf = params.signed_by(&leaf_key, &ca)?;
+        Ok(ServingCert {
+            cert_pem: leaf.pem(),
+            key_pem: leaf_key.serialize_pem(),
+            ca_pem: ca.pem(),
+        })
+    }
+
+    fn server_config(&self) -> anyhow::Result<rustls::ServerConfig> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        Ok(rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)?)
+    }
+}
+
+/// Serves `/mutate` over TLS on `addr` until `shutdown` resolves.
+pub async fn serve(
+    addr: SocketAddr,
+    cert: &ServingCert,
+    covered: Covered,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let app = Router::new()
+        .route("/mutate", post(mutate))
+        .with_state(covered);
+    let acceptor = TlsAcceptor::from(Arc::new(cert.server_config()?));
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "admission webhook listening (TLS)");
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.cancelled() => return Ok(()),
+        };
+        let Ok((tcp, _)) = accepted else { continue };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let app = app.clone();
+                    async move {
+                        use tower::ServiceExt;
+                        app.oneshot(req.map(axum::body::Body::new)).await
+                    }
+                });
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                    .await;
+        });
+    }
+}
+
+/// Where the API server reaches the webhook.
+#[derive(Clone, Debug)]
+pub enum Endpoint {
+    Url(String),
+    Service {
+        namespace: String,
+        name: String,
+        port: i32,
+    },
+}
+
+/// Creates or updates the MutatingWebhookConfiguration `name` for every supported kind.
+/// `failure_policy`: `Fail` (no job is created unsuspended while muster is down: submissions
+/// fail with an error instead) or `Ignore` (jobs are admitted as written; the controller
+/// suspends them when it is back).
+pub async fn register(
+    client: &Client,
+    name: &str,
+    endpoint: &Endpoint,
+    ca_pem: &str,
+    failure_policy: &str,
+    exclude_namespaces: &[String],
+) -> anyhow::Result<()> {
+    use base64::Engine;
+    let encode = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let mut rules = Vec::new();
+    for k in JobKind::ALL {
+        let ar = kinds::api_resource(k);
+        rules.push(json!({
+            "apiGroups": [ar.group], "apiVersions": [ar.version], "resources": [ar.plural],
+            "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"
+        }));
+    }
+    let client_config = match endpoint {
+        Endpoint::Url(u) => json!({"url": u, "caBundle": encode(ca_pem.as_bytes())}),
+        Endpoint::Service {
+            namespace,
+            name,
+            port,
+        } => json!({
+            "service": {"namespace": namespace, "name": name, "path": "/mutate", "port": port},
+            "caBundle": encode(ca_pem.as_bytes())
+        }),
+    };
+    let mwc = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "muster"}},
+        "webhooks": [{
+            "name": "suspend.muster.dev",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": client_config,
+            "rules": rules,
+            "failurePolicy": failure_policy,
+            "sideEffects": "None",
+            "timeoutSeconds": 5,
+            "reinvocationPolicy": "IfNeeded",
+            "namespaceSelector": {"matchExpressions": [{
+                "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": exclude_namespaces
+            }]}
+        }]
+    });
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    api.patch(
+        name,
+        &PatchParams::apply("muster").force(),
+        &Patch::Apply(&mwc),
+    )
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apply(v: &Value, ops: Vec<Value>) -> Value {
+        let p: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("patch");
+        let mut out = v.clone();
+        json_patch::patch(&mut out, &p).expect("applies");
+        out
+    }
+
+    #[test]
+    fn suspends_kubeflow_job_without_run_policy() {
+        let v = json!({"spec": {"pytorchReplicaSpecs": {}}});
+        let out = apply(&v, suspend_patch(JobKind::PyTorchJob, &v, true));
+        assert_eq!(out.pointer("/spec/runPolicy/suspend"), Some(&json!(true)));
+        assert_eq!(out.pointer("/spec/managedBy"), None);
+    }
+
+    #[test]
+    fn suspends_batch_job_and_marks_it_managed_on_create_only() {
+        let v = json!({"spec": {"suspend": false, "template": {}}});
+        let out = apply(&v, suspend_patch(JobKind::Job, &v, true));
+        assert_eq!(out.pointer("/spec/suspend"), Some(&json!(true)));
+        assert_eq!(out.pointer("/spec/managedBy"), Some(&json!(MANAGED_BY)));
+        let upd = suspend_patch(JobKind::Job, &v, false);
+        assert_eq!(upd.len(), 1, "{upd:?}");
+        let own = json!({"spec": {"suspend": true, "managedBy": "kueue.x-k8s.io/multikueue"}});
+        assert!(suspend_patch(JobKind::Job, &own, true).is_empty());
+    }
+
+    #[test]
+    fn merge_patch_builds_parents() {
+        assert_eq!(
+            suspend_merge_patch(JobKind::MPIJob),
+            json!({"spec": {"runPolicy": {"suspend": true}}})
+        );
+        assert_eq!(
+            suspend_merge_patch(JobKind::RayJob),
+            json!({"spec": {"suspend": true}})
+        );
+    }
+
+    #[test]
+    fn generated_certificate_is_usable() {
+        let c = ServingCert::generate(&["127.0.0.1".into(), "localhost".into()]).expect("cert");
+        assert!(c.ca_pem.contains("BEGIN CERTIFICATE"));
+        assert_ne!(c.ca_pem, c.cert_pem);
+        c.server_config().expect("rustls accepts it");
+    }
+}

@@ -1,0 +1,371 @@
+//! Member clusters at runtime: a client per member (from the kubeconfig Secret its
+//! MemberCluster names), watches of its Nodes, Pods and muster's job copies, a liveness probe,
+//! and the translation of what is watched into the core's view (nodes, and per-node usage by
+//! pods muster does not account for itself). Never decides anything.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DynamicObject};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Config, ResourceExt};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::kinds;
+use crate::fleet::{ClusterInfo, NodeInfo};
+use crate::quantity::ResourceList;
+use crate::workload::{JobKind, pod_spec_requests};
+
+/// Label on a member copy and on each of its pod templates: the hub job's UID.
+pub const JOB_UID_LABEL: &str = "muster.dev/job-uid";
+/// Label on each pod template of a member copy: the component (replica type) name.
+pub const COMPONENT_LABEL: &str = "muster.dev/component";
+/// Label on a member copy: the hub job's namespace/name would not fit a label, so the origin
+/// (the hub's identity) is kept here for garbage collection across hubs.
+pub const ORIGIN_LABEL: &str = "muster.dev/origin";
+
+/// Liveness as the probe last saw it.
+#[derive(Default)]
+pub struct Health {
+    /// Milliseconds since `epoch` of the last good answer; 0 = never.
+    last_ok_ms: AtomicU64,
+    /// Consecutive failed probes.
+    failures: AtomicU64,
+    epoch: std::sync::OnceLock<Instant>,
+}
+
+impl Health {
+    fn epoch(&self) -> Instant {
+        *self.epoch.get_or_init(Instant::now)
+    }
+
+    fn ok(&self) {
+        let ms = self.epoch().elapsed().as_millis() as u64;
+        self.last_ok_ms.store(ms.max(1), Ordering::Relaxed);
+        self.failures.store(0, Ordering::Relaxed);
+    }
+
+    fn failed(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Time since the last good answer (None if it never answered).
+    pub fn silent_for(&self) -> Option<Duration> {
+        let ms = self.last_ok_ms.load(Ordering::Relaxed);
+        (ms > 0).then(|| {
+            self.epoch()
+                .elapsed()
+                .saturating_sub(Duration::from_millis(ms))
+        })
+    }
+
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+}
+
+/// One connected member.
+pub struct Member {
+    pub name: String,
+    pub client: Client,
+    /// What the connection was built from (Secret resourceVersion + MemberCluster generation):
+    /// a change reconnects.
+    pub source: String,
+    pub kinds: Vec<JobKind>,
+    pub nodes: Watched<Node>,
+    pub pods: Watched<Pod>,
+    pub jobs: HashMap<JobKind, Watched<DynamicObject>>,
+    pub health: Arc<Health>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// A client for a member from the kubeconfig text its Secret holds.
+pub async fn client_from_kubeconfig(name: &str, text: &str) -> anyhow::Result<Client> {
+    let kc = Kubeconfig::from_yaml(text)
+        .map_err(|e| anyhow::anyhow!("member {name}: the kubeconfig does not parse: {e}"))?;
+    let mut cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("member {name}: unusable kubeconfig: {e}"))?;
+    cfg.connect_timeout = Some(Duration::from_secs(3));
+    cfg.read_timeout = Some(Duration::from_secs(15));
+    Ok(Client::try_from(cfg)?)
+}
+
+impl Member {
+    /// Connects: finds which job kinds the member serves and starts the watches. `wake` is
+    /// notified on every change seen.
+    pub async fn connect(
+        name: &str,
+        client: Client,
+        source: String,
+        wake: Arc<Notify>,
+    ) -> anyhow::Result<Member> {
+        let kinds = tokio::time::timeout(Duration::from_secs(10), kinds::served(&client))
+            .await
+            .map_err(|_| anyhow::anyhow!("member {name}: discovery timed out"))??;
+        let mut tasks = Vec::new();
+        let nodes = watch(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default(),
+            (),
+            wake.clone(),
+            &mut tasks,
+        );
+        let pods = watch(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default(),
+            (),
+            wake.clone(),
+            &mut tasks,
+        );
+        let mut jobs = HashMap::new();
+        for &k in &kinds {
+            let ar = kinds::api_resource(k);
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+            let cfg = watcher::Config::default().labels(JOB_UID_LABEL);
+            jobs.insert(k, watch(api, cfg, ar, wake.clone(), &mut tasks));
+        }
+        let health = Arc::new(Health::default());
+        health.ok();
+        {
+            let (h, c, w) = (health.clone(), client.clone(), wake.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let answered =
+                        tokio::time::timeout(Duration::from_secs(3), c.apiserver_version()).await;
+                    let was_down = h.failures() > 0;
+                    match answered {
+                        Ok(Ok(_)) => h.ok(),
+                        _ => h.failed(),
+                    }
+                    if was_down != (h.failures() > 0) {
+                        w.notify_one();
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }));
+        }
+        Ok(Member {
+            name: name.to_string(),
+            client,
+            source,
+            kinds,
+            nodes,
+            pods,
+            jobs,
+            health,
+            tasks,
+        })
+    }
+
+    /// Whether every watch has listed once (a view the core may trust).
+    pub fn synced(&self) -> bool {
+        self.nodes.is_ready() && self.pods.is_ready() && self.jobs.values().all(|s| s.is_ready())
+    }
+
+    /// The member's copy of a hub job, by the hub job's UID.
+    pub fn copy_of(&self, kind: JobKind, uid: &str) -> Option<Arc<DynamicObject>> {
+        self.jobs
+            .get(&kind)?
+            .state()
+            .into_iter()
+            .find(|o| o.labels().get(JOB_UID_LABEL).map(String::as_str) == Some(uid))
+    }
+}
+
+/// A reflector's store plus whether its first list completed.
+pub struct Watched<K: kube::Resource + 'static>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store: Store<K>,
+    ready: Arc<AtomicBool>,
+}
+
+impl<K: kube::Resource + 'static> Watched<K>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    /// Whether the first list completed (a view one may trust, though never complete).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+}
+
+impl<K: kube::Resource + 'static> std::ops::Deref for Watched<K>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    type Target = Store<K>;
+    fn deref(&self) -> &Store<K> {
+        &self.store
+    }
+}
+
+/// Starts a reflector over `api`; `wake` is notified on every event.
+pub fn watch<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    dyntype: K::DynamicType,
+    wake: Arc<Notify>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Watched<K>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::new(dyntype);
+    let store = writer.as_reader();
+    let ready = Arc::new(AtomicBool::new(false));
+    let flag = ready.clone();
+    tasks.push(tokio::spawn(async move {
+        let stream = watcher::watcher(api, cfg)
+            .default_backoff()
+            .modify(|o| o.managed_fields_mut().clear());
+        reflector::reflector(writer, stream)
+            .for_each(|ev| {
+                if matches!(ev, Ok(watcher::Event::InitDone)) {
+                    flag.store(true, Ordering::Relaxed);
+                }
+                wake.notify_one();
+                async {}
+            })
+            .await;
+    }));
+    Watched { store, ready }
+}
+
+/// The core's description of a member from its Node objects (sorted by name). Nodes whose
+/// quantities do not parse are left out and reported.
+pub fn cluster_info(
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    nodes: &[Arc<Node>],
+) -> (ClusterInfo, Vec<String>) {
+    let mut out = Vec::new();
+    let mut problems = Vec::new();
+    for n in nodes {
+        match NodeInfo::from_node(n) {
+            Ok(info) => out.push(info),
+            Err(e) => problems.push(e),
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    (
+        ClusterInfo {
+            name: name.to_string(),
+            labels: labels.clone(),
+            nodes: out,
+        },
+        problems,
+    )
+}
+
+/// Whether a pod holds node resources: bound and not terminated.
+pub fn pod_is_active(p: &Pod) -> bool {
+    let bound = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    bound && !matches!(phase, Some("Succeeded") | Some("Failed"))
+}
+
+/// Per node, what active pods request, leaving out the pods of jobs muster holds a
+/// reservation for (`accounted(uid)`): their reservation stands for them.
+pub fn usage_by_node(
+    pods: &[Arc<Pod>],
+    accounted: impl Fn(&str) -> bool,
+) -> (BTreeMap<String, ResourceList>, Vec<String>) {
+    let mut out: BTreeMap<String, ResourceList> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for p in pods {
+        if !pod_is_active(p) {
+            continue;
+        }
+        if p.labels().get(JOB_UID_LABEL).is_some_and(|u| accounted(u)) {
+            continue;
+        }
+        let (Some(spec), Some(node)) = (
+            p.spec.as_ref(),
+            p.spec.as_ref().and_then(|s| s.node_name.clone()),
+        ) else {
+            continue;
+        };
+        match pod_spec_requests(spec) {
+            Ok(r) => out.entry(node).or_default().add(&r),
+            Err(e) => problems.push(format!(
+                "pod {}/{}: {e}",
+                p.namespace().unwrap_or_default(),
+                p.name_any()
+            )),
+        }
+    }
+    (out, problems)
+}
+
+/// Pods of a dispatched job on its member, from the pod store.
+pub fn pods_of<'a>(pods: &'a [Arc<Pod>], uid: &str) -> Vec<&'a Arc<Pod>> {
+    pods.iter()
+        .filter(|p| p.labels().get(JOB_UID_LABEL).map(String::as_str) == Some(uid))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(node: Option<&str>, phase: &str, cpu: &str, uid: Option<&str>) -> Arc<Pod> {
+        let mut labels = serde_json::Map::new();
+        if let Some(u) = uid {
+            labels.insert(JOB_UID_LABEL.into(), u.into());
+        }
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ns", "labels": labels},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+                "status": {"phase": phase}
+            }))
+            .expect("pod"),
+        )
+    }
+
+    #[test]
+    fn usage_counts_bound_active_pods_not_reserved_ones() {
+        let pods = vec![
+            pod(Some("n1"), "Running", "1", None),
+            pod(Some("n1"), "Pending", "500m", None),
+            pod(Some("n1"), "Succeeded", "4", None),
+            pod(None, "Pending", "8", None),
+            pod(Some("n2"), "Running", "2", Some("held")),
+            pod(Some("n2"), "Running", "3", Some("gone")),
+        ];
+        let (u, problems) = usage_by_node(&pods, |uid| uid == "held");
+        assert!(problems.is_empty());
+        assert_eq!(u["n1"].get("cpu").milli(), 1500);
+        assert_eq!(u["n2"].get("cpu").milli(), 3000);
+        assert_eq!(pods_of(&pods, "held").len(), 1);
+    }
+}

@@ -1,0 +1,1529 @@
+//! The hub controller: drives the scheduling core against real clusters. Watches the hub (jobs,
+//! the quota tree, MemberClusters, QueuedJobs, PriorityClasses) and every member (Nodes, Pods,
+//! muster's job copies), feeds the core, applies its decisions (record, reserve, dispatch,
+//! preempt) and writes back what is true (QueuedJob status, hub job status, Events).
+//!
+//! Everything that must survive a restart is in the API: a QueuedJob's status records the
+//! admission (cluster and per-node plan) before the copy is created, so a new process rebuilds
+//! the core's queues, quota usage and reservations from it. Nothing is kept only in memory.
+
+pub mod crd;
+pub mod dispatch;
+pub mod intake;
+pub mod kinds;
+pub mod members;
+pub mod status;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::fleet::ClusterInfo;
+use crate::quantity::{Quantity, ResourceList};
+use crate::quota::QuotaTree;
+use crate::resources::MAX_JOBS;
+use crate::scheduler::{Config, Decision, JobId, JobState, Plan, Scheduler, Submitted};
+use crate::workload::{JobKind, Workload, interpret};
+use crd::{
+    ElasticQuotaTree, ElasticQuotaTreeStatus, JobRef, MemberCluster, MemberClusterStatus,
+    PodCounts, QueuedJob, QueuedJobSpec, QueuedJobState, QueuedJobStatus, QuotaNodeStatus,
+};
+use members::{COMPONENT_LABEL, Member, Watched, watch};
+use status::Observed;
+
+/// Field manager of everything muster writes with server-side apply.
+pub const MANAGER: &str = "muster";
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Kubeconfig of the hub (in-cluster or the default chain when `None`).
+    pub hub_kubeconfig: Option<PathBuf>,
+    /// The controller's namespace: member Secrets without a namespace live here.
+    pub namespace: String,
+    /// Namespace of the ElasticQuotaTree in force.
+    pub quota_namespace: String,
+    /// Identity of this hub, written on member copies (`muster.dev/origin`).
+    pub origin: String,
+    /// Name of this replica (Events, leader election).
+    pub instance: String,
+    /// /healthz and /readyz.
+    pub http_addr: SocketAddr,
+    /// The admission webhook (TLS); none = no webhook (the sync loop still suspends).
+    pub webhook_addr: Option<SocketAddr>,
+    pub webhook_cert_dir: PathBuf,
+    /// DNS names / IPs the serving certificate is made for.
+    pub webhook_hosts: Vec<String>,
+    /// Register the MutatingWebhookConfiguration pointing here.
+    pub webhook_endpoint: Option<intake::Endpoint>,
+    pub webhook_failure_policy: String,
+    /// Longest time between two syncs when nothing happens.
+    pub resync: Duration,
+}
+
+/// The hub objects muster watches.
+struct HubStores {
+    trees: Watched<ElasticQuotaTree>,
+    members: Watched<MemberCluster>,
+    queued: Watched<QueuedJob>,
+    priorities: Watched<PriorityClass>,
+    jobs: BTreeMap<JobKind, Watched<DynamicObject>>,
+    _tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl HubStores {
+    fn ready(&self) -> bool {
+        self.trees.is_ready()
+            && self.members.is_ready()
+            && self.queued.is_ready()
+            && self.priorities.is_ready()
+            && self.jobs.values().all(|s| s.is_ready())
+    }
+}
+
+/// Runs the controller until SIGTERM / SIGINT.
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    let hub = match &opts.hub_kubeconfig {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+            members::client_from_kubeconfig("hub", &text).await?
+        }
+        None => Client::try_default().await?,
+    };
+    let token = CancellationToken::new();
+    {
+        let token = token.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("shutdown requested");
+            token.cancel();
+        });
+    }
+    let wake = Arc::new(Notify::new());
+    let hub_kinds = kinds::served(&hub).await?;
+    tracing::info!(kinds = ?hub_kinds, "job kinds served by the hub");
+    let mut tasks = Vec::new();
+    let cfg = watcher::Config::default;
+    let stores = HubStores {
+        trees: watch(
+            Api::namespaced(hub.clone(), &opts.quota_namespace),
+            cfg(),
+            (),
+            wake.clone(),
+            &mut tasks,
+        ),
+        members: watch(Api::all(hub.clone()), cfg(), (), wake.clone(), &mut tasks),
+        queued: watch(Api::all(hub.clone()), cfg(), (), wake.clone(), &mut tasks),
+        priorities: watch(Api::all(hub.clone()), cfg(), (), wake.clone(), &mut tasks),
+        jobs: hub_kinds
+            .iter()
+            .map(|&k| {
+                let ar = kinds::api_resource(k);
+                let api: Api<DynamicObject> = Api::all_with(hub.clone(), &ar);
+                (k, watch(api, cfg(), ar, wake.clone(), &mut tasks))
+            })
+            .collect(),
+        _tasks: tasks,
+    };
+    let covered: intake::Covered = Default::default();
+    let ready = Arc::new(AtomicBool::new(false));
+    let http = tokio::spawn(serve_http(opts.http_addr, ready.clone(), token.clone()));
+    let mut webhook = None;
+    if let Some(addr) = opts.webhook_addr {
+        let cert =
+            intake::ServingCert::load_or_create(&opts.webhook_cert_dir, &opts.webhook_hosts)?;
+        if let Some(ep) = &opts.webhook_endpoint {
+            intake::register(
+                &hub,
+                "muster",
+                ep,
+                &cert.ca_pem,
+                &opts.webhook_failure_policy,
+                &["kube-system".to_string(), opts.namespace.clone()],
+            )
+            .await?;
+            tracing::info!(endpoint = ?ep, policy = %opts.webhook_failure_policy, "webhook registered");
+        }
+        let (c, t) = (covered.clone(), token.clone());
+        webhook = Some(tokio::spawn(async move {
+            if let Err(e) = intake::serve(addr, &cert, c, t).await {
+                tracing::error!(error = %e, "webhook server failed");
+            }
+        }));
+    }
+    // Wait for the hub's view before deciding anything.
+    while !stores.ready() {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = token.cancelled() => return Ok(()),
+        }
+    }
+    let recorder = Recorder::new(
+        hub.clone(),
+        Reporter {
+            controller: "muster".into(),
+            instance: Some(opts.instance.clone()),
+        },
+    );
+    let mut brain = Brain::new(hub, opts, stores, covered, recorder, wake.clone());
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!("hub view synced; controller running");
+    loop {
+        let started = Instant::now();
+        brain.sync().await;
+        let busy = brain.sched.has_work();
+        let resync = brain.opts.resync;
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(if busy { Duration::ZERO } else { resync }) => {}
+            _ = token.cancelled() => break,
+        }
+        // Let a burst of watch events settle into one sync.
+        let elapsed = started.elapsed();
+        if elapsed < Duration::from_millis(200) {
+            tokio::time::sleep(Duration::from_millis(200) - elapsed).await;
+        }
+    }
+    ready.store(false, Ordering::Relaxed);
+    if let Some(w) = webhook {
+        let _ = w.await;
+    }
+    let _ = http.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+async fn serve_http(addr: SocketAddr, ready: Arc<AtomicBool>, token: CancellationToken) {
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.clone();
+                async move {
+                    if ready.load(Ordering::Relaxed) {
+                        (axum::http::StatusCode::OK, "ready")
+                    } else {
+                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                    }
+                }
+            }),
+        );
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(%addr, error = %e, "cannot bind the health endpoint");
+            return;
+        }
+    };
+    tracing::info!(%addr, "health endpoints listening");
+    let _ = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { token.cancelled().await })
+        .await;
+}
+
+fn now_rfc3339() -> String {
+    jiff::Timestamp::now().to_string()
+}
+
+/// Name of the QueuedJob of a job: `<kind>-<name>`, lower-case.
+pub fn queued_job_name(kind: JobKind, name: &str) -> String {
+    let n = format!("{}-{name}", kind.as_str().to_lowercase());
+    if n.len() <= 253 {
+        n
+    } else {
+        n[..253].trim_end_matches(['-', '.']).to_string()
+    }
+}
+
+/// One hub job muster is responsible for.
+struct Tracked {
+    kind: JobKind,
+    namespace: String,
+    name: String,
+    api_version: String,
+    generation: i64,
+    workload: Option<Workload>,
+    id: Option<JobId>,
+    /// What the QueuedJob status should say.
+    status: QueuedJobStatus,
+    /// What was last written (None: the QueuedJob may not exist yet).
+    written: Option<QueuedJobStatus>,
+    /// Hub job status last copied from the member.
+    synced_status: Option<Value>,
+    /// When the copy was last (re)created (rate limit for re-creating a missing copy).
+    last_create: Option<Instant>,
+}
+
+impl Tracked {
+    fn label(&self) -> String {
+        format!("{} {}/{}", self.kind, self.namespace, self.name)
+    }
+
+    fn object_ref(&self, uid: &str) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(self.api_version.clone()),
+            kind: Some(self.kind.as_str().to_string()),
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.name.clone()),
+            uid: Some(uid.to_string()),
+            ..Default::default()
+        }
+    }
+}
+
+struct Brain {
+    hub: Client,
+    opts: Options,
+    stores: HubStores,
+    covered: intake::Covered,
+    recorder: Recorder,
+    wake: Arc<Notify>,
+    sched: Scheduler,
+    members: BTreeMap<String, Member>,
+    /// Per member: why it could not be connected (for its status).
+    member_errors: BTreeMap<String, String>,
+    /// Last written MemberCluster status, and when.
+    member_status: BTreeMap<String, (MemberClusterStatus, Instant)>,
+    /// Per member: what the core was last told (nodes, reachability, per-node usage).
+    told_nodes: HashMap<String, ClusterInfo>,
+    told_reachable: HashMap<String, bool>,
+    told_usage: HashMap<String, BTreeMap<String, ResourceList>>,
+    /// The tree in force: (uid, generation) of the object last applied or rejected.
+    tree_seen: Option<(String, i64)>,
+    tree_status: Option<ElasticQuotaTreeStatus>,
+    tree_status_written: Option<ElasticQuotaTreeStatus>,
+    tree_ref: Option<(String, String)>,
+    priorities: BTreeMap<String, i32>,
+    jobs: HashMap<String, Tracked>,
+    by_id: HashMap<JobId, String>,
+    epoch: Instant,
+}
+
+impl Brain {
+    fn new(
+        hub: Client,
+        opts: Options,
+        stores: HubStores,
+        covered: intake::Covered,
+        recorder: Recorder,
+        wake: Arc<Notify>,
+    ) -> Brain {
+        Brain {
+            hub,
+            opts,
+            stores,
+            covered,
+            recorder,
+            wake,
+            sched: Scheduler::new(Config::default()),
+            members: BTreeMap::new(),
+            member_errors: BTreeMap::new(),
+            member_status: BTreeMap::new(),
+            told_nodes: HashMap::new(),
+            told_reachable: HashMap::new(),
+            told_usage: HashMap::new(),
+            tree_seen: None,
+            tree_status: None,
+            tree_status_written: None,
+            tree_ref: None,
+            priorities: BTreeMap::new(),
+            jobs: HashMap::new(),
+            by_id: HashMap::new(),
+            epoch: Instant::now(),
+        }
+    }
+
+    async fn event(&self, uid: &str, warning: bool, reason: &str, note: String) {
+        let Some(t) = self.jobs.get(uid) else { return };
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(truncate(&note, 1000)),
+            action: reason.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &t.object_ref(uid)).await {
+            tracing::warn!(job = %t.label(), error = %e, "could not publish an Event");
+        }
+    }
+
+    /// One pass: observe, decide, act, report.
+    async fn sync(&mut self) {
+        self.sync_priorities();
+        self.sync_tree().await;
+        self.sync_members().await;
+        self.sync_jobs().await;
+        self.sync_usage();
+        let decisions = self.sched.cycle();
+        for d in decisions {
+            self.apply(d).await;
+        }
+        self.sync_dispatched().await;
+        self.sync_reasons();
+        self.write_statuses().await;
+        self.write_tree_status().await;
+        self.write_member_statuses().await;
+    }
+
+    fn sync_priorities(&mut self) {
+        let p: BTreeMap<String, i32> = self
+            .stores
+            .priorities
+            .state()
+            .iter()
+            .map(|pc| (pc.name_any(), pc.value.unwrap_or(0)))
+            .collect();
+        if p != self.priorities {
+            self.sched.set_priority_classes(p.clone());
+            self.priorities = p;
+        }
+    }
+
+    // ----- quota tree ------------------------------------------------------------------------
+
+    async fn sync_tree(&mut self) {
+        let mut trees = self.stores.trees.state();
+        trees.sort_by(|a, b| {
+            (
+                a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                a.name_any(),
+            )
+                .cmp(&(
+                    b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    b.name_any(),
+                ))
+        });
+        let Some(tree) = trees.first() else { return };
+        let key = (
+            tree.uid().unwrap_or_default(),
+            tree.metadata.generation.unwrap_or(0),
+        );
+        if self.tree_seen.as_ref() == Some(&key) {
+            return;
+        }
+        self.tree_seen = Some(key);
+        self.tree_ref = Some((tree.namespace().unwrap_or_default(), tree.name_any()));
+        let manifest = json!({
+            "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+            "kind": "ElasticQuotaTree",
+            "metadata": {"name": tree.name_any(), "namespace": tree.namespace()},
+            "spec": tree.spec,
+        });
+        let oref = tree.object_ref(&());
+        let now = Time(jiff::Timestamp::now());
+        match QuotaTree::parse(&manifest) {
+            Ok(t) => {
+                let ns: BTreeSet<String> = t
+                    .nodes
+                    .iter()
+                    .flat_map(|n| n.namespaces.iter().cloned())
+                    .collect();
+                tracing::info!(tree = %tree.name_any(), leaves = ns.len(), "quota tree applied");
+                self.sched.set_quota_tree(Some(t));
+                if let Ok(mut c) = self.covered.write() {
+                    *c = Some(ns);
+                }
+                self.tree_status = Some(ElasticQuotaTreeStatus {
+                    conditions: vec![Condition {
+                        type_: "Valid".into(),
+                        status: "True".into(),
+                        reason: "Applied".into(),
+                        message: "this tree is in force".into(),
+                        last_transition_time: now,
+                        observed_generation: tree.metadata.generation,
+                    }],
+                    problems: vec![],
+                    nodes: vec![],
+                });
+                self.publish(
+                    &oref,
+                    false,
+                    "QuotaTreeApplied",
+                    "the quota tree is in force".into(),
+                )
+                .await;
+            }
+            Err(problems) => {
+                let msgs: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+                tracing::warn!(tree = %tree.name_any(), problems = ?msgs, "invalid quota tree; the last valid one stays in force");
+                let in_force = if self.sched.quota().is_some() {
+                    "the last valid tree stays in force"
+                } else {
+                    "no tree is in force: no job is queued"
+                };
+                self.tree_status = Some(ElasticQuotaTreeStatus {
+                    conditions: vec![Condition {
+                        type_: "Valid".into(),
+                        status: "False".into(),
+                        reason: "Invalid".into(),
+                        message: truncate(&format!("{}; {in_force}", msgs.join("; ")), 4000),
+                        last_transition_time: now,
+                        observed_generation: tree.metadata.generation,
+                    }],
+                    problems: msgs.clone(),
+                    nodes: self.tree_status.take().map(|s| s.nodes).unwrap_or_default(),
+                });
+                self.publish(
+                    &oref,
+                    true,
+                    "InvalidQuotaTree",
+                    format!("{} ({in_force})", msgs.join("; ")),
+                )
+                .await;
+            }
+        }
+    }
+
+    async fn publish(&self, oref: &ObjectReference, warning: bool, reason: &str, note: String) {
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(truncate(&note, 1000)),
+            action: reason.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, oref).await {
+            tracing::warn!(error = %e, "could not publish an Event");
+        }
+    }
+
+    async fn write_tree_status(&mut self) {
+        let (Some((ns, name)), Some(mut st)) = (self.tree_ref.clone(), self.tree_status.clone())
+        else {
+            return;
+        };
+        if let Some(q) = self.sched.quota() {
+            let table = &self.sched.table;
+            st.nodes = q
+                .tree
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    let mut used = BTreeMap::new();
+                    for r in (0..table.len()).map(|i| crate::resources::Res(i as u16)) {
+                        let u = q.used_of(i, r);
+                        if u != 0
+                            || n.min.get(table.name(r)).milli() != 0
+                            || q.max_of(i, r).is_some()
+                        {
+                            used.insert(
+                                table.name(r).to_string(),
+                                Quantity::from_milli(u).to_string(),
+                            );
+                        }
+                    }
+                    QuotaNodeStatus {
+                        path: n.path.clone(),
+                        used,
+                        min: n
+                            .min
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect(),
+                        max: n
+                            .max
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect(),
+                    }
+                })
+                .collect();
+        }
+        if self.tree_status_written.as_ref() == Some(&st) {
+            return;
+        }
+        let api: Api<ElasticQuotaTree> = Api::namespaced(self.hub.clone(), &ns);
+        let body = json!({
+            "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+            "status": st,
+        });
+        match api
+            .patch_status(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+        {
+            Ok(_) => self.tree_status_written = Some(st),
+            Err(e) => {
+                tracing::warn!(tree = %name, error = %e, "could not write the quota tree status")
+            }
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+// ----- members ----------------------------------------------------------------------------------
+
+impl Brain {
+    async fn kubeconfig_of(&self, mc: &MemberCluster) -> Result<(String, String), String> {
+        let r = &mc.spec.kubeconfig_secret_ref;
+        let ns = r
+            .namespace
+            .clone()
+            .unwrap_or_else(|| self.opts.namespace.clone());
+        let key = r.key.clone().unwrap_or_else(|| "kubeconfig".into());
+        let api: Api<Secret> = Api::namespaced(self.hub.clone(), &ns);
+        let secret = api
+            .get(&r.name)
+            .await
+            .map_err(|e| format!("Secret {ns}/{}: {e}", r.name))?;
+        let data = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&key))
+            .ok_or_else(|| format!("Secret {ns}/{} has no key {key:?}", r.name))?;
+        let text = String::from_utf8(data.0.clone())
+            .map_err(|_| format!("Secret {ns}/{} key {key:?} is not UTF-8", r.name))?;
+        Ok((text, secret.resource_version().unwrap_or_default()))
+    }
+
+    async fn sync_members(&mut self) {
+        let wanted: BTreeMap<String, Arc<MemberCluster>> = self
+            .stores
+            .members
+            .state()
+            .into_iter()
+            .map(|m| (m.name_any(), m))
+            .collect();
+        // Removed members: stop watching; nothing more is placed there.
+        let gone: Vec<String> = self
+            .members
+            .keys()
+            .filter(|n| !wanted.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            tracing::info!(member = %name, "member removed");
+            self.members.remove(&name);
+            self.sched.set_cluster(&ClusterInfo {
+                name: name.clone(),
+                ..Default::default()
+            });
+            self.sched.set_reachable(&name, false);
+            self.told_nodes.remove(&name);
+            self.told_reachable.insert(name.clone(), false);
+            self.told_usage.remove(&name);
+            self.member_status.remove(&name);
+        }
+        for (name, mc) in &wanted {
+            // (Re)connect when new, when its spec or Secret changed, checked every few seconds.
+            let due = self
+                .member_status
+                .get(name)
+                .is_none_or(|(_, at)| at.elapsed() > Duration::from_secs(10))
+                || !self.members.contains_key(name);
+            if due {
+                match self.kubeconfig_of(mc).await {
+                    Ok((text, rv)) => {
+                        let source = format!("{}/{rv}", mc.metadata.generation.unwrap_or(0));
+                        let stale = self.members.get(name).is_none_or(|m| m.source != source);
+                        if stale {
+                            let connected = match members::client_from_kubeconfig(name, &text).await
+                            {
+                                Ok(c) => Member::connect(name, c, source, self.wake.clone()).await,
+                                Err(e) => Err(e),
+                            };
+                            match connected {
+                                Ok(m) => {
+                                    tracing::info!(member = %name, kinds = ?m.kinds, "member connected");
+                                    self.members.insert(name.clone(), m);
+                                    self.member_errors.remove(name);
+                                }
+                                Err(e) => {
+                                    tracing::warn!(member = %name, error = %e, "cannot connect to member");
+                                    self.member_errors.insert(name.clone(), e.to_string());
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        self.member_errors.insert(name.clone(), e);
+                    }
+                }
+                if let Some((st, _)) = self.member_status.get(name).cloned() {
+                    self.member_status
+                        .insert(name.clone(), (st, Instant::now()));
+                } else {
+                    self.member_status.insert(
+                        name.clone(),
+                        (MemberClusterStatus::default(), Instant::now()),
+                    );
+                }
+            }
+            let labels = mc.labels().clone();
+            let (info, reachable) = match self.members.get(name) {
+                Some(m) if m.synced() => {
+                    let (info, problems) = members::cluster_info(name, &labels, &m.nodes.state());
+                    for p in problems {
+                        tracing::warn!(member = %name, problem = %p, "node left out");
+                    }
+                    (Some(info), m.health.failures() == 0)
+                }
+                _ => (None, false),
+            };
+            if let Some(info) = info
+                && self.told_nodes.get(name) != Some(&info)
+            {
+                self.sched.set_cluster(&info);
+                self.told_nodes.insert(name.clone(), info);
+                self.told_usage.remove(name);
+            }
+            if self.told_reachable.get(name) != Some(&reachable)
+                && (self.told_nodes.contains_key(name) || !reachable)
+            {
+                tracing::info!(member = %name, reachable, "member reachability");
+                if !self.told_nodes.contains_key(name) {
+                    self.sched.set_cluster(&ClusterInfo {
+                        name: name.clone(),
+                        labels: labels.clone(),
+                        nodes: vec![],
+                    });
+                }
+                self.sched.set_reachable(name, reachable);
+                self.told_reachable.insert(name.clone(), reachable);
+            }
+        }
+    }
+
+    /// Tells the core what pods it does not account for use, per node.
+    fn sync_usage(&mut self) {
+        let held: BTreeSet<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, t)| {
+                t.id.is_some_and(|id| matches!(self.sched.state(id), JobState::Admitted { .. }))
+            })
+            .map(|(u, _)| u.clone())
+            .collect();
+        for (name, m) in &self.members {
+            if !m.synced() || !self.told_nodes.contains_key(name) {
+                continue;
+            }
+            let (usage, problems) = members::usage_by_node(&m.pods.state(), |u| held.contains(u));
+            for p in problems {
+                tracing::warn!(member = %name, problem = %p, "pod usage unreadable");
+            }
+            let before = self.told_usage.get(name).cloned().unwrap_or_default();
+            if before == usage {
+                continue;
+            }
+            for node in before.keys().filter(|n| !usage.contains_key(*n)) {
+                self.sched
+                    .set_external_usage(name, node, &ResourceList::new());
+            }
+            for (node, used) in &usage {
+                if before.get(node) != Some(used) {
+                    self.sched.set_external_usage(name, node, used);
+                }
+            }
+            self.told_usage.insert(name.clone(), usage);
+        }
+    }
+
+    async fn write_member_statuses(&mut self) {
+        let names: Vec<String> = self.member_status.keys().cloned().collect();
+        for name in names {
+            let table = &self.sched.table;
+            let cluster = self.sched.clusters().iter().find(|c| c.name == name);
+            let mut st = MemberClusterStatus::default();
+            let reachable = self.told_reachable.get(&name).copied().unwrap_or(false);
+            let (status, reason, message) = match (self.member_errors.get(&name), cluster) {
+                (Some(e), _) => ("False", "Unreachable", e.clone()),
+                (None, Some(c)) if reachable => (
+                    "True",
+                    "Watching",
+                    format!("{} nodes watched", c.nodes.len()),
+                ),
+                (None, _) => (
+                    "False",
+                    "Unreachable",
+                    "the member does not answer".to_string(),
+                ),
+            };
+            if let Some(c) = cluster {
+                st.nodes = c.nodes.len() as u32;
+                for r in (0..table.len()).map(|i| crate::resources::Res(i as u16)) {
+                    if r == MAX_JOBS {
+                        continue;
+                    }
+                    let alloc: i128 = c
+                        .nodes
+                        .iter()
+                        .map(|n| crate::resources::at(&n.alloc, r))
+                        .sum();
+                    if alloc == 0 {
+                        continue;
+                    }
+                    let free: i128 = c.nodes.iter().map(|n| n.free(r).max(0)).sum();
+                    st.allocatable.insert(
+                        table.name(r).to_string(),
+                        Quantity::from_milli(alloc).to_string(),
+                    );
+                    st.free.insert(
+                        table.name(r).to_string(),
+                        Quantity::from_milli(free).to_string(),
+                    );
+                }
+            }
+            let prev = self
+                .member_status
+                .get(&name)
+                .map(|(s, _)| s.clone())
+                .unwrap_or_default();
+            let prev_cond = prev.conditions.first();
+            let same_cond = prev_cond.is_some_and(|c| c.status == status && c.message == message);
+            let last_contact = self
+                .members
+                .get(&name)
+                .and_then(|m| m.health.silent_for())
+                .map(|d| {
+                    jiff::Timestamp::now()
+                        .checked_sub(jiff::SignedDuration::from_secs(d.as_secs() as i64))
+                        .unwrap_or_else(|_| jiff::Timestamp::now())
+                });
+            st.conditions = vec![Condition {
+                type_: "Ready".into(),
+                status: status.into(),
+                reason: reason.into(),
+                message,
+                last_transition_time: match prev_cond {
+                    Some(c) if same_cond => c.last_transition_time.clone(),
+                    _ => Time(jiff::Timestamp::now()),
+                },
+                observed_generation: None,
+            }];
+            // Last contact moves every second: written when something else changed or every 30 s.
+            let stale_contact = prev
+                .last_contact
+                .as_deref()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_none_or(|t| jiff::Timestamp::now().duration_since(t).as_secs() > 30);
+            st.last_contact = if stale_contact {
+                last_contact.map(|t| t.to_string())
+            } else {
+                prev.last_contact.clone()
+            };
+            if st == prev {
+                continue;
+            }
+            let api: Api<MemberCluster> = Api::all(self.hub.clone());
+            let body =
+                json!({"apiVersion": "muster.dev/v1alpha1", "kind": "MemberCluster", "status": st});
+            match api
+                .patch_status(
+                    &name,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(&body),
+                )
+                .await
+            {
+                Ok(_) => {
+                    let at = self
+                        .member_status
+                        .get(&name)
+                        .map(|(_, a)| *a)
+                        .unwrap_or_else(Instant::now);
+                    self.member_status.insert(name.clone(), (st, at));
+                }
+                Err(e) => {
+                    tracing::warn!(member = %name, error = %e, "could not write MemberCluster status")
+                }
+            }
+        }
+    }
+}
+
+// ----- jobs -------------------------------------------------------------------------------------
+
+impl Brain {
+    fn covered(&self, ns: &str) -> bool {
+        self.covered
+            .read()
+            .map(|c| c.as_ref().is_some_and(|c| c.contains(ns)))
+            .unwrap_or(false)
+    }
+
+    /// The QueuedJob recorded for a hub job (what an earlier run decided), by the job's UID.
+    fn recorded(&self, ns: &str, kind: JobKind, name: &str, uid: &str) -> Option<QueuedJobStatus> {
+        let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
+        let qj = self.stores.queued.get(&key)?;
+        (qj.spec.job_ref.uid == uid)
+            .then(|| qj.status.clone())
+            .flatten()
+    }
+
+    async fn sync_jobs(&mut self) {
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        let mut objs: Vec<(JobKind, Arc<DynamicObject>)> = Vec::new();
+        for (&kind, store) in &self.stores.jobs {
+            for o in store.state() {
+                objs.push((kind, o));
+            }
+        }
+        // Oldest first: a rebuilt queue keeps submission order.
+        objs.sort_by(|(_, a), (_, b)| {
+            (
+                a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                a.namespace(),
+                a.name_any(),
+            )
+                .cmp(&(
+                    b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    b.namespace(),
+                    b.name_any(),
+                ))
+        });
+        for (kind, obj) in objs {
+            let Some(uid) = obj.uid() else { continue };
+            let ns = obj.namespace().unwrap_or_default();
+            if obj.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            if !self.jobs.contains_key(&uid) && !self.covered(&ns) {
+                continue;
+            }
+            seen.insert(uid.clone());
+            let value = match serde_json::to_value(obj.as_ref()) {
+                Ok(v) => v,
+                Err(_) => continue,
+            };
+            // The hub copy never runs: suspend what the webhook missed (or a user un-suspended).
+            if value.pointer(kind.suspend_pointer()) != Some(&Value::Bool(true)) {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.hub.clone(), &ns, &kinds::api_resource(kind));
+                match api
+                    .patch(
+                        &obj.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(intake::suspend_merge_patch(kind)),
+                    )
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!(kind = %kind, job = %format!("{ns}/{}", obj.name_any()), "suspended on the hub")
+                    }
+                    Err(e) => {
+                        tracing::warn!(kind = %kind, job = %format!("{ns}/{}", obj.name_any()), error = %e, "could not suspend")
+                    }
+                }
+            }
+            let generation = obj.metadata.generation.unwrap_or(0);
+            let changed = match self.jobs.get(&uid) {
+                None => true,
+                Some(t) => {
+                    t.generation != generation
+                        && t.id.is_none_or(|id| {
+                            !matches!(
+                                self.sched.state(id),
+                                JobState::Admitted { .. } | JobState::Finished
+                            )
+                        })
+                        && !t.status.state.is_terminal()
+                }
+            };
+            if !changed {
+                continue;
+            }
+            let submitted = obj
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second().max(0) as u64)
+                .unwrap_or(0);
+            let recorded = self.recorded(&ns, kind, &obj.name_any(), &uid);
+            let previous = self.jobs.remove(&uid);
+            if let Some(id) = previous.as_ref().and_then(|t| t.id) {
+                self.sched.finish(id);
+                self.by_id.remove(&id);
+            }
+            let mut t = Tracked {
+                kind,
+                namespace: ns.clone(),
+                name: obj.name_any(),
+                api_version: obj
+                    .types
+                    .as_ref()
+                    .map(|t| t.api_version.clone())
+                    .unwrap_or_else(|| kind.api_version().into()),
+                generation,
+                workload: None,
+                id: None,
+                status: previous
+                    .as_ref()
+                    .map(|p| p.status.clone())
+                    .or_else(|| recorded.clone())
+                    .unwrap_or_default(),
+                written: previous
+                    .as_ref()
+                    .and_then(|p| p.written.clone())
+                    .or_else(|| recorded.clone()),
+                synced_status: None,
+                last_create: None,
+            };
+            let mut events: Vec<(bool, &str, String)> = Vec::new();
+            match interpret(&value) {
+                Err(e) => {
+                    t.status.state = QueuedJobState::Rejected;
+                    t.status.reason = Some(format!("malformed: {e}"));
+                    events.push((
+                        true,
+                        "Malformed",
+                        format!("muster cannot read this job: {e}"),
+                    ));
+                }
+                Ok(w) => {
+                    let rec =
+                        recorded.filter(|r| r.state.holds_capacity() || r.state.is_terminal());
+                    match rec {
+                        Some(r) if r.state.is_terminal() => {
+                            // Finished in an earlier run: nothing to queue.
+                            t.status = r;
+                        }
+                        Some(r) => {
+                            let cluster = r.cluster.clone().unwrap_or_default();
+                            match self.sched.restore(&w, submitted, &cluster, &r.placement) {
+                                Submitted::Queued(id) | Submitted::Inadmissible(id, _) => {
+                                    t.id = Some(id);
+                                    tracing::info!(job = %t.label(), cluster = %cluster, state = r.state.as_str(), "restored an admitted job");
+                                }
+                                Submitted::Ignored(_) => {}
+                            }
+                        }
+                        None => match self.sched.submit(&w, submitted) {
+                            Submitted::Queued(id) => {
+                                t.id = Some(id);
+                                t.status.state = QueuedJobState::Queued;
+                                t.status.cluster = None;
+                                t.status.placement.clear();
+                                if previous.is_none() {
+                                    events.push((
+                                        false,
+                                        "Queued",
+                                        format!("queued in {}", self.sched.queue_name(id)),
+                                    ));
+                                }
+                            }
+                            Submitted::Inadmissible(id, reason) => {
+                                t.id = Some(id);
+                                t.status.state = QueuedJobState::Rejected;
+                                t.status.reason = Some(reason.clone());
+                                events.push((true, "Inadmissible", reason));
+                            }
+                            Submitted::Ignored(_) => continue,
+                        },
+                    }
+                    t.workload = Some(w);
+                }
+            }
+            if let Some(id) = t.id {
+                self.by_id.insert(id, uid.clone());
+                t.status.queue = Some(self.sched.queue_name(id).to_string());
+                t.status.priority = Some(self.sched.priority(id));
+            }
+            self.jobs.insert(uid.clone(), t);
+            for (warn, reason, note) in events {
+                self.event(&uid, warn, reason, note).await;
+            }
+        }
+        // Deleted hub jobs: free their quota and capacity, delete their member copy.
+        let gone: Vec<String> = self
+            .jobs
+            .keys()
+            .filter(|u| !seen.contains(*u))
+            .cloned()
+            .collect();
+        for uid in gone {
+            let Some(t) = self.jobs.remove(&uid) else {
+                continue;
+            };
+            if let Some(cluster) = t.status.cluster.clone()
+                && (t.status.state.holds_capacity() || t.status.state.is_terminal())
+                && let Some(m) = self.members.get(&cluster)
+            {
+                match dispatch::delete(&m.client, t.kind, &t.namespace, &t.name, &uid).await {
+                    Ok(deleted) => {
+                        tracing::info!(job = %t.label(), %cluster, deleted, "hub job deleted; member copy removed")
+                    }
+                    Err(e) => {
+                        tracing::warn!(job = %t.label(), %cluster, error = %e, "could not delete the member copy; will retry");
+                        // Keep tracking it so that the deletion is retried.
+                        self.jobs.insert(uid, t);
+                        continue;
+                    }
+                }
+            }
+            if let Some(id) = t.id {
+                self.sched.finish(id);
+                self.by_id.remove(&id);
+            }
+            tracing::info!(job = %t.label(), "hub job gone");
+        }
+    }
+
+    async fn apply(&mut self, d: Decision) {
+        match d {
+            Decision::Admit { job, cluster, .. } => {
+                let Some(uid) = self.by_id.get(&job).cloned() else {
+                    return;
+                };
+                let plan = self.sched.plan(job).map(|(_, p)| p).unwrap_or_default();
+                let Some(t) = self.jobs.get_mut(&uid) else {
+                    return;
+                };
+                t.status.state = QueuedJobState::Admitted;
+                t.status.cluster = Some(cluster.clone());
+                t.status.placement = plan.clone();
+                t.status.admitted_at = Some(now_rfc3339());
+                t.status.dispatched_at = None;
+                t.status.pods = None;
+                t.status.reason = Some(format!("admitted to {cluster}"));
+                // The admission is durable before anything is created on the member.
+                if let Err(e) = self.write_status(&uid).await {
+                    tracing::warn!(job = %uid, error = %e, "could not record the admission; requeued");
+                    self.sched
+                        .requeue(job, &format!("could not record the admission: {e}"));
+                    if let Some(t) = self.jobs.get_mut(&uid) {
+                        t.status.state = QueuedJobState::Queued;
+                        t.status.cluster = None;
+                        t.status.placement.clear();
+                    }
+                    return;
+                }
+                let nodes: Vec<String> = plan
+                    .values()
+                    .flat_map(|m| m.iter().map(|(n, k)| format!("{n}×{k}")))
+                    .collect();
+                self.event(
+                    &uid,
+                    false,
+                    "Admitted",
+                    format!(
+                        "admitted to {cluster}, pods planned on {}",
+                        nodes.join(", ")
+                    ),
+                )
+                .await;
+                self.dispatch(&uid).await;
+            }
+            Decision::Preempt { job, by, reason } => {
+                let Some(uid) = self.by_id.get(&job).cloned() else {
+                    return;
+                };
+                let by_label = self.sched.job_label(by);
+                if let Some(t) = self.jobs.get(&uid)
+                    && let Some(cluster) = t.status.cluster.clone()
+                    && let Some(m) = self.members.get(&cluster)
+                    && let Err(e) =
+                        dispatch::delete(&m.client, t.kind, &t.namespace, &t.name, &uid).await
+                {
+                    tracing::warn!(job = %t.label(), error = %e, "could not delete a preempted copy");
+                }
+                if let Some(t) = self.jobs.get_mut(&uid) {
+                    t.status.state = QueuedJobState::Queued;
+                    t.status.cluster = None;
+                    t.status.placement.clear();
+                    t.status.pods = None;
+                    t.status.requeues += 1;
+                    t.status.reason =
+                        Some(format!("preempted so that {by_label} can run: {reason}"));
+                }
+                self.event(
+                    &uid,
+                    true,
+                    "Preempted",
+                    format!("taken back so that {by_label} can run: {reason}"),
+                )
+                .await;
+            }
+            Decision::Wait { job, reason } => {
+                if let Some(uid) = self.by_id.get(&job).cloned()
+                    && let Some(t) = self.jobs.get_mut(&uid)
+                {
+                    t.status.reason = Some(reason);
+                }
+            }
+        }
+    }
+
+    /// Creates the member copy of an admitted job (idempotent).
+    async fn dispatch(&mut self, uid: &str) {
+        let Some(t) = self.jobs.get(uid) else { return };
+        let (Some(cluster), Some(w)) = (t.status.cluster.clone(), t.workload.clone()) else {
+            return;
+        };
+        let Some(m) = self.members.get(&cluster) else {
+            tracing::warn!(job = %t.label(), %cluster, "member not connected; dispatch retried later");
+            return;
+        };
+        let kind = t.kind;
+        let key =
+            reflector::ObjectRef::<DynamicObject>::new_with(&t.name, kinds::api_resource(kind))
+                .within(&t.namespace);
+        let Some(hub_obj) = self.stores.jobs.get(&kind).and_then(|s| s.get(&key)) else {
+            return;
+        };
+        let Ok(hub_value) = serde_json::to_value(hub_obj.as_ref()) else {
+            return;
+        };
+        let copy =
+            dispatch::member_copy(&hub_value, &w, uid, &self.opts.origin, &t.status.placement);
+        let result = dispatch::create(&m.client, &cluster, kind, &copy).await;
+        let Some(t) = self.jobs.get_mut(uid) else {
+            return;
+        };
+        t.last_create = Some(Instant::now());
+        match result {
+            Ok(_) => {
+                if t.status.state == QueuedJobState::Admitted {
+                    t.status.state = QueuedJobState::Dispatched;
+                    t.status.dispatched_at = Some(now_rfc3339());
+                    t.status.reason =
+                        Some(format!("dispatched to {cluster}; waiting for its pods"));
+                    tracing::info!(job = %t.label(), %cluster, "dispatched");
+                    self.event(uid, false, "Dispatched", format!("created in {cluster}"))
+                        .await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(job = %t.label(), %cluster, reason = e.reason(), error = %e, "dispatch failed");
+                t.status.reason = Some(format!("dispatch to {cluster} failed: {e}"));
+                self.event(uid, true, "DispatchFailed", format!("{cluster}: {e}"))
+                    .await;
+            }
+        }
+    }
+
+    /// Follows every dispatched job on its member: pods, outcome, status back to the hub.
+    async fn sync_dispatched(&mut self) {
+        let uids: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, t)| t.status.state.holds_capacity())
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uid in uids {
+            let Some(t) = self.jobs.get(&uid) else {
+                continue;
+            };
+            let Some(cluster) = t.status.cluster.clone() else {
+                continue;
+            };
+            let Some(m) = self.members.get(&cluster) else {
+                continue;
+            };
+            if !m.synced() {
+                continue;
+            }
+            let kind = t.kind;
+            let copy = m.copy_of(kind, &uid);
+            let Some(copy) = copy else {
+                // Not created yet, or not seen yet: create (idempotent), at most every 5 s.
+                if t.last_create
+                    .is_none_or(|at| at.elapsed() > Duration::from_secs(5))
+                {
+                    self.dispatch(&uid).await;
+                }
+                continue;
+            };
+            let expected = t
+                .workload
+                .as_ref()
+                .map(|w| w.pod_count() as u32)
+                .unwrap_or(0);
+            let pods_all = m.pods.state();
+            let pods = members::pods_of(&pods_all, &uid);
+            let Ok(copy_value) = serde_json::to_value(copy.as_ref()) else {
+                continue;
+            };
+            let observed = status::observe(kind, &copy_value, &pods, expected);
+            // Once every pod is bound, the reservation becomes where the pods really are.
+            let (scheduled, _) = status::pod_counts(&pods);
+            if expected > 0
+                && scheduled == expected
+                && let Some(id) = t.id
+            {
+                let mut plan: Plan = BTreeMap::new();
+                for p in &pods {
+                    let comp = p.labels().get(COMPONENT_LABEL).cloned().unwrap_or_default();
+                    if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                        *plan.entry(comp).or_default().entry(node).or_insert(0) += 1;
+                    }
+                }
+                self.sched.rebind(id, &plan);
+            }
+            let member_status = copy_value.get("status").cloned();
+            let Some(t) = self.jobs.get_mut(&uid) else {
+                continue;
+            };
+            let before = t.status.state;
+            match &observed {
+                Observed::Starting { scheduled, running } => {
+                    t.status.pods = Some(PodCounts {
+                        expected,
+                        scheduled: *scheduled,
+                        running: *running,
+                    });
+                    if before == QueuedJobState::Running || before == QueuedJobState::Admitted {
+                        t.status.state = QueuedJobState::Dispatched;
+                    }
+                    t.status.reason = Some(format!(
+                        "dispatched to {cluster}: {running}/{expected} pods running, {scheduled} scheduled"
+                    ));
+                }
+                Observed::Running { scheduled, running } => {
+                    t.status.pods = Some(PodCounts {
+                        expected,
+                        scheduled: *scheduled,
+                        running: *running,
+                    });
+                    t.status.state = QueuedJobState::Running;
+                    t.status.reason =
+                        Some(format!("running on {cluster}: {running}/{expected} pods"));
+                }
+                Observed::Succeeded => {
+                    t.status.state = QueuedJobState::Finished;
+                    t.status.reason = Some(format!("succeeded on {cluster}"));
+                }
+                Observed::Failed(msg) => {
+                    t.status.state = QueuedJobState::Failed;
+                    t.status.reason = Some(format!("failed on {cluster}: {msg}"));
+                }
+            }
+            let after = t.status.state;
+            if after.is_terminal()
+                && let Some(id) = t.id
+            {
+                // Frees quota and capacity for the next cycle.
+                self.sched.finish(id);
+            }
+            let sync_hub = member_status.is_some() && t.synced_status != member_status;
+            let (ns, name, label) = (t.namespace.clone(), t.name.clone(), t.label());
+            let hub_key =
+                reflector::ObjectRef::<DynamicObject>::new_with(&name, kinds::api_resource(kind))
+                    .within(&ns);
+            let hub_status = self
+                .stores
+                .jobs
+                .get(&kind)
+                .and_then(|s| s.get(&hub_key))
+                .and_then(|o| o.data.get("status").cloned());
+            if sync_hub && let Some(st) = member_status {
+                let patch = status::replace_patch(hub_status.as_ref(), &st);
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.hub.clone(), &ns, &kinds::api_resource(kind));
+                match api
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": patch})),
+                    )
+                    .await
+                {
+                    Ok(_) => {
+                        if let Some(t) = self.jobs.get_mut(&uid) {
+                            t.synced_status = Some(st);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(job = %label, error = %e, "hub job status not updated")
+                    }
+                }
+            }
+            if before != after {
+                tracing::info!(job = %label, from = before.as_str(), to = after.as_str(), "state");
+                let note = self
+                    .jobs
+                    .get(&uid)
+                    .and_then(|t| t.status.reason.clone())
+                    .unwrap_or_default();
+                self.event(&uid, after == QueuedJobState::Failed, after.as_str(), note)
+                    .await;
+            }
+        }
+    }
+
+    /// Why each queued job waits, as the core says.
+    fn sync_reasons(&mut self) {
+        for t in self.jobs.values_mut() {
+            let Some(id) = t.id else { continue };
+            if let Some(q) = Some(self.sched.queue_name(id).to_string()) {
+                t.status.queue = Some(q);
+            }
+            t.status.priority = Some(self.sched.priority(id));
+            match self.sched.state(id) {
+                JobState::Pending => {
+                    if t.status.state != QueuedJobState::Queued {
+                        t.status.state = QueuedJobState::Queued;
+                    }
+                    if let Some(r) = self.sched.reason(id) {
+                        t.status.reason = Some(r);
+                    } else if t.status.reason.is_none() {
+                        t.status.reason = Some("waiting for the next admission cycle".into());
+                    }
+                }
+                JobState::Inadmissible(r) => {
+                    t.status.state = QueuedJobState::Rejected;
+                    if !r.is_empty() {
+                        t.status.reason = Some(r.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    async fn write_status(&mut self, uid: &str) -> Result<(), kube::Error> {
+        let Some(t) = self.jobs.get(uid) else {
+            return Ok(());
+        };
+        let api: Api<QueuedJob> = Api::namespaced(self.hub.clone(), &t.namespace);
+        let name = queued_job_name(t.kind, &t.name);
+        let mut status = t.status.clone();
+        if t.written.as_ref().map(|w| w.state) != Some(status.state) {
+            status.last_transition = Some(now_rfc3339());
+        } else if let Some(w) = &t.written {
+            status.last_transition = w.last_transition.clone();
+        }
+        if t.written.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        if t.written.is_none() {
+            let mut qj = QueuedJob::new(
+                &name,
+                QueuedJobSpec {
+                    job_ref: JobRef {
+                        api_version: t.api_version.clone(),
+                        kind: t.kind.as_str().into(),
+                        name: t.name.clone(),
+                        uid: uid.to_string(),
+                    },
+                },
+            );
+            qj.metadata.namespace = Some(t.namespace.clone());
+            qj.metadata.owner_references = Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: t.api_version.clone(),
+                    kind: t.kind.as_str().into(),
+                    name: t.name.clone(),
+                    uid: uid.to_string(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(false),
+                },
+            ]);
+            api.patch(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&qj),
+            )
+            .await?;
+        }
+        let body =
+            json!({"apiVersion": "muster.dev/v1alpha1", "kind": "QueuedJob", "status": status});
+        api.patch_status(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+        if let Some(t) = self.jobs.get_mut(uid) {
+            t.status.last_transition = status.last_transition.clone();
+            t.written = Some(status);
+        }
+        Ok(())
+    }
+
+    async fn write_statuses(&mut self) {
+        let dirty: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, t)| {
+                t.written.as_ref().is_none_or(|w| {
+                    let mut a = w.clone();
+                    a.last_transition = None;
+                    let mut b = t.status.clone();
+                    b.last_transition = None;
+                    a != b
+                })
+            })
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uid in dirty {
+            let prev = self
+                .jobs
+                .get(&uid)
+                .and_then(|t| t.written.as_ref().map(|w| w.state));
+            if let Err(e) = self.write_status(&uid).await {
+                tracing::warn!(job = %uid, error = %e, "could not write QueuedJob status");
+                continue;
+            }
+            // Queued ↔ Rejected transitions get their Event here (others where they happen).
+            if let Some(t) = self.jobs.get(&uid) {
+                let now = t.status.state;
+                if prev.is_some() && prev != Some(now) && matches!(now, QueuedJobState::Queued) {
+                    let note = t.status.reason.clone().unwrap_or_default();
+                    self.event(&uid, false, "Requeued", note).await;
+                }
+            }
+        }
+        let _ = self.epoch;
+    }
+}

@@ -1,0 +1,226 @@
+//! Status: what a dispatched job's member copy and its pods say, reduced to a muster state
+//! (Running only when every expected pod runs; Finished/Failed as the member's own controller
+//! says). Pure: reads objects, never writes.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+
+use crate::workload::JobKind;
+
+/// A member copy as observed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observed {
+    /// The copy exists; not every pod runs (yet).
+    Starting {
+        scheduled: u32,
+        running: u32,
+    },
+    /// Every expected pod is Running.
+    Running {
+        scheduled: u32,
+        running: u32,
+    },
+    Succeeded,
+    Failed(String),
+}
+
+fn condition_true<'a>(status: &'a Value, types: &[&str]) -> Option<&'a Value> {
+    status.get("conditions")?.as_array()?.iter().find(|c| {
+        c.get("status").and_then(Value::as_str) == Some("True")
+            && c.get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| types.contains(&t))
+    })
+}
+
+fn message(c: &Value) -> String {
+    let reason = c.get("reason").and_then(Value::as_str).unwrap_or("");
+    let msg = c.get("message").and_then(Value::as_str).unwrap_or("");
+    match (reason.is_empty(), msg.is_empty()) {
+        (false, false) => format!("{reason}: {msg}"),
+        (false, true) => reason.to_string(),
+        _ => msg.to_string(),
+    }
+}
+
+/// The outcome the member's controller reports, if the job is over.
+pub fn outcome(kind: JobKind, copy: &Value) -> Option<Observed> {
+    let status = copy.get("status")?;
+    match kind {
+        JobKind::RayJob => {
+            let deployment = status.get("jobDeploymentStatus").and_then(Value::as_str);
+            let job = status.get("jobStatus").and_then(Value::as_str);
+            match (deployment, job) {
+                (_, Some("SUCCEEDED")) => Some(Observed::Succeeded),
+                (_, Some("FAILED") | Some("STOPPED")) | (Some("Failed"), _) => {
+                    Some(Observed::Failed(
+                        status
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("RayJob failed")
+                            .to_string(),
+                    ))
+                }
+                _ => None,
+            }
+        }
+        JobKind::RayCluster => None,
+        _ => {
+            let (ok, bad): (&[&str], &[&str]) = match kind {
+                JobKind::Job => (&["Complete"], &["Failed"]),
+                JobKind::JobSet => (&["Completed"], &["Failed"]),
+                _ => (&["Succeeded"], &["Failed"]),
+            };
+            if condition_true(status, ok).is_some() {
+                Some(Observed::Succeeded)
+            } else {
+                condition_true(status, bad).map(|c| Observed::Failed(message(c)))
+            }
+        }
+    }
+}
+
+/// Pods bound to a node and pods Running, among a job's pods.
+pub fn pod_counts(pods: &[&Arc<Pod>]) -> (u32, u32) {
+    let mut scheduled = 0;
+    let mut running = 0;
+    for p in pods {
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded") | Some("Failed")) {
+            continue;
+        }
+        if p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty())
+        {
+            scheduled += 1;
+        }
+        if phase == Some("Running") && p.metadata.deletion_timestamp.is_none() {
+            running += 1;
+        }
+    }
+    (scheduled, running)
+}
+
+/// The state of a dispatched job from its member copy and its pods (`expected` pods in all).
+pub fn observe(kind: JobKind, copy: &Value, pods: &[&Arc<Pod>], expected: u32) -> Observed {
+    if let Some(o) = outcome(kind, copy) {
+        return o;
+    }
+    let (scheduled, running) = pod_counts(pods);
+    if expected > 0 && running >= expected {
+        Observed::Running { scheduled, running }
+    } else {
+        Observed::Starting { scheduled, running }
+    }
+}
+
+/// A JSON merge patch that turns `old` into exactly `new` (keys only in `old` become `null`, at
+/// every depth): plain merge patches keep stale fields, which the API server may reject as
+/// inconsistent (a finished batch Job with `active > 0`).
+pub fn replace_patch(old: Option<&Value>, new: &Value) -> Value {
+    match (old, new) {
+        (Some(Value::Object(o)), Value::Object(n)) => {
+            let mut out = serde_json::Map::new();
+            for (k, v) in n {
+                out.insert(k.clone(), replace_patch(o.get(k), v));
+            }
+            for k in o.keys() {
+                if !n.contains_key(k) {
+                    out.insert(k.clone(), Value::Null);
+                }
+            }
+            Value::Object(out)
+        }
+        _ => new.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(node: Option<&str>, phase: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "p"},
+                "spec": {"nodeName": node, "containers": []},
+                "status": {"phase": phase}
+            }))
+            .expect("pod"),
+        )
+    }
+
+    #[test]
+    fn running_only_when_every_pod_runs() {
+        let copy = json!({"status": {}});
+        let a = pod(Some("n"), "Running");
+        let b = pod(Some("n"), "Pending");
+        let c = pod(None, "Pending");
+        assert_eq!(
+            observe(JobKind::PyTorchJob, &copy, &[&a, &b, &c], 3),
+            Observed::Starting {
+                scheduled: 2,
+                running: 1
+            }
+        );
+        let b2 = pod(Some("n"), "Running");
+        let c2 = pod(Some("m"), "Running");
+        assert_eq!(
+            observe(JobKind::PyTorchJob, &copy, &[&a, &b2, &c2], 3),
+            Observed::Running {
+                scheduled: 3,
+                running: 3
+            }
+        );
+    }
+
+    #[test]
+    fn replace_patch_nulls_stale_fields() {
+        let old = json!({"active": 2, "uncounted": {"succeeded": ["a"]}, "conditions": [1]});
+        let new = json!({"succeeded": 2, "uncounted": {}, "conditions": [2]});
+        let p = replace_patch(Some(&old), &new);
+        assert_eq!(
+            p,
+            json!({"active": null, "succeeded": 2, "uncounted": {"succeeded": null}, "conditions": [2]})
+        );
+        let mut merged = old.clone();
+        json_patch::merge(&mut merged, &p);
+        assert_eq!(merged, new);
+    }
+
+    #[test]
+    fn outcomes_per_kind() {
+        let done = |t: &str| json!({"status": {"conditions": [{"type": t, "status": "True", "reason": "R", "message": "m"}]}});
+        assert_eq!(
+            outcome(JobKind::Job, &done("Complete")),
+            Some(Observed::Succeeded)
+        );
+        assert_eq!(outcome(JobKind::Job, &done("Succeeded")), None);
+        assert_eq!(
+            outcome(JobKind::PyTorchJob, &done("Succeeded")),
+            Some(Observed::Succeeded)
+        );
+        assert_eq!(
+            outcome(JobKind::JobSet, &done("Completed")),
+            Some(Observed::Succeeded)
+        );
+        assert_eq!(
+            outcome(JobKind::MPIJob, &done("Failed")),
+            Some(Observed::Failed("R: m".into()))
+        );
+        let ray = json!({"status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}});
+        assert_eq!(outcome(JobKind::RayJob, &ray), Some(Observed::Succeeded));
+        assert_eq!(
+            outcome(
+                JobKind::PyTorchJob,
+                &json!({"status": {"conditions": [{"type": "Failed", "status": "False"}]}})
+            ),
+            None
+        );
+    }
+}

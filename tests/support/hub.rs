@@ -1,0 +1,343 @@
+//! Helpers for end-to-end tests of the hub controller on the local fleet: installs muster's CRDs
+//! on the hub, registers the three members (kubeconfig Secrets + MemberClusters), writes the
+//! quota tree, and runs `muster controller` as a child process (killed on drop, log kept).
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use muster::controller::crd::{QueuedJob, QueuedJobState};
+use serde_json::{Value, json};
+
+use super::fleet::{self, MEMBERS, kubeconfig_path, wait_for};
+
+pub const CONTROLLER_NS: &str = "muster-system";
+
+/// Installs muster's CRDs on the hub and waits until they are served.
+pub async fn install_crds(hub: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(hub.clone());
+    for crd in muster::controller::crd::all_crds() {
+        let name = crd.metadata.name.clone().expect("crd name");
+        api.patch(
+            &name,
+            &PatchParams::apply("muster-test").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
+        let api = api.clone();
+        wait_for(
+            &format!("CRD {name} established"),
+            Duration::from_secs(30),
+            || {
+                let (api, name) = (api.clone(), name.clone());
+                async move {
+                    let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+                    let ok = crd
+                        .status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True");
+                    if ok {
+                        Ok(())
+                    } else {
+                        Err("not established".into())
+                    }
+                }
+            },
+        )
+        .await;
+    }
+}
+
+async fn ensure_namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    api.patch(name, &PatchParams::apply("muster-test"), &Patch::Apply(&ns))
+        .await
+        .unwrap_or_else(|e| panic!("namespace {name}: {e}"));
+}
+
+/// Secrets with the members' kubeconfigs and a MemberCluster for each, labelled like the
+/// example fleet (region, tier).
+pub async fn register_members(hub: &Client) {
+    ensure_namespace(hub, CONTROLLER_NS).await;
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), CONTROLLER_NS);
+    let mcs: Api<DynamicObject> = fleet::dynamic_api(
+        hub,
+        "muster.dev/v1alpha1",
+        "MemberCluster",
+        "memberclusters",
+        None,
+    );
+    for (m, region, tier) in [
+        ("member-a", "eu", "small"),
+        ("member-b", "eu", "medium"),
+        ("member-c", "us", "large"),
+    ] {
+        let text = std::fs::read_to_string(kubeconfig_path(m)).expect("member kubeconfig");
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("{m}-kubeconfig"), "namespace": CONTROLLER_NS},
+            "stringData": {"kubeconfig": text}
+        });
+        secrets
+            .patch(
+                &format!("{m}-kubeconfig"),
+                &PatchParams::apply("muster-test").force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("secret for {m}: {e}"));
+        let mc = json!({
+            "apiVersion": "muster.dev/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": m, "labels": {"region": region, "tier": tier}},
+            "spec": {"kubeconfigSecretRef": {"name": format!("{m}-kubeconfig")}}
+        });
+        mcs.patch(
+            m,
+            &PatchParams::apply("muster-test").force(),
+            &Patch::Apply(&mc),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("MemberCluster {m}: {e}"));
+    }
+}
+
+/// Writes the ElasticQuotaTree `muster-e2e` in kube-system (replacing any earlier one).
+pub async fn apply_tree(hub: &Client, root: Value) -> kube::Result<DynamicObject> {
+    let api = fleet::dynamic_api(
+        hub,
+        "scheduling.sigs.k8s.io/v1beta1",
+        "ElasticQuotaTree",
+        "elasticquotatrees",
+        Some("kube-system"),
+    );
+    let tree = json!({
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+        "metadata": {"name": "muster-e2e", "namespace": "kube-system"},
+        "spec": {"root": root}
+    });
+    api.patch(
+        "muster-e2e",
+        &PatchParams::apply("muster-test").force(),
+        &Patch::Apply(&tree),
+    )
+    .await
+}
+
+/// Removes every ElasticQuotaTree in kube-system and muster's webhook registration (left over
+/// by an earlier run that was killed).
+pub async fn reset_hub(hub: &Client) {
+    let api = fleet::dynamic_api(
+        hub,
+        "scheduling.sigs.k8s.io/v1beta1",
+        "ElasticQuotaTree",
+        "elasticquotatrees",
+        Some("kube-system"),
+    );
+    if let Ok(list) = api.list(&Default::default()).await {
+        for t in list.items {
+            if let Some(n) = t.metadata.name {
+                let _ = api.delete(&n, &DeleteParams::default()).await;
+            }
+        }
+    }
+    delete_webhook(hub).await;
+}
+
+pub async fn delete_webhook(hub: &Client) {
+    let mwc: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+        Api::all(hub.clone());
+    let _ = mwc.delete("muster", &DeleteParams::default()).await;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A running `muster controller`; killed (SIGKILL) when dropped.
+pub struct Controller {
+    pub child: Child,
+    pub log: PathBuf,
+    pub http: u16,
+    pub webhook: u16,
+}
+
+impl Controller {
+    /// Starts the controller against the fleet's hub with its webhook registered on loopback,
+    /// and waits until /readyz answers.
+    pub async fn start(tag: &str, extra: &[&str]) -> Controller {
+        let http = free_port();
+        let webhook = free_port();
+        let dir = fleet::repo_root().join("target").join("e2e");
+        std::fs::create_dir_all(&dir).expect("target/e2e");
+        let log = dir.join(format!("controller-{tag}-{}.log", std::process::id()));
+        let out = File::create(&log).expect("log file");
+        let err = out.try_clone().expect("log file");
+        let certs = dir.join(format!("certs-{tag}-{}", std::process::id()));
+        let mut args: Vec<String> = vec![
+            "controller".into(),
+            "--kubeconfig".into(),
+            kubeconfig_path("hub").display().to_string(),
+            "--namespace".into(),
+            CONTROLLER_NS.into(),
+            "--http-addr".into(),
+            format!("127.0.0.1:{http}"),
+            "--webhook-addr".into(),
+            format!("127.0.0.1:{webhook}"),
+            "--webhook-url".into(),
+            format!("https://127.0.0.1:{webhook}/mutate"),
+            "--webhook-cert-dir".into(),
+            certs.display().to_string(),
+            "--resync-seconds".into(),
+            "2".into(),
+            "--instance".into(),
+            tag.into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = Command::new(env!("CARGO_BIN_EXE_muster"))
+            .args(&args)
+            .env("RUST_LOG", "info,kube=warn,muster=debug")
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("starting muster controller");
+        let c = Controller {
+            child,
+            log,
+            http,
+            webhook,
+        };
+        let url = format!("http://127.0.0.1:{http}/readyz");
+        let log = c.log.clone();
+        wait_for(
+            &format!("controller ready (log {})", log.display()),
+            Duration::from_secs(60),
+            || {
+                let url = url.clone();
+                async move {
+                    let ok = tokio::task::spawn_blocking(move || http_get_ok(&url))
+                        .await
+                        .unwrap_or(false);
+                    if ok { Ok(()) } else { Err("not ready".into()) }
+                }
+            },
+        )
+        .await;
+        c
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP GET that says whether the answer was 200.
+pub fn http_get_ok(url: &str) -> bool {
+    use std::io::{Read, Write};
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let Ok(mut s) = std::net::TcpStream::connect(host) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if write!(s, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    buf.starts_with("HTTP/1.1 200") || buf.starts_with("HTTP/1.0 200")
+}
+
+/// The QueuedJob of a hub job.
+pub async fn queued_job(hub: &Client, ns: &str, kind: &str, name: &str) -> Option<QueuedJob> {
+    let api: Api<QueuedJob> = Api::namespaced(hub.clone(), ns);
+    api.get_opt(&format!("{}-{name}", kind.to_lowercase()))
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Waits until the QueuedJob of a hub job is in `state`; returns it.
+pub async fn wait_queued_state(
+    hub: &Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    state: QueuedJobState,
+    timeout: Duration,
+) -> QueuedJob {
+    wait_for(
+        &format!("{kind} {ns}/{name} to be {state:?}"),
+        timeout,
+        || async move {
+            match queued_job(hub, ns, kind, name).await {
+                Some(q) if q.status.as_ref().map(|s| s.state) == Some(state) => Ok(q),
+                Some(q) => Err(format!("status: {:?}", q.status)),
+                None => Err("no QueuedJob".into()),
+            }
+        },
+    )
+    .await
+}
+
+/// Which members hold a copy of `namespace/name` of this kind.
+pub async fn members_with(
+    api_version: &str,
+    kind: &str,
+    plural: &str,
+    ns: &str,
+    name: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in MEMBERS {
+        let c = fleet::client_for(m).await;
+        let api = fleet::dynamic_api(&c, api_version, kind, plural, Some(ns));
+        if let Ok(Some(_)) = api.get_opt(name).await {
+            out.push(m.to_string());
+        }
+    }
+    out
+}
+
+/// Events about an object on the hub, as "reason: note" lines.
+pub async fn events_for(hub: &Client, ns: &str, name: &str) -> Vec<String> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(hub.clone(), ns);
+    let list = api
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    list.into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default()
+            )
+        })
+        .collect()
+}
