@@ -49,7 +49,7 @@ mod tests {
         let r = api_resource(JobKind::Job);
         assert_eq!(
             (r.group.as_str(), r.api_version.as_str(), r.plural.as_str()),
-            ("", "batch/v1", "jobs")
+            ("batch", "batch/v1", "jobs")
         );
         let r = api_resource(JobKind::MPIJob);
         assert_eq!(
