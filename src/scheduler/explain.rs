@@ -50,13 +50,22 @@ pub struct Pending {
     /// Pending jobs before it in its queue (higher priority, or same priority and earlier).
     pub ahead: usize,
     pub strategy: Strategy,
-    /// StrictFIFO only: the head of the queue it waits behind (`namespace/name`).
-    pub blocked_by: Option<String>,
+    /// StrictFIFO only: the head of the queue it waits behind.
+    pub blocked_by: Option<HeadOfLine>,
     /// Leaf first, then up to the root; per node, the job's resources by name. `None` without
     /// a quota tree (nothing is limited).
     pub quota: Option<Vec<QuotaRow>>,
     /// Every member cluster, in name order, as it is now.
     pub clusters: Vec<ClusterFit>,
+}
+
+/// The head of a StrictFIFO queue, which every job behind it waits for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HeadOfLine {
+    /// `namespace/name`.
+    pub job: String,
+    /// Why the head itself waits (the scheduler's reason).
+    pub reason: Option<String>,
 }
 
 /// The quota check of one resource at one tree node: `used + request <= max`.
@@ -225,7 +234,10 @@ impl Scheduler {
                 .next()
                 .map(|(_, h)| *h)
                 .filter(|h| *h != job)
-                .map(|h| self.job_label(h))
+                .map(|h| HeadOfLine {
+                    job: self.job_label(h),
+                    reason: self.reason(h),
+                })
         } else {
             None
         };
@@ -606,10 +618,17 @@ impl Pending {
             .map(|c| c.cluster.as_str())
             .collect();
         if !fits.is_empty() {
-            return format!(
-                "quota allows it and it fits now on {}; the next admission cycle considers it",
-                fits.join(", ")
-            );
+            return if self.blocked_by.is_some() {
+                format!(
+                    "by itself it is within quota and fits now on {}",
+                    fits.join(", ")
+                )
+            } else {
+                format!(
+                    "quota allows it and it fits now on {}; the next admission cycle considers it",
+                    fits.join(", ")
+                )
+            };
         }
         let parts: Vec<String> = self.candidates().map(|c| c.describe()).collect();
         if parts.is_empty() {
@@ -628,7 +647,8 @@ impl Explanation {
         let s = match &self.status {
             Status::Pending(p) => match &p.blocked_by {
                 Some(h) => format!(
-                    "waiting behind {h} in StrictFIFO queue {}; {}",
+                    "waiting behind {} in StrictFIFO queue {}; {}",
+                    h.job,
                     self.queue,
                     p.own_issue(false)
                 ),
@@ -670,6 +690,13 @@ fn write_quota(f: &mut fmt::Formatter<'_>, rows: &[QuotaRow]) -> fmt::Result {
         {
             unlimited.push(&r.resource);
         }
+    }
+    if shown.is_empty() {
+        return writeln!(
+            f,
+            "Quota: nothing it asks for is limited on its path ({})",
+            unlimited.join(", ")
+        );
     }
     writeln!(
         f,
@@ -759,8 +786,12 @@ impl fmt::Display for Explanation {
                 if let Some(h) = &p.blocked_by {
                     writeln!(
                         f,
-                        "  the queue is StrictFIFO: nothing behind its head {h} is admitted before it"
+                        "  the queue is StrictFIFO: nothing behind its head {} is admitted before it",
+                        h.job
                     )?;
+                    if let Some(r) = &h.reason {
+                        writeln!(f, "  {} waits: {r}", h.job)?;
+                    }
                 }
                 writeln!(f, "  {}", p.own_issue(true))?;
                 if let Some(r) = p.reason.as_ref().filter(|r| !p.restates(r)) {
@@ -1197,15 +1228,32 @@ mod tests {
         let e = s.explain(small);
         let p = pending(&e);
         assert_eq!(p.ahead, 1);
-        assert_eq!(p.blocked_by.as_deref(), Some("team/big"));
+        let head = p.blocked_by.as_ref().expect("blocked by the head");
+        assert_eq!(head.job, "team/big");
+        let big_reason = "no cluster fits: m: worker needs nvidia.com/gpu 4 on one node; the most free on any node is 2";
+        assert_eq!(head.reason.as_deref(), Some(big_reason));
         assert!(
             matches!(p.clusters[0].fit, Fit::Fits { .. }),
             "small fits by itself"
         );
-        assert!(e.summary().starts_with("waiting behind team/big in StrictFIFO queue team; quota allows it and it fits now on m"), "{}", e.summary());
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("\n  team/big waits: {big_reason}\n")),
+            "{text}"
+        );
+        assert_eq!(
+            e.summary(),
+            "waiting behind team/big in StrictFIFO queue team; by itself it is within quota and fits now on m"
+        );
         assert_eq!(pending(&s.explain(big)).blocked_by, None);
+        // Capacity freed, no cycle yet: the head fits now and is next.
         s.finish(filler);
-        assert!(matches!(s.explain(big).status, Status::Pending(_)));
+        let e = s.explain(big);
+        assert_eq!(
+            e.summary(),
+            "waiting: quota allows it and it fits now on m; the next admission cycle considers it"
+        );
+        assert!(matches!(s.cycle().first(), Some(Decision::Admit { job, .. }) if *job == big));
     }
 
     #[test]
