@@ -219,13 +219,13 @@ impl Scheduler {
     fn explain_pending(&self, job: JobId) -> Pending {
         let j = &self.jobs[job];
         let shape = &self.shapes[j.shape];
+        // The queue's pending jobs are its classes' jobs: count those ordered before this one.
         let ahead = self
-            .jobs
+            .class_ids
             .iter()
-            .filter(|o| {
-                o.queue == j.queue && matches!(o.state, JobState::Pending) && o.order < j.order
-            })
-            .count();
+            .filter(|((q, _), _)| *q == j.queue)
+            .map(|(_, &c)| self.classes[c].jobs.range(..(j.order, job)).count())
+            .sum();
         let strategy = self.queues.strategy(j.queue);
         let blocked_by = if strategy == Strategy::StrictFIFO {
             self.classes[j.class]
@@ -1254,6 +1254,30 @@ mod tests {
             "waiting: quota allows it and it fits now on m; the next admission cycle considers it"
         );
         assert!(matches!(s.cycle().first(), Some(Decision::Admit { job, .. }) if *job == big));
+    }
+
+    #[test]
+    fn jobs_ahead_count_across_shapes_in_the_queue_only() {
+        let mut s = Scheduler::new(Config::default());
+        s.set_cluster(&cluster("m", 1, "2"));
+        s.set_priority_classes([("high".to_string(), 100)].into_iter().collect());
+        let filler = queued(&mut s, &pytorch("team", "filler", 1, 2, &[]), 0);
+        s.cycle();
+        // Different shapes (so different classes) in one BestEffortFIFO queue, and another queue.
+        let a = queued(&mut s, &pytorch("team", "a", 1, 1, &[]), 1);
+        let b = queued(&mut s, &pytorch("team", "b", 2, 1, &[]), 2);
+        let c = queued(&mut s, &pytorch("team", "c", 1, 2, &[]), 3);
+        let other = queued(&mut s, &pytorch("other", "x", 1, 1, &[]), 0);
+        let mut w = pytorch("team", "urgent", 1, 1, &[]);
+        w.priority_class_names.insert("high".into());
+        let urgent = queued(&mut s, &w, 4);
+        s.cycle();
+        let ahead = |id| pending(&s.explain(id)).ahead;
+        assert_eq!(
+            [ahead(urgent), ahead(a), ahead(b), ahead(c), ahead(other)],
+            [0, 1, 2, 3, 0]
+        );
+        assert!(matches!(s.explain(filler).status, Status::Admitted(_)));
     }
 
     #[test]
