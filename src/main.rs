@@ -29,6 +29,10 @@ enum Command {
         /// Output format.
         #[arg(long, short, value_enum, default_value_t = Output::Table)]
         output: Output,
+        /// Explain why this job waits (repeatable): when it first waits, when it is dispatched
+        /// and at the end of the run.
+        #[arg(long, value_name = "NAMESPACE/NAME")]
+        explain: Vec<String>,
     },
     /// Run the hub controller (suspend, queue, admit, dispatch, sync status).
     Controller(Box<ControllerArgs>),
@@ -115,7 +119,11 @@ impl sim::Progress for StderrProgress {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Sim { scenario, output } => run_sim(scenario.as_deref(), output),
+        Command::Sim {
+            scenario,
+            output,
+            explain,
+        } => run_sim(scenario.as_deref(), output, &explain),
         Command::Controller(args) => run_controller(*args),
         Command::Crds => match muster::controller::crd::crds_yaml() {
             Ok(y) => {
@@ -200,7 +208,7 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
     }
 }
 
-fn run_sim(path: Option<&str>, output: Output) -> ExitCode {
+fn run_sim(path: Option<&str>, output: Output, explain: &[String]) -> ExitCode {
     let (file, text) = match path {
         None => (
             "<embedded default>".to_string(),
@@ -225,7 +233,7 @@ fn run_sim(path: Option<&str>, output: Output) -> ExitCode {
         last: Instant::now(),
         enabled: std::io::stderr().is_terminal(),
     };
-    let report = match sim::run(&file, &scenario, &mut progress) {
+    let report = match sim::run_explained(&file, &scenario, &mut progress, explain) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -243,7 +251,7 @@ fn run_sim(path: Option<&str>, output: Output) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         },
-        Output::Table => print!("{}", sim::table(&report)),
+        Output::Table => print!("{}{}", sim::table(&report), sim::explanations_text(&report)),
     }
     ExitCode::SUCCESS
 }

@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::fleet::{ClusterInfo, NodeInfo};
 use crate::quantity::ResourceList;
 use crate::quota::{Problem, QuotaTree};
+use crate::scheduler::explain::Explanation;
 use crate::scheduler::{Config, Decision, JobId, JobState, Scheduler, Submitted};
 use crate::workload::interpret;
 
@@ -151,6 +152,8 @@ pub enum ScenarioError {
         file: String,
         problems: Vec<Problem>,
     },
+    #[error("--explain {job}: {file} has no job {job} (jobs are named NAMESPACE/NAME)")]
+    Explain { file: String, job: String },
 }
 
 /// Reads a scenario from YAML text; `file` names it in errors.
@@ -254,6 +257,27 @@ pub struct JobReport {
 pub struct Report {
     pub jobs: Vec<JobReport>,
     pub summary: Summary,
+    /// Explanations of the jobs asked for with `--explain`, in the order they were taken.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub explanations: Vec<Explained>,
+}
+
+/// One explanation of a job, taken at one moment of the run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Explained {
+    /// `namespace/name`.
+    pub job: String,
+    /// Virtual time, seconds.
+    pub at: Value,
+    /// `waiting` (the first instant the job is still not running after the admission cycles),
+    /// `dispatched` (each instant it is dispatched), or `end`.
+    pub moment: &'static str,
+    /// One line, as a status `reason` field would carry it.
+    pub summary: String,
+    /// The multi-line explanation.
+    pub text: String,
+    /// The structured explanation (`null` for a job the core never saw: rejected or ignored).
+    pub explanation: Option<Explanation>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -339,6 +363,18 @@ pub fn run(
     sc: &Scenario,
     progress: &mut dyn Progress,
 ) -> Result<Report, ScenarioError> {
+    run_explained(file, sc, progress, &[])
+}
+
+/// Runs a scenario to the end, explaining the jobs named in `explain` (`namespace/name`) when
+/// they first wait, when they are dispatched and at the end. Errors for an invalid quota tree
+/// and for a name that is not a job of the scenario.
+pub fn run_explained(
+    file: &str,
+    sc: &Scenario,
+    progress: &mut dyn Progress,
+    explain: &[String],
+) -> Result<Report, ScenarioError> {
     let mut sched = Scheduler::new(Config::default());
     let mut warnings = Vec::new();
     if let Some(q) = sc.quota.as_ref().filter(|q| !is_empty(q)) {
@@ -385,6 +421,25 @@ pub fn run(
         });
         events.push(Reverse((j.at, Event::Submit { job: i })));
     }
+    // Jobs to explain (a name may be submitted more than once), in the order asked.
+    let mut watched: Vec<usize> = Vec::new();
+    for name in explain {
+        let before = watched.len();
+        for (i, j) in jobs.iter().enumerate() {
+            if format!("{}/{}", j.namespace, j.name) == *name && !watched.contains(&i) {
+                watched.push(i);
+            }
+        }
+        if watched.len() == before {
+            return Err(ScenarioError::Explain {
+                file: file.into(),
+                job: name.clone(),
+            });
+        }
+    }
+    let mut waited: Vec<bool> = vec![false; jobs.len()];
+    let mut explained_run: Vec<u32> = vec![0; jobs.len()];
+    let mut explanations: Vec<Explained> = Vec::new();
     let mut by_id: BTreeMap<JobId, usize> = BTreeMap::new();
     let mut now = 0u64;
     let mut cycles = 0u64;
@@ -503,6 +558,22 @@ pub fn run(
                 break;
             }
         }
+        for &i in &watched {
+            let j = &jobs[i];
+            let Some(id) = j.id else { continue };
+            let moment = match sched.state(id) {
+                JobState::Pending | JobState::Inadmissible(_) if !waited[i] => {
+                    waited[i] = true;
+                    "waiting"
+                }
+                JobState::Admitted { .. } if explained_run[i] != j.run => {
+                    explained_run[i] = j.run;
+                    "dispatched"
+                }
+                _ => continue,
+            };
+            explanations.push(explained(&sched, j, id, now, moment));
+        }
         progress.tick(done_events, total_events, now);
     }
     // Reasons and final states from the core.
@@ -539,6 +610,26 @@ pub fn run(
             reason: j.reason.clone(),
         })
         .collect();
+    for &i in &watched {
+        let j = &jobs[i];
+        match j.id {
+            Some(id) => explanations.push(explained(&sched, j, id, now, "end")),
+            None => {
+                // Rejected or ignored: the core never saw it; the simulator says why.
+                let job = format!("{}/{}", j.namespace, j.name);
+                let state = j.state.to_lowercase();
+                let why = j.reason.clone().unwrap_or_default();
+                explanations.push(Explained {
+                    summary: format!("{state}: {why}"),
+                    text: format!("{job}: {state}: {why}\n"),
+                    job,
+                    at: secs(now),
+                    moment: "end",
+                    explanation: None,
+                });
+            }
+        }
+    }
     let summary = summarize(
         &mut sched,
         &jobs,
@@ -552,7 +643,46 @@ pub fn run(
     Ok(Report {
         jobs: reports,
         summary,
+        explanations,
     })
+}
+
+fn explained(
+    sched: &Scheduler,
+    j: &SimJob,
+    id: JobId,
+    now: u64,
+    moment: &'static str,
+) -> Explained {
+    let e = sched.explain(id);
+    Explained {
+        job: format!("{}/{}", j.namespace, j.name),
+        at: secs(now),
+        moment,
+        summary: e.summary(),
+        text: e.to_string(),
+        explanation: Some(e),
+    }
+}
+
+/// The explanations of a report as text: a header per explanation, then its text.
+pub fn explanations_text(r: &Report) -> String {
+    let at = |v: &Value| match v {
+        Value::Number(n) => format!("{n}s"),
+        other => other.to_string(),
+    };
+    let mut out = String::new();
+    for (i, e) in r.explanations.iter().enumerate() {
+        let _ = writeln!(out, "\n== {} at {} ({})", e.job, at(&e.at), e.moment);
+        // The end of a job that never moved repeats its first explanation: say so instead.
+        match r.explanations[..i].iter().rev().find(|p| p.job == e.job) {
+            Some(p) if p.text == e.text => {
+                let _ = writeln!(out, "unchanged since {}", at(&p.at));
+            }
+            _ => out.push_str(&e.text),
+        }
+    }
+    out
 }
 
 fn is_empty(v: &Value) -> bool {

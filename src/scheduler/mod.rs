@@ -15,6 +15,7 @@ use crate::quota::{QuotaState, QuotaTree, Strategy};
 use crate::resources::{Demand, MAX_JOBS, ONE, PODS, Res, ResourceTable, at};
 use crate::workload::{ClusterRestriction, Workload};
 
+pub mod explain;
 mod reclaim;
 
 pub type JobId = usize;
