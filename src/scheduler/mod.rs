@@ -16,6 +16,7 @@ use crate::resources::{Demand, MAX_JOBS, ONE, PODS, Res, ResourceTable, at};
 use crate::workload::{ClusterRestriction, Workload};
 
 mod reclaim;
+pub mod view;
 
 pub type JobId = usize;
 pub type ClassId = usize;
