@@ -1,5 +1,6 @@
 //! Metrics as operators see them: `muster sim --metrics` on a scenario with known numbers, the
-//! exposition parsed and checked value by value.
+//! exposition parsed and checked value by value, and the Grafana dashboard's queries checked
+//! against the metrics muster really exports.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -7,6 +8,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+use muster::metrics::{DispatchFailure, Metrics};
 use muster::sim;
 
 fn repo() -> &'static Path {
@@ -184,6 +186,31 @@ impl Exposition {
             })
             .map(|s| s.value)
             .sum()
+    }
+
+    /// Metric names a query may use: samples' names, and every series name of each family
+    /// (a histogram's `_bucket`, `_sum`, `_count`), with the label names each carries.
+    fn names(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (family, ty) in &self.types {
+            let series: Vec<String> = if ty == "histogram" {
+                ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .map(|s| format!("{family}{s}"))
+                    .collect()
+            } else {
+                vec![family.clone()]
+            };
+            for s in series {
+                out.entry(s).or_default();
+            }
+        }
+        for s in &self.samples {
+            out.entry(s.name.clone())
+                .or_default()
+                .extend(s.labels.keys().cloned());
+        }
+        out
     }
 }
 
@@ -560,4 +587,372 @@ fn bad_metrics_arguments_exit_2() {
     let out = muster(&["sim", s, "--metrics", "/nonexistent-dir/m.prom"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty(), "fails before running");
+}
+
+// ----- the dashboard --------------------------------------------------------------------------------
+
+/// Every series name muster exports, with its label names: the simulator's final state on the
+/// metrics scenario, plus a dispatch error (the simulator never fails to dispatch).
+fn exported() -> (Exposition, BTreeMap<String, BTreeSet<String>>) {
+    let text = std::fs::read_to_string(scenario_path()).expect("scenario");
+    let sc = sim::parse_scenario("metrics.yaml", &text).expect("parses");
+    let m = Metrics::new();
+    sim::run_with_metrics("metrics.yaml", &sc, &mut (), &m, Some(10 * 60 * 1000)).expect("runs");
+    m.dispatch_error("member-a", DispatchFailure::Unreachable);
+    let e = parse_exposition(&m.encode());
+    let names = e.names();
+    (e, names)
+}
+
+/// PromQL keywords and aggregation operators (whose `(` may come after a `by` clause):
+/// identifiers that are not metric names. Functions are known by the `(` that follows them.
+const NOT_METRICS: &[&str] = &[
+    "bool",
+    "offset",
+    "and",
+    "or",
+    "unless",
+    "inf",
+    "nan",
+    "Inf",
+    "NaN",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+    "limitk",
+    "limit_ratio",
+];
+const GROUPING: &[&str] = &[
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+];
+
+/// A metric selector in a query: its name and the label names of its matchers.
+#[derive(Debug, PartialEq)]
+struct Selector {
+    metric: String,
+    labels: Vec<String>,
+}
+
+/// The metric selectors and grouping labels of a PromQL expression (a tokenizer, not a parser:
+/// strings, ranges and matchers are skipped as a whole; a name followed by `(` is a function).
+fn promql_refs(expr: &str) -> Result<(Vec<Selector>, Vec<String>), String> {
+    let chars: Vec<char> = expr.chars().collect();
+    let mut i = 0;
+    let mut selectors: Vec<Selector> = Vec::new();
+    let mut grouping = Vec::new();
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    let skip_ws = |mut i: usize| {
+        while i < chars.len() && chars[i].is_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    let skip_string = |mut i: usize| -> Result<usize, String> {
+        let q = chars[i];
+        i += 1;
+        while i < chars.len() && chars[i] != q {
+            if chars[i] == '\\' {
+                i += 1;
+            }
+            i += 1;
+        }
+        if i >= chars.len() {
+            return Err(format!("unterminated string in {expr:?}"));
+        }
+        Ok(i + 1)
+    };
+    let mut after_metric = false;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_whitespace() {
+            i += 1;
+        } else if c == '"' || c == '\'' || c == '`' {
+            i = skip_string(i)?;
+            after_metric = false;
+        } else if c == '[' {
+            let end = chars[i..]
+                .iter()
+                .position(|&c| c == ']')
+                .ok_or_else(|| format!("unterminated range in {expr:?}"))?;
+            i += end + 1;
+        } else if c == '{' {
+            // Matchers: name op "value", ...
+            let mut labels = Vec::new();
+            i += 1;
+            loop {
+                i = skip_ws(i);
+                match chars.get(i) {
+                    None => return Err(format!("unterminated matchers in {expr:?}")),
+                    Some('}') => {
+                        i += 1;
+                        break;
+                    }
+                    Some(',') => i += 1,
+                    Some(_) => {
+                        let start = i;
+                        while i < chars.len() && ident(chars[i]) {
+                            i += 1;
+                        }
+                        if start == i {
+                            return Err(format!("bad matcher at {i} in {expr:?}"));
+                        }
+                        labels.push(chars[start..i].iter().collect());
+                        while i < chars.len() && "=!~ ".contains(chars[i]) {
+                            i += 1;
+                        }
+                        if !matches!(chars.get(i), Some('"' | '\'' | '`')) {
+                            return Err(format!("matcher without a string at {i} in {expr:?}"));
+                        }
+                        i = skip_string(i)?;
+                    }
+                }
+            }
+            match selectors.last_mut() {
+                Some(s) if after_metric => s.labels.extend(labels),
+                _ => return Err(format!("a selector without a metric name in {expr:?}")),
+            }
+            after_metric = false;
+        } else if c.is_ascii_digit()
+            || (c == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit))
+        {
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') {
+                i += 1;
+            }
+            after_metric = false;
+        } else if ident(c) {
+            let start = i;
+            while i < chars.len() && ident(chars[i]) {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            let next = skip_ws(i);
+            after_metric = false;
+            if GROUPING.contains(&word.as_str()) {
+                if chars.get(next) == Some(&'(') {
+                    let end = chars[next..]
+                        .iter()
+                        .position(|&c| c == ')')
+                        .ok_or_else(|| format!("unterminated label list in {expr:?}"))?;
+                    let list: String = chars[next + 1..next + end].iter().collect();
+                    grouping.extend(
+                        list.split(',')
+                            .map(str::trim)
+                            .filter(|s| !s.is_empty())
+                            .map(str::to_string),
+                    );
+                    i = next + end + 1;
+                }
+            } else if chars.get(next) == Some(&'(') || NOT_METRICS.contains(&word.as_str()) {
+                // A function or aggregation, or a keyword.
+            } else {
+                selectors.push(Selector {
+                    metric: word,
+                    labels: Vec::new(),
+                });
+                after_metric = true;
+            }
+        } else {
+            after_metric = false;
+            i += 1;
+        }
+    }
+    Ok((selectors, grouping))
+}
+
+/// Problems of one expression against the exported names and labels.
+fn check_expr(expr: &str, exported: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let (selectors, grouping) = match promql_refs(expr) {
+        Ok(r) => r,
+        Err(e) => return vec![e],
+    };
+    let mut problems = Vec::new();
+    if selectors.is_empty() {
+        problems.push(format!("no metric in {expr:?}"));
+    }
+    let mut labels_in_scope: BTreeSet<String> = BTreeSet::new();
+    for s in &selectors {
+        match exported.get(&s.metric) {
+            None => problems.push(format!("unknown metric {} in {expr:?}", s.metric)),
+            Some(labels) => {
+                labels_in_scope.extend(labels.iter().cloned());
+                for l in &s.labels {
+                    if !labels.contains(l) {
+                        problems.push(format!("{} has no label {l} (in {expr:?})", s.metric));
+                    }
+                }
+            }
+        }
+    }
+    for g in &grouping {
+        if !labels_in_scope.contains(g) {
+            problems.push(format!("no metric of {expr:?} has the label {g}"));
+        }
+    }
+    problems
+}
+
+fn collect_exprs(v: &Value, path: &str, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = format!("{path}.{k}");
+                if k == "expr" {
+                    out.push((p, x.as_str().unwrap_or_default().to_string()));
+                } else {
+                    collect_exprs(x, &p, out);
+                }
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                collect_exprs(x, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn dashboard() -> Value {
+    let text = std::fs::read_to_string(repo().join("dashboards/muster.json")).expect("dashboard");
+    serde_json::from_str(&text).expect("the dashboard is JSON")
+}
+
+#[test]
+fn the_query_checker_catches_unknown_metrics_and_labels() {
+    let (_, exported) = exported();
+    let good = "sum by (queue) (muster_pending_jobs{status=\"pending\"}) / on (queue) sum without (priority, status) (muster_pending_jobs)";
+    assert_eq!(check_expr(good, &exported), Vec::<String>::new());
+    let bad = [
+        "rate(muster_nope_total[5m])",
+        "up",
+        "sum(rate(muster_admitted_jobs_total[5m])) / kube_node_info",
+        "muster_pending_jobs{job_name=\"x\"}",
+        "sum by (namespace) (muster_pending_jobs)",
+        "{__name__=\"muster_pending_jobs\"}",
+        "rate(muster_admission_wait_time_seconds[5m])",
+    ];
+    for b in bad {
+        assert!(
+            !check_expr(b, &exported).is_empty(),
+            "{b} should be refused"
+        );
+    }
+}
+
+#[test]
+fn every_dashboard_query_uses_exported_metrics() {
+    let (e, exported) = exported();
+    // The families the simulator and a dispatch error produce: all of muster's.
+    assert_eq!(e.types.len(), 21, "{:?}", e.types.keys());
+    let d = dashboard();
+    let mut exprs = Vec::new();
+    collect_exprs(&d, "", &mut exprs);
+    assert!(exprs.len() >= 20, "{exprs:#?}");
+    let mut problems = Vec::new();
+    let mut used: BTreeSet<String> = BTreeSet::new();
+    for (path, expr) in &exprs {
+        for p in check_expr(expr, &exported) {
+            problems.push(format!("{path}: {p}"));
+        }
+        if let Ok((sel, _)) = promql_refs(expr) {
+            used.extend(sel.into_iter().map(|s| s.metric));
+        }
+    }
+    // Template variables: label_values(metric, label).
+    let vars = d["templating"]["list"].as_array().expect("templating");
+    for v in vars {
+        if v["type"] == "query" {
+            let q = v["definition"].as_str().unwrap_or_default();
+            let inner = q
+                .strip_prefix("label_values(")
+                .and_then(|r| r.strip_suffix(')'))
+                .unwrap_or_else(|| panic!("variable {}: {q}", v["name"]));
+            let (metric, label) = inner.split_once(',').expect("label_values(metric, label)");
+            match exported.get(metric.trim()) {
+                Some(l) if l.contains(label.trim()) => {}
+                _ => problems.push(format!("variable {}: {q}", v["name"])),
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The panels the issue asks for are there.
+    for m in [
+        "muster_pending_jobs",
+        "muster_admission_wait_time_seconds_bucket",
+        "muster_quota_used",
+        "muster_quota_min",
+        "muster_quota_max",
+        "muster_cluster_free",
+        "muster_cluster_largest_free",
+        "muster_dispatched_jobs_total",
+        "muster_preempted_jobs_total",
+        "muster_requeued_jobs_total",
+        "muster_dispatch_errors_total",
+        "muster_admission_cycle_duration_seconds_bucket",
+    ] {
+        assert!(used.contains(m), "no panel uses {m}");
+    }
+}
+
+#[test]
+fn the_dashboard_takes_its_datasource_from_a_variable() {
+    let d = dashboard();
+    let vars = d["templating"]["list"].as_array().expect("templating");
+    assert!(
+        vars.iter().any(|v| v["name"] == "datasource"
+            && v["type"] == "datasource"
+            && v["query"] == "prometheus"),
+        "{vars:#?}"
+    );
+    let mut ids = BTreeSet::new();
+    for p in d["panels"].as_array().expect("panels") {
+        assert!(
+            ids.insert(p["id"].as_u64().expect("panel id")),
+            "duplicate id {}",
+            p["id"]
+        );
+        if p["type"] == "row" {
+            continue;
+        }
+        assert_eq!(
+            p["datasource"]["uid"], "${datasource}",
+            "panel {}",
+            p["title"]
+        );
+        for t in p["targets"].as_array().expect("targets") {
+            assert_eq!(
+                t["datasource"]["uid"], "${datasource}",
+                "panel {}",
+                p["title"]
+            );
+        }
+    }
+}
+
+#[test]
+fn every_metric_is_documented() {
+    let (e, _) = exported();
+    let doc =
+        std::fs::read_to_string(repo().join("docs/operations.md")).expect("docs/operations.md");
+    for name in e.types.keys() {
+        assert!(
+            doc.contains(&format!("`{name}`")),
+            "docs/operations.md does not list {name}"
+        );
+        assert!(e.help.contains(name), "{name} has no HELP");
+    }
 }
