@@ -317,8 +317,8 @@ fn at_10m_gauges_show_queues_quota_and_members() {
             "muster_quota_used",
             &[("node", "root/team-a"), ("resource", "memory")]
         ),
-        None,
-        "team-a's running job asks for no memory and its quota names none"
+        Some(0.0),
+        "team-a's running job asks for no memory, other jobs do: zero, not absent"
     );
     assert_eq!(used("root/team-b", "cpu"), 2.0);
     assert_eq!(used("root/team-b", "memory"), 2.0 * GIB);

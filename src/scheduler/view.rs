@@ -129,12 +129,20 @@ impl Scheduler {
     }
 
     /// min, max and usage at every node of the quota tree, in tree order (root first); empty
-    /// without a tree. A resource appears at a node when its min or max names it or the node
-    /// uses some of it.
+    /// without a tree. A resource appears at a node when its min or max names it, when some job
+    /// ever submitted asks for it (so a series does not vanish when usage drops to zero) or
+    /// when the node uses some of it.
     pub fn quota_usage(&self) -> Vec<QuotaUsage> {
         let Some(q) = &self.quota else {
             return Vec::new();
         };
+        let mut asked: Vec<Res> = self
+            .shapes
+            .iter()
+            .flat_map(|s| s.quota_demand.iter().map(|(r, _)| r))
+            .collect();
+        asked.sort_unstable();
+        asked.dedup();
         q.tree
             .nodes
             .iter()
@@ -151,6 +159,9 @@ impl Scheduler {
                 };
                 for (name, _) in n.min.iter().chain(n.max.iter()) {
                     add(name, self.table.get(name));
+                }
+                for &r in &asked {
+                    add(self.table.name(r), Some(r));
                 }
                 for (k, v) in q.used[i].iter().enumerate() {
                     if *v != 0 {
@@ -393,8 +404,19 @@ mod tests {
         );
         assert_eq!(get("pods").map(|x| x.used), Some(1000));
         assert_eq!(get("kube-queue/max-jobs").map(|x| x.used), Some(1000));
-        // b uses nothing and names nothing.
-        assert!(u[2].resources.is_empty(), "{:?}", u[2]);
+        // b names nothing and uses nothing, but shows what jobs ask for, at zero.
+        assert_eq!(
+            u[2].resources
+                .iter()
+                .map(|x| (x.resource.as_str(), x.min, x.max, x.used))
+                .collect::<Vec<_>>(),
+            vec![
+                ("cpu", 0, None, 0),
+                ("kube-queue/max-jobs", 0, None, 0),
+                ("nvidia.com/gpu", 0, None, 0),
+                ("pods", 0, None, 0)
+            ]
+        );
         assert_eq!(s.queue_of_namespace("ns-b").as_deref(), Some("root/b"));
         assert_eq!(s.queue_of_namespace("elsewhere"), None);
     }
