@@ -306,10 +306,13 @@ impl Cluster {
     }
 }
 
-/// Taints muster derives from node state (not from the spec).
-fn is_condition_taint(t: &Taint) -> bool {
+/// Taints muster derives from node state (not from the spec): the node takes no new pods.
+pub fn is_condition_taint(t: &Taint) -> bool {
     t.key == UNSCHEDULABLE_TAINT || t.key == NOT_READY_TAINT
 }
+
+/// The `pods` allocatable of a node that reports none (no pod limit).
+pub const NO_POD_LIMIT: i128 = i128::MAX / 4;
 
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
@@ -318,7 +321,7 @@ pub fn make_node(n: &NodeInfo, table: &mut ResourceTable) -> Node {
     let mut alloc = table.dense(&n.allocatable);
     if !n.allocatable.0.contains_key("pods") {
         // No pod limit reported: do not limit (scenario files may omit it).
-        set(&mut alloc, PODS, i128::MAX / 4);
+        set(&mut alloc, PODS, NO_POD_LIMIT);
     }
     let mut taints = n.taints.clone();
     if n.unschedulable {

@@ -1,11 +1,13 @@
 //! muster: queue, quota and gang-dispatch distributed training jobs from a hub cluster to member
 //! clusters. The scheduling core (`quantity`, `resources`, `workload`, `quota`, `queue`, `fleet`,
-//! `estimate`, `scheduler`) is pure and deterministic; `sim` drives it from a scenario file.
+//! `estimate`, `scheduler`) is pure and deterministic; `sim` drives it from a scenario file;
+//! `metrics` exposes what drivers see and do to Prometheus.
 
 pub mod controller;
 pub mod estimate;
 pub mod fleet;
 pub mod labels;
+pub mod metrics;
 pub mod quantity;
 pub mod queue;
 pub mod quota;

@@ -1,12 +1,14 @@
-//! The `muster` command line: `muster sim` runs the scheduling core on a scenario;
-//! `muster controller` runs it against real clusters; `muster crds` prints the CRDs.
+//! The `muster` command line: `muster sim` runs the scheduling core on a scenario (and can write
+//! the metrics a controller would export); `muster controller` runs it against real clusters;
+//! `muster crds` prints the CRDs.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use muster::metrics::Metrics;
 use muster::sim;
 
 #[derive(Parser)]
@@ -33,6 +35,13 @@ enum Command {
         /// and at the end of the run.
         #[arg(long, value_name = "NAMESPACE/NAME")]
         explain: Vec<String>,
+        /// Write the Prometheus exposition of the final state to FILE (`-`: to stdout, in place
+        /// of the report).
+        #[arg(long, value_name = "FILE")]
+        metrics: Option<String>,
+        /// Take the metrics at this virtual time (e.g. 10m) instead of at the end.
+        #[arg(long, value_name = "DURATION", requires = "metrics")]
+        metrics_at: Option<String>,
     },
     /// Run the hub controller (suspend, queue, admit, dispatch, sync status).
     Controller(Box<ControllerArgs>),
@@ -123,7 +132,15 @@ fn main() -> ExitCode {
             scenario,
             output,
             explain,
-        } => run_sim(scenario.as_deref(), output, &explain),
+            metrics,
+            metrics_at,
+        } => run_sim(
+            scenario.as_deref(),
+            output,
+            &explain,
+            metrics.as_deref(),
+            metrics_at.as_deref(),
+        ),
         Command::Controller(args) => run_controller(*args),
         Command::Crds => match muster::controller::crd::crds_yaml() {
             Ok(y) => {
@@ -208,7 +225,26 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
     }
 }
 
-fn run_sim(path: Option<&str>, output: Output, explain: &[String]) -> ExitCode {
+/// Where the exposition goes; a file is created before the run so that a bad path fails at once.
+enum MetricsOut {
+    Stdout,
+    File(String, std::fs::File),
+}
+
+fn run_sim(
+    path: Option<&str>,
+    output: Output,
+    explain: &[String],
+    metrics_path: Option<&str>,
+    metrics_at: Option<&str>,
+) -> ExitCode {
+    let at_ms = match metrics_at.map(sim::parse_duration).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: --metrics-at: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let (file, text) = match path {
         None => (
             "<embedded default>".to_string(),
@@ -229,19 +265,49 @@ fn run_sim(path: Option<&str>, output: Output, explain: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let metrics_out = match metrics_path {
+        None => None,
+        Some("-") => Some(MetricsOut::Stdout),
+        Some(p) => match std::fs::File::create(p) {
+            Ok(f) => Some(MetricsOut::File(p.to_string(), f)),
+            Err(e) => {
+                eprintln!("error: {p}: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let mut progress = StderrProgress {
         last: Instant::now(),
         enabled: std::io::stderr().is_terminal(),
     };
-    let report = match sim::run_explained(&file, &scenario, &mut progress, explain) {
+    let metrics = Metrics::new();
+    let rec = metrics_out.as_ref().map(|_| &metrics);
+    let result = sim::run_full(&file, &scenario, &mut progress, rec, at_ms, explain);
+    let report = match result {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
+            if let Some(MetricsOut::File(p, _)) = &metrics_out {
+                let _ = std::fs::remove_file(p);
+            }
             return ExitCode::from(2);
         }
     };
     if progress.enabled {
         eprint!("\r\x1b[K");
+    }
+    match metrics_out {
+        None => {}
+        Some(MetricsOut::Stdout) => {
+            print!("{}", metrics.encode());
+            return ExitCode::SUCCESS;
+        }
+        Some(MetricsOut::File(p, mut f)) => {
+            if let Err(e) = f.write_all(metrics.encode().as_bytes()) {
+                eprintln!("error: {p}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
     }
     match output {
         Output::Json => match serde_json::to_string_pretty(&report) {

@@ -2,7 +2,8 @@
 //!
 //! Owns the scenario format (clusters, quota tree, priority classes, timed job manifests), the
 //! event loop (completions, then submissions, then one admission cycle at each instant) and the
-//! report. It never decides anything itself: every decision comes from [`Scheduler::cycle`].
+//! report, and optionally the metrics a controller would record. It never decides anything itself:
+//! every decision comes from [`Scheduler::cycle`].
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::fleet::{ClusterInfo, NodeInfo};
+use crate::metrics::{Metrics, Outcome, RequeueReason};
 use crate::quantity::ResourceList;
 use crate::quota::{Problem, QuotaTree};
 use crate::scheduler::explain::Explanation;
@@ -310,6 +312,11 @@ pub struct WaitStats {
     pub max: Value,
 }
 
+/// Milliseconds as seconds, for metrics.
+fn seconds(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
 /// Milliseconds as a JSON number of seconds (integer when whole).
 pub fn secs(ms: u64) -> Value {
     if ms.is_multiple_of(1000) {
@@ -325,6 +332,8 @@ struct SimJob {
     kind: String,
     at: u64,
     run_for: u64,
+    /// When it last entered its queue (submission or preemption).
+    queued_at: u64,
     id: Option<JobId>,
     /// Requests of all pods (for utilization).
     total: ResourceList,
@@ -363,7 +372,7 @@ pub fn run(
     sc: &Scenario,
     progress: &mut dyn Progress,
 ) -> Result<Report, ScenarioError> {
-    run_explained(file, sc, progress, &[])
+    run_inner(file, sc, progress, None, None, &[])
 }
 
 /// Runs a scenario to the end, explaining the jobs named in `explain` (`namespace/name`) when
@@ -373,6 +382,45 @@ pub fn run_explained(
     file: &str,
     sc: &Scenario,
     progress: &mut dyn Progress,
+    explain: &[String],
+) -> Result<Report, ScenarioError> {
+    run_inner(file, sc, progress, None, None, explain)
+}
+
+/// Like [`run`], and records in `metrics` what a controller would: the counters of every
+/// submission, rejection, admission (admitted and dispatched at once), preemption (and its
+/// requeue) and completion (succeeded), admission wait times in virtual seconds, the wall time
+/// of each admission cycle, and the gauges of the state at the end. With `at_ms`, recording
+/// stops at that virtual time instead: the gauges show the state after every event up to it
+/// and the counters what happened until then, as a scrape at that moment would.
+pub fn run_with_metrics(
+    file: &str,
+    sc: &Scenario,
+    progress: &mut dyn Progress,
+    metrics: &Metrics,
+    at_ms: Option<u64>,
+) -> Result<Report, ScenarioError> {
+    run_inner(file, sc, progress, Some(metrics), at_ms, &[])
+}
+
+/// Both: metrics (when given) and explanations.
+pub fn run_full(
+    file: &str,
+    sc: &Scenario,
+    progress: &mut dyn Progress,
+    metrics: Option<&Metrics>,
+    at_ms: Option<u64>,
+    explain: &[String],
+) -> Result<Report, ScenarioError> {
+    run_inner(file, sc, progress, metrics, at_ms, explain)
+}
+
+fn run_inner(
+    file: &str,
+    sc: &Scenario,
+    progress: &mut dyn Progress,
+    mut rec: Option<&Metrics>,
+    at_ms: Option<u64>,
     explain: &[String],
 ) -> Result<Report, ScenarioError> {
     let mut sched = Scheduler::new(Config::default());
@@ -409,6 +457,7 @@ pub fn run_explained(
                 .to_string(),
             at: j.at,
             run_for: j.run_for,
+            queued_at: j.at,
             id: None,
             total: ResourceList::new(),
             state: "Pending",
@@ -451,6 +500,12 @@ pub fn run_explained(
     let mut held: BTreeMap<String, i128> = BTreeMap::new();
     while let Some(Reverse((t, _))) = events.peek() {
         now = *t;
+        if let (Some(m), Some(at)) = (rec, at_ms)
+            && now > at
+        {
+            m.observe(&sched);
+            rec = None;
+        }
         while let Some(Reverse((t, _))) = events.peek() {
             if *t != now {
                 break;
@@ -466,6 +521,10 @@ pub fn run_explained(
                         continue;
                     }
                     if let Some(id) = j.id {
+                        if let Some(m) = rec {
+                            let cluster = j.cluster.as_deref().unwrap_or_default();
+                            m.finished(sched.queue_name(id), cluster, Outcome::Succeeded);
+                        }
                         sched.finish(id);
                     }
                     j.state = "Finished";
@@ -477,6 +536,13 @@ pub fn run_explained(
                         Err(e) => {
                             j.state = "Rejected";
                             j.reason = Some(e.to_string());
+                            // Counted in the queue its namespace maps to; outside the tree a
+                            // job is not muster's.
+                            if let Some(m) = rec
+                                && let Some(q) = sched.queue_of_namespace(&j.namespace)
+                            {
+                                m.rejected(&q);
+                            }
                         }
                         Ok(w) => {
                             j.kind = w.kind.to_string();
@@ -484,8 +550,14 @@ pub fn run_explained(
                                 Submitted::Queued(id) => {
                                     j.id = Some(id);
                                     by_id.insert(id, job);
+                                    if let Some(m) = rec {
+                                        m.submitted(sched.queue_name(id));
+                                    }
                                 }
                                 Submitted::Inadmissible(id, r) => {
+                                    if let Some(m) = rec {
+                                        m.submitted(sched.queue_name(id));
+                                    }
                                     j.id = Some(id);
                                     j.state = "Inadmissible";
                                     j.reason = Some(r);
@@ -506,7 +578,11 @@ pub fn run_explained(
         // the next cycle; bounded so that a run always ends).
         for _ in 0..16 {
             cycles += 1;
+            let started = rec.map(|_| std::time::Instant::now());
             let decisions = sched.cycle();
+            if let (Some(m), Some(t)) = (rec, started) {
+                m.cycle_duration(t.elapsed().as_secs_f64());
+            }
             let moved = decisions
                 .iter()
                 .any(|d| !matches!(d, Decision::Wait { .. }));
@@ -520,6 +596,12 @@ pub fn run_explained(
                     } => {
                         let Some(&i) = by_id.get(&job) else { continue };
                         let j = &mut jobs[i];
+                        if let Some(m) = rec {
+                            let q = sched.queue_name(job);
+                            m.admitted(q, &cluster);
+                            m.dispatched(q, &cluster);
+                            m.wait_time(q, seconds(now - j.queued_at));
+                        }
                         j.state = "Running";
                         j.dispatched = Some(now);
                         j.cluster = Some(cluster);
@@ -546,7 +628,13 @@ pub fn run_explained(
                                     q.milli() * i128::from(unused);
                             }
                         }
+                        if let Some(m) = rec {
+                            let q = sched.queue_name(job);
+                            m.preempted(q, j.cluster.as_deref().unwrap_or_default());
+                            m.requeued(q, RequeueReason::Preempted);
+                        }
                         j.state = "Pending";
+                        j.queued_at = now;
                         j.cluster = None;
                         j.placement.clear();
                         preemptions += 1;
@@ -591,6 +679,9 @@ pub fn run_explained(
                 _ => j.reason = sched.reason(id),
             }
         }
+    }
+    if let Some(m) = rec {
+        m.observe(&sched);
     }
     let reports: Vec<JobReport> = jobs
         .iter()

@@ -17,6 +17,7 @@ use crate::workload::{ClusterRestriction, Workload};
 
 pub mod explain;
 mod reclaim;
+pub mod view;
 
 pub type JobId = usize;
 /// Pods per node per component name: `{component: {node: pods}}`.

@@ -1,0 +1,651 @@
+//! Prometheus metrics of a muster driver: queue depth, quota, member capacity, decision counters,
+//! wait and cycle-time histograms.
+//!
+//! Owns one `prometheus::Registry` and the names, labels, help texts and buckets of every muster
+//! metric. Drivers (the simulator, the hub controller) count what they do with the counter
+//! methods, call [`Metrics::observe`] to refresh the gauges from the scheduling core, and serve
+//! or write [`Metrics::encode`]. No I/O and no clock: times arrive as seconds from the driver
+//! (virtual seconds in the simulator). Quantities are exact milli-units in the core and become
+//! `f64` in base units (cpu in cores, memory in bytes) only here. Labels are bounded: queues,
+//! tree nodes, clusters, resources, priorities and small fixed reason sets; never job names.
+
+use std::sync::Mutex;
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use crate::scheduler::Scheduler;
+
+/// Why an admitted job went back to its queue (`reason` of `muster_requeued_jobs_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RequeueReason {
+    /// Its pods stayed unschedulable in the member for too long.
+    StuckPods,
+    /// Its pods disappeared from the member (deleted, node lost).
+    PodsLost,
+    /// The member it ran on became unreachable or was removed.
+    MemberLost,
+    /// Preempted to reclaim guaranteed quota.
+    Preempted,
+}
+
+impl RequeueReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequeueReason::StuckPods => "stuck_pods",
+            RequeueReason::PodsLost => "pods_lost",
+            RequeueReason::MemberLost => "member_lost",
+            RequeueReason::Preempted => "preempted",
+        }
+    }
+}
+
+/// How a job ended (`outcome` of `muster_finished_jobs_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// Why creating an admitted job in its member failed (`reason` of
+/// `muster_dispatch_errors_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DispatchFailure {
+    /// The member's API server did not answer (connection, timeout).
+    Unreachable,
+    /// The member refused the object (validation, admission webhook, missing CRD, forbidden).
+    Refused,
+    /// An object of that name exists in the member and is not muster's.
+    Conflict,
+    Other,
+}
+
+impl DispatchFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DispatchFailure::Unreachable => "unreachable",
+            DispatchFailure::Refused => "refused",
+            DispatchFailure::Conflict => "conflict",
+            DispatchFailure::Other => "other",
+        }
+    }
+}
+
+/// Buckets of `muster_admission_wait_time_seconds`: a second to a day.
+const WAIT_BUCKETS: &[f64] = &[
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0,
+    28800.0, 86400.0,
+];
+
+/// Buckets of `muster_admission_cycle_duration_seconds`: 100 µs to 10 s.
+const CYCLE_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// Every muster metric, in one registry of its own.
+pub struct Metrics {
+    registry: Registry,
+    /// Held while gauges are refreshed and while the registry is gathered, so that a scrape
+    /// never sees gauges half refreshed.
+    gauges: Mutex<()>,
+    pending: IntGaugeVec,
+    admitted_active: IntGaugeVec,
+    quota_min: prometheus::GaugeVec,
+    quota_max: prometheus::GaugeVec,
+    quota_used: prometheus::GaugeVec,
+    cluster_allocatable: prometheus::GaugeVec,
+    cluster_free: prometheus::GaugeVec,
+    cluster_largest_free: prometheus::GaugeVec,
+    cluster_reachable: IntGaugeVec,
+    cluster_nodes: IntGaugeVec,
+    cluster_schedulable_nodes: IntGaugeVec,
+    submitted: IntCounterVec,
+    admitted: IntCounterVec,
+    dispatched: IntCounterVec,
+    preempted: IntCounterVec,
+    requeued: IntCounterVec,
+    rejected: IntCounterVec,
+    finished: IntCounterVec,
+    dispatch_errors: IntCounterVec,
+    wait_time: HistogramVec,
+    cycle_duration: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+/// Milli-units as base units (cores, bytes, GPUs, pods).
+fn base(milli: i128) -> f64 {
+    milli as f64 / 1000.0
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        // Names, labels and buckets are constants of this file: registering them cannot fail
+        // unless this file is wrong, which every test would show.
+        fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
+            r.register(Box::new(c.clone()))
+                .expect("muster metric definitions are valid and unique");
+            c
+        }
+        let int_gauge = |name: &str, help: &str, labels: &[&str]| {
+            reg(
+                &registry,
+                IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge"),
+            )
+        };
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            reg(
+                &registry,
+                prometheus::GaugeVec::new(Opts::new(name, help), labels).expect("valid gauge"),
+            )
+        };
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            reg(
+                &registry,
+                IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter"),
+            )
+        };
+        Metrics {
+            pending: int_gauge(
+                "muster_pending_jobs",
+                "Jobs waiting in a queue, by priority; status is pending (waits for quota or capacity) or inadmissible (can never run as written).",
+                &["queue", "priority", "status"],
+            ),
+            admitted_active: int_gauge(
+                "muster_admitted_active_jobs",
+                "Jobs admitted from a queue to a member cluster and not finished.",
+                &["queue", "cluster"],
+            ),
+            quota_min: gauge(
+                "muster_quota_min",
+                "Guaranteed amount of a resource at a quota tree node (base units: cores, bytes, devices).",
+                &["node", "resource"],
+            ),
+            quota_max: gauge(
+                "muster_quota_max",
+                "Ceiling of a resource at a quota tree node; absent when not limited there.",
+                &["node", "resource"],
+            ),
+            quota_used: gauge(
+                "muster_quota_used",
+                "Amount of a resource charged to a quota tree node by admitted jobs of its subtree.",
+                &["node", "resource"],
+            ),
+            cluster_allocatable: gauge(
+                "muster_cluster_allocatable",
+                "Allocatable amount of a resource summed over a member cluster's nodes.",
+                &["cluster", "resource"],
+            ),
+            cluster_free: gauge(
+                "muster_cluster_free",
+                "Free amount of a resource summed over a member's nodes that take pods (allocatable minus pods muster does not manage minus reservations).",
+                &["cluster", "resource"],
+            ),
+            cluster_largest_free: gauge(
+                "muster_cluster_largest_free",
+                "The most free of a resource on any one node of a member that takes pods: the largest block one pod can get (fragmentation).",
+                &["cluster", "resource"],
+            ),
+            cluster_reachable: int_gauge(
+                "muster_cluster_reachable",
+                "1 when the member cluster answers and may receive jobs, else 0.",
+                &["cluster"],
+            ),
+            cluster_nodes: int_gauge(
+                "muster_cluster_nodes",
+                "Nodes of a member cluster.",
+                &["cluster"],
+            ),
+            cluster_schedulable_nodes: int_gauge(
+                "muster_cluster_schedulable_nodes",
+                "Nodes of a member cluster that take new pods (neither unschedulable nor NotReady).",
+                &["cluster"],
+            ),
+            submitted: counter(
+                "muster_submitted_jobs_total",
+                "Jobs that entered a queue (queued or inadmissible at submission).",
+                &["queue"],
+            ),
+            admitted: counter(
+                "muster_admitted_jobs_total",
+                "Admissions: the scheduler reserved quota and nodes of a member for a job.",
+                &["queue", "cluster"],
+            ),
+            dispatched: counter(
+                "muster_dispatched_jobs_total",
+                "Admitted jobs created in their member cluster.",
+                &["queue", "cluster"],
+            ),
+            preempted: counter(
+                "muster_preempted_jobs_total",
+                "Jobs taken back from a member cluster to reclaim guaranteed quota.",
+                &["queue", "cluster"],
+            ),
+            requeued: counter(
+                "muster_requeued_jobs_total",
+                "Admitted jobs put back in their queue, by reason (stuck_pods, pods_lost, member_lost, preempted).",
+                &["queue", "reason"],
+            ),
+            rejected: counter(
+                "muster_rejected_jobs_total",
+                "Jobs muster cannot read (unknown kind, malformed manifest).",
+                &["queue"],
+            ),
+            finished: counter(
+                "muster_finished_jobs_total",
+                "Dispatched jobs that ended, by outcome (succeeded, failed).",
+                &["queue", "cluster", "outcome"],
+            ),
+            dispatch_errors: counter(
+                "muster_dispatch_errors_total",
+                "Failed attempts to create an admitted job in its member, by reason (unreachable, refused, conflict, other).",
+                &["cluster", "reason"],
+            ),
+            wait_time: reg(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "muster_admission_wait_time_seconds",
+                        "Time from a job entering its queue (submitted or requeued) to its admission.",
+                    )
+                    .buckets(WAIT_BUCKETS.to_vec()),
+                    &["queue"],
+                )
+                .expect("valid histogram"),
+            ),
+            cycle_duration: reg(
+                &registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "muster_admission_cycle_duration_seconds",
+                        "Wall time of one admission cycle of the scheduling core.",
+                    )
+                    .buckets(CYCLE_BUCKETS.to_vec()),
+                )
+                .expect("valid histogram"),
+            ),
+            gauges: Mutex::new(()),
+            registry,
+        }
+    }
+
+    /// The registry, for a driver that adds collectors of its own.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of every metric that has samples.
+    pub fn encode(&self) -> String {
+        let families = {
+            let _g = self.gauges.lock().unwrap_or_else(|e| e.into_inner());
+            self.registry.gather()
+        };
+        TextEncoder::new()
+            .encode_to_string(&families)
+            .unwrap_or_else(|e| format!("# muster: cannot encode metrics: {e}\n"))
+    }
+
+    /// Sets every gauge from the core's state. Series of things that are gone (a queue with no
+    /// waiting job, a removed cluster or tree node, a resource no longer named) disappear.
+    pub fn observe(&self, s: &Scheduler) {
+        let depths = s.queue_depths();
+        let admitted = s.admitted_counts();
+        let quota = s.quota_usage();
+        let clusters = s.cluster_capacity();
+        let _g = self.gauges.lock().unwrap_or_else(|e| e.into_inner());
+        for g in [&self.pending, &self.admitted_active] {
+            g.reset();
+        }
+        for g in [
+            &self.cluster_reachable,
+            &self.cluster_nodes,
+            &self.cluster_schedulable_nodes,
+        ] {
+            g.reset();
+        }
+        for g in [
+            &self.quota_min,
+            &self.quota_max,
+            &self.quota_used,
+            &self.cluster_allocatable,
+            &self.cluster_free,
+            &self.cluster_largest_free,
+        ] {
+            g.reset();
+        }
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        for d in &depths {
+            let prio = d.priority.to_string();
+            for (status, n) in [("pending", d.pending), ("inadmissible", d.inadmissible)] {
+                if n > 0 {
+                    self.pending
+                        .with_label_values(&[d.queue.as_str(), prio.as_str(), status])
+                        .set(count(n));
+                }
+            }
+        }
+        for a in &admitted {
+            self.admitted_active
+                .with_label_values(&[a.queue.as_str(), a.cluster.as_str()])
+                .set(count(a.jobs));
+        }
+        for n in &quota {
+            for r in &n.resources {
+                let l = [n.node.as_str(), r.resource.as_str()];
+                self.quota_min.with_label_values(&l).set(base(r.min));
+                if let Some(max) = r.max {
+                    self.quota_max.with_label_values(&l).set(base(max));
+                }
+                self.quota_used.with_label_values(&l).set(base(r.used));
+            }
+        }
+        for c in &clusters {
+            let name = [c.cluster.as_str()];
+            self.cluster_reachable
+                .with_label_values(&name)
+                .set(i64::from(c.reachable));
+            self.cluster_nodes
+                .with_label_values(&name)
+                .set(count(c.nodes));
+            self.cluster_schedulable_nodes
+                .with_label_values(&name)
+                .set(count(c.schedulable_nodes));
+            for r in &c.resources {
+                let l = [c.cluster.as_str(), r.resource.as_str()];
+                self.cluster_allocatable
+                    .with_label_values(&l)
+                    .set(base(r.allocatable));
+                self.cluster_free.with_label_values(&l).set(base(r.free));
+                self.cluster_largest_free
+                    .with_label_values(&l)
+                    .set(base(r.largest_free));
+            }
+        }
+    }
+
+    /// A job entered `queue` (queued, or inadmissible at submission).
+    pub fn submitted(&self, queue: &str) {
+        self.submitted.with_label_values(&[queue]).inc();
+    }
+
+    /// The core admitted a job of `queue` to `cluster`.
+    pub fn admitted(&self, queue: &str, cluster: &str) {
+        self.admitted.with_label_values(&[queue, cluster]).inc();
+    }
+
+    /// An admitted job was created in `cluster`.
+    pub fn dispatched(&self, queue: &str, cluster: &str) {
+        self.dispatched.with_label_values(&[queue, cluster]).inc();
+    }
+
+    /// A job of `queue` was preempted on `cluster`. Count its requeue with [`Metrics::requeued`].
+    pub fn preempted(&self, queue: &str, cluster: &str) {
+        self.preempted.with_label_values(&[queue, cluster]).inc();
+    }
+
+    /// An admitted job of `queue` went back to its queue.
+    pub fn requeued(&self, queue: &str, reason: RequeueReason) {
+        self.requeued
+            .with_label_values(&[queue, reason.as_str()])
+            .inc();
+    }
+
+    /// A job that would go to `queue` cannot be read.
+    pub fn rejected(&self, queue: &str) {
+        self.rejected.with_label_values(&[queue]).inc();
+    }
+
+    /// A dispatched job of `queue` ended on `cluster`.
+    pub fn finished(&self, queue: &str, cluster: &str, outcome: Outcome) {
+        self.finished
+            .with_label_values(&[queue, cluster, outcome.as_str()])
+            .inc();
+    }
+
+    /// Creating an admitted job in `cluster` failed.
+    pub fn dispatch_error(&self, cluster: &str, reason: DispatchFailure) {
+        self.dispatch_errors
+            .with_label_values(&[cluster, reason.as_str()])
+            .inc();
+    }
+
+    /// A job of `queue` was admitted `seconds` after it entered its queue.
+    pub fn wait_time(&self, queue: &str, seconds: f64) {
+        self.wait_time.with_label_values(&[queue]).observe(seconds);
+    }
+
+    /// One admission cycle took `seconds`.
+    pub fn cycle_duration(&self, seconds: f64) {
+        self.cycle_duration.observe(seconds);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::{ClusterInfo, NodeInfo};
+    use crate::quantity::Quantity;
+    use crate::scheduler::{Config, Submitted};
+    use crate::workload::interpret;
+
+    fn cluster(name: &str, nodes: usize) -> ClusterInfo {
+        ClusterInfo {
+            name: name.into(),
+            nodes: (0..nodes)
+                .map(|i| NodeInfo {
+                    name: format!("{name}-{i}"),
+                    allocatable: [("cpu", "4"), ("memory", "8Gi"), ("nvidia.com/gpu", "2")]
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), Quantity::parse(v).expect("quantity")))
+                        .collect(),
+                    ready: true,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn submit(s: &mut Scheduler, name: &str, gpus: u32) -> Submitted {
+        let w = interpret(&serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x",
+                "resources": {"limits": {"cpu": "500m", "memory": "1536Mi",
+                                         "nvidia.com/gpu": gpus}}}]}}}
+        }))
+        .expect("job");
+        s.submit(&w, 0)
+    }
+
+    /// The value of the line `series value` of the exposition, if any.
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn gauges_in_base_units_and_gone_when_their_subject_is() {
+        let m = Metrics::new();
+        let mut s = Scheduler::new(Config::default());
+        s.set_cluster(&cluster("a", 2));
+        s.set_cluster(&cluster("b", 1));
+        let Submitted::Queued(running) = submit(&mut s, "x", 2) else {
+            panic!("x is queued")
+        };
+        assert!(matches!(
+            submit(&mut s, "y", 4),
+            Submitted::Inadmissible(..)
+        ));
+        s.cycle();
+        m.observe(&s);
+        let t = m.encode();
+        // Without a tree every namespace is its own queue; y (4 GPUs) fits no node.
+        assert_eq!(
+            value(
+                &t,
+                r#"muster_pending_jobs{priority="0",queue="team",status="inadmissible"}"#
+            ),
+            Some(1.0),
+            "{t}"
+        );
+        // x goes to the member with the least free GPUs: b.
+        assert_eq!(
+            value(
+                &t,
+                r#"muster_admitted_active_jobs{cluster="b",queue="team"}"#
+            ),
+            Some(1.0),
+            "{t}"
+        );
+        assert_eq!(
+            value(&t, r#"muster_cluster_free{cluster="b",resource="cpu"}"#),
+            Some(3.5),
+            "cores"
+        );
+        assert_eq!(
+            value(&t, r#"muster_cluster_free{cluster="b",resource="memory"}"#),
+            Some((8.0 * 1024.0 - 1536.0) * 1024.0 * 1024.0),
+            "bytes"
+        );
+        let gpu = |c: &str, m: &str| {
+            value(
+                &t,
+                &format!(r#"muster_cluster_{m}{{cluster="{c}",resource="nvidia.com/gpu"}}"#),
+            )
+        };
+        assert_eq!(gpu("b", "free"), Some(0.0));
+        assert_eq!(gpu("a", "free"), Some(4.0));
+        assert_eq!(gpu("a", "largest_free"), Some(2.0), "2 nodes x 2 GPUs");
+        assert_eq!(gpu("a", "allocatable"), Some(4.0));
+        assert!(
+            !t.contains("muster_quota_"),
+            "no tree, no quota series: {t}"
+        );
+        // The job finishes and a member becomes unreachable.
+        s.finish(running);
+        s.set_reachable("b", false);
+        s.cycle();
+        m.observe(&s);
+        let t = m.encode();
+        assert!(!t.contains("muster_admitted_active_jobs{"), "{t}");
+        assert_eq!(
+            value(&t, r#"muster_cluster_reachable{cluster="b"}"#),
+            Some(0.0)
+        );
+        // Another core without member b and without jobs: b's series and the queue disappear.
+        let mut other = Scheduler::new(Config::default());
+        other.set_cluster(&cluster("a", 1));
+        m.observe(&other);
+        let t = m.encode();
+        assert!(!t.contains(r#"cluster="b""#), "{t}");
+        assert!(!t.contains("muster_pending_jobs{"), "{t}");
+        assert_eq!(value(&t, r#"muster_cluster_nodes{cluster="a"}"#), Some(1.0));
+    }
+
+    #[test]
+    fn a_controller_can_share_it_between_tasks() {
+        fn shared<T: Send + Sync + 'static>() {}
+        shared::<Metrics>();
+    }
+
+    #[test]
+    fn counters_and_histograms_accumulate_with_fixed_label_sets() {
+        let m = Metrics::new();
+        m.admitted("root/a", "m1");
+        m.admitted("root/a", "m1");
+        m.dispatched("root/a", "m1");
+        m.preempted("root/a", "m1");
+        m.requeued("root/a", RequeueReason::Preempted);
+        m.requeued("root/a", RequeueReason::StuckPods);
+        m.finished("root/a", "m1", Outcome::Failed);
+        m.dispatch_error("m1", DispatchFailure::Refused);
+        m.rejected("root/b");
+        m.submitted("root/b");
+        m.wait_time("root/a", 90.0);
+        m.wait_time("root/a", 4000.0);
+        m.cycle_duration(0.002);
+        let t = m.encode();
+        for (series, v) in [
+            (
+                r#"muster_admitted_jobs_total{cluster="m1",queue="root/a"}"#,
+                2.0,
+            ),
+            (
+                r#"muster_dispatched_jobs_total{cluster="m1",queue="root/a"}"#,
+                1.0,
+            ),
+            (
+                r#"muster_preempted_jobs_total{cluster="m1",queue="root/a"}"#,
+                1.0,
+            ),
+            (
+                r#"muster_requeued_jobs_total{queue="root/a",reason="preempted"}"#,
+                1.0,
+            ),
+            (
+                r#"muster_requeued_jobs_total{queue="root/a",reason="stuck_pods"}"#,
+                1.0,
+            ),
+            (
+                r#"muster_finished_jobs_total{cluster="m1",outcome="failed",queue="root/a"}"#,
+                1.0,
+            ),
+            (
+                r#"muster_dispatch_errors_total{cluster="m1",reason="refused"}"#,
+                1.0,
+            ),
+            (r#"muster_rejected_jobs_total{queue="root/b"}"#, 1.0),
+            (r#"muster_submitted_jobs_total{queue="root/b"}"#, 1.0),
+            (
+                r#"muster_admission_wait_time_seconds_bucket{queue="root/a",le="120"}"#,
+                1.0,
+            ),
+            (
+                r#"muster_admission_wait_time_seconds_bucket{queue="root/a",le="7200"}"#,
+                2.0,
+            ),
+            (
+                r#"muster_admission_wait_time_seconds_sum{queue="root/a"}"#,
+                4090.0,
+            ),
+            (
+                r#"muster_admission_cycle_duration_seconds_bucket{le="0.001"}"#,
+                0.0,
+            ),
+            (
+                r#"muster_admission_cycle_duration_seconds_bucket{le="0.0025"}"#,
+                1.0,
+            ),
+            ("muster_admission_cycle_duration_seconds_count", 1.0),
+        ] {
+            assert_eq!(value(&t, series), Some(v), "{series} in\n{t}");
+        }
+        // Observing a core leaves the counters alone.
+        m.observe(&Scheduler::new(Config::default()));
+        let t = m.encode();
+        assert_eq!(
+            value(
+                &t,
+                r#"muster_admitted_jobs_total{cluster="m1",queue="root/a"}"#
+            ),
+            Some(2.0)
+        );
+    }
+}
