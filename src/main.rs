@@ -45,6 +45,17 @@ enum Command {
     },
     /// Run the hub controller (suspend, queue, admit, dispatch, sync status).
     Controller(Box<ControllerArgs>),
+    /// Why is my job waiting? What muster knows about a job, read from the hub.
+    Explain {
+        /// NAMESPACE/NAME of the job.
+        job: String,
+        /// The job's kind, when several kinds share the name.
+        #[arg(long)]
+        kind: Option<String>,
+        /// Kubeconfig of the hub (default: $KUBECONFIG / ~/.kube/config).
+        #[arg(long, env = "MUSTER_KUBECONFIG")]
+        kubeconfig: Option<std::path::PathBuf>,
+    },
     /// Print the CustomResourceDefinitions muster serves (QueuedJob, MemberCluster,
     /// ElasticQuotaTree) as YAML.
     Crds,
@@ -142,6 +153,11 @@ fn main() -> ExitCode {
             metrics_at.as_deref(),
         ),
         Command::Controller(args) => run_controller(*args),
+        Command::Explain {
+            job,
+            kind,
+            kubeconfig,
+        } => run_explain(&job, kind.as_deref(), kubeconfig),
         Command::Crds => match muster::controller::crd::crds_yaml() {
             Ok(y) => {
                 print!("{y}");
@@ -152,6 +168,44 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+fn run_explain(job: &str, kind: Option<&str>, kubeconfig: Option<std::path::PathBuf>) -> ExitCode {
+    let Some((ns, name)) = job.split_once('/') else {
+        eprintln!("error: expected NAMESPACE/NAME, got {job:?}");
+        return ExitCode::from(2);
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        let client = match kubeconfig {
+            Some(p) => {
+                let text = std::fs::read_to_string(&p)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+                muster::controller::members::client_from_kubeconfig("hub", &text).await?
+            }
+            None => kube::Client::try_default().await?,
+        };
+        muster::controller::explain::explain(&client, ns, name, kind).await
+    });
+    match result {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -126,6 +126,13 @@ async fn controller_end_to_end() {
     });
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
 
+    // The controller's /metrics saw it all.
+    let exposition = hub::http_get(&format!("http://127.0.0.1:{}/metrics", controller.http));
+    let metrics_ok = exposition.contains("muster_dispatched_jobs_total{cluster=\"member-c\"")
+        && exposition.contains("muster_cluster_reachable{cluster=\"member-a\"} 1")
+        && exposition.contains("muster_finished_jobs_total{cluster=")
+        && exposition.contains("muster_admission_wait_time_seconds_count");
+
     // Clean up while the controller still runs (deleting hub jobs deletes the member copies).
     for n in [&ns.gpu, &ns.limited, &ns.misc] {
         fleet::delete_namespace(&hub, n).await;
@@ -141,7 +148,7 @@ async fn controller_end_to_end() {
     let tail = controller.log_tail();
     drop(controller);
     match outcome {
-        Ok(Ok(_)) => {}
+        Ok(Ok(_)) => assert!(metrics_ok, "/metrics lacks expected series:\n{exposition}"),
         Ok(Err(_)) => panic!("scenarios timed out; controller log tail:\n{tail}"),
         Err(e) => {
             let msg = e
@@ -260,6 +267,13 @@ async fn scenario_gpu_per_node(hub: &Client, ns: &Namespaces) {
     assert_eq!(holders, vec!["member-c".to_string()]);
     let uid = q.spec.job_ref.uid.clone();
     assert_eq!(running_pods("member-c", &ns.gpu, &uid).await, Ok(3));
+    let (ok, text) = hub::explain(&format!("{}/{name}", ns.gpu));
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("Running") && text.contains("cluster member-c"),
+        "{text}"
+    );
+    assert!(text.contains("pods: 3 running"), "{text}");
     // The plan pinned the workers to the reserved node.
     assert!(
         st.placement
@@ -302,6 +316,16 @@ async fn scenario_max_jobs(hub: &Client, ns: &Namespaces) {
     })
     .await;
     assert!(q.status.and_then(|s| s.cluster).is_none());
+    let (ok, text) = hub::explain(&format!("{}/second", ns.limited));
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("Queued") && text.contains("kube-queue/max-jobs"),
+        "{text}"
+    );
+    assert!(
+        text.contains("OVER MAX"),
+        "explain shows the quota check: {text}"
+    );
     // Still waiting a few syncs later, and no member has it.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let st = hub::queued_job(hub, &ns.limited, "PyTorchJob", "second")
@@ -503,13 +527,16 @@ async fn scenario_bad_input(hub: &Client, ns: &Namespaces) {
         let o = api.get("muster-e2e").await.map_err(|e| e.to_string())?;
         let v = serde_json::to_value(o).map_err(|e| e.to_string())?;
         let valid = v.pointer("/status/conditions/0/status") == Some(&json!("True"));
-        let misc = v
+        let gpu_leaf = v
             .pointer("/status/nodes")
             .and_then(Value::as_array)
-            .and_then(|a| a.iter().find(|n| n["path"] == "root/misc").cloned());
-        let used_cpu = misc.as_ref().and_then(|m| m.pointer("/used/cpu")).cloned();
-        // during-invalid: master 1 cpu + 1 worker 1 cpu.
-        if valid && used_cpu == Some(json!("2")) {
+            .and_then(|a| a.iter().find(|n| n["path"] == "root/gpu").cloned());
+        // two-by-one (2 GPUs) and two-by-three (6 GPUs) hold the gpu leaf's usage.
+        let used_gpu = gpu_leaf
+            .as_ref()
+            .and_then(|m| m.pointer("/used/nvidia.com~1gpu"))
+            .cloned();
+        if valid && used_gpu == Some(json!("8")) {
             Ok(())
         } else {
             Err(format!("{:?}", v.get("status")))

@@ -153,9 +153,13 @@ pub struct QueuedJobStatus {
     /// The member the job was admitted to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
-    /// Why the job waits, or what happened last.
+    /// Why the job waits, or what happened last (one line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// For a waiting or rejected job: the quota check at each tree node and the fit on each
+    /// member, as `muster explain` prints it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<String>,
     /// The plan muster reserved: pods per node per component (`{worker: {node-1: 2}}`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub placement: BTreeMap<String, BTreeMap<String, u32>>,

@@ -179,7 +179,18 @@ pub enum DispatchError {
 }
 
 impl DispatchError {
-    /// A short, bounded reason for metrics and Events.
+    /// The metrics label for this failure.
+    pub fn failure(&self) -> crate::metrics::DispatchFailure {
+        use crate::metrics::DispatchFailure as F;
+        match self.reason() {
+            "unreachable" => F::Unreachable,
+            "invalid" | "forbidden" => F::Refused,
+            "conflict" => F::Conflict,
+            _ => F::Other,
+        }
+    }
+
+    /// A short, bounded reason for logs and Events.
     pub fn reason(&self) -> &'static str {
         match self {
             DispatchError::Api(kube::Error::Api(e)) if e.code == 422 => "invalid",

@@ -9,6 +9,7 @@
 
 pub mod crd;
 pub mod dispatch;
+pub mod explain;
 pub mod intake;
 pub mod kinds;
 pub mod members;
@@ -34,6 +35,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::fleet::ClusterInfo;
+use crate::metrics::{Metrics, Outcome, RequeueReason};
 use crate::quantity::{Quantity, ResourceList};
 use crate::quota::QuotaTree;
 use crate::resources::MAX_JOBS;
@@ -143,7 +145,13 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     };
     let covered: intake::Covered = Default::default();
     let ready = Arc::new(AtomicBool::new(false));
-    let http = tokio::spawn(serve_http(opts.http_addr, ready.clone(), token.clone()));
+    let metrics = Arc::new(Metrics::new());
+    let http = tokio::spawn(serve_http(
+        opts.http_addr,
+        ready.clone(),
+        metrics.clone(),
+        token.clone(),
+    ));
     let mut webhook = None;
     if let Some(addr) = opts.webhook_addr {
         let cert =
@@ -181,7 +189,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             instance: Some(opts.instance.clone()),
         },
     );
-    let mut brain = Brain::new(hub, opts, stores, covered, recorder, wake.clone());
+    let mut brain = Brain::new(hub, opts, stores, covered, recorder, wake.clone(), metrics);
     ready.store(true, Ordering::Relaxed);
     tracing::info!("hub view synced; controller running");
     loop {
@@ -229,10 +237,30 @@ async fn shutdown_signal() {
     }
 }
 
-async fn serve_http(addr: SocketAddr, ready: Arc<AtomicBool>, token: CancellationToken) {
+async fn serve_http(
+    addr: SocketAddr,
+    ready: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
+    token: CancellationToken,
+) {
     use axum::routing::get;
     let app = axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/metrics",
+            get(move || {
+                let metrics = metrics.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )],
+                        metrics.encode(),
+                    )
+                }
+            }),
+        )
         .route(
             "/readyz",
             get(move || {
@@ -290,6 +318,10 @@ struct Tracked {
     synced_status: Option<Value>,
     /// When the copy was last (re)created (rate limit for re-creating a missing copy).
     last_create: Option<Instant>,
+    /// When it last entered its queue (submission or requeue), for the wait-time histogram.
+    queued_at: jiff::Timestamp,
+    /// The core's reason when the explanation was last computed, and when.
+    explained: Option<(String, Instant)>,
 }
 
 impl Tracked {
@@ -316,6 +348,7 @@ struct Brain {
     covered: intake::Covered,
     recorder: Recorder,
     wake: Arc<Notify>,
+    metrics: Arc<Metrics>,
     sched: Scheduler,
     members: BTreeMap<String, Member>,
     /// Per member: why it could not be connected (for its status).
@@ -345,8 +378,10 @@ impl Brain {
         covered: intake::Covered,
         recorder: Recorder,
         wake: Arc<Notify>,
+        metrics: Arc<Metrics>,
     ) -> Brain {
         Brain {
+            metrics,
             hub,
             opts,
             stores,
@@ -396,7 +431,9 @@ impl Brain {
         self.sync_members().await;
         self.sync_jobs().await;
         self.sync_usage();
+        let started = Instant::now();
         let decisions = self.sched.cycle();
+        self.metrics.cycle_duration(started.elapsed().as_secs_f64());
         for d in decisions {
             self.apply(d).await;
         }
@@ -405,6 +442,7 @@ impl Brain {
         self.write_statuses().await;
         self.write_tree_status().await;
         self.write_member_statuses().await;
+        self.metrics.observe(&self.sched);
     }
 
     fn sync_priorities(&mut self) {
@@ -1018,12 +1056,24 @@ impl Brain {
                     .or_else(|| recorded.clone()),
                 synced_status: None,
                 last_create: None,
+                queued_at: obj
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0)
+                    .unwrap_or_else(jiff::Timestamp::now),
+                explained: None,
             };
             let mut events: Vec<(bool, &str, String)> = Vec::new();
             match interpret(&value) {
                 Err(e) => {
                     t.status.state = QueuedJobState::Rejected;
                     t.status.reason = Some(format!("malformed: {e}"));
+                    let q = self
+                        .sched
+                        .queue_of_namespace(&ns)
+                        .unwrap_or_else(|| ns.clone());
+                    self.metrics.rejected(&q);
                     events.push((
                         true,
                         "Malformed",
@@ -1051,6 +1101,7 @@ impl Brain {
                         None => match self.sched.submit(&w, submitted) {
                             Submitted::Queued(id) => {
                                 t.id = Some(id);
+                                self.metrics.submitted(self.sched.queue_name(id));
                                 t.status.state = QueuedJobState::Queued;
                                 t.status.cluster = None;
                                 t.status.placement.clear();
@@ -1064,6 +1115,7 @@ impl Brain {
                             }
                             Submitted::Inadmissible(id, reason) => {
                                 t.id = Some(id);
+                                self.metrics.rejected(self.sched.queue_name(id));
                                 t.status.state = QueuedJobState::Rejected;
                                 t.status.reason = Some(reason.clone());
                                 events.push((true, "Inadmissible", reason));
@@ -1148,6 +1200,13 @@ impl Brain {
                     }
                     return;
                 }
+                let queue = self.sched.queue_name(job).to_string();
+                self.metrics.admitted(&queue, &cluster);
+                if let Some(t) = self.jobs.get(&uid) {
+                    let waited = jiff::Timestamp::now().duration_since(t.queued_at);
+                    self.metrics
+                        .wait_time(&queue, waited.as_secs_f64().max(0.0));
+                }
                 let nodes: Vec<String> = plan
                     .values()
                     .flat_map(|m| m.iter().map(|(n, k)| format!("{n}×{k}")))
@@ -1169,6 +1228,11 @@ impl Brain {
                     return;
                 };
                 let by_label = self.sched.job_label(by);
+                let queue = self.sched.queue_name(job).to_string();
+                if let Some(c) = self.jobs.get(&uid).and_then(|t| t.status.cluster.clone()) {
+                    self.metrics.preempted(&queue, &c);
+                }
+                self.metrics.requeued(&queue, RequeueReason::Preempted);
                 if let Some(t) = self.jobs.get(&uid)
                     && let Some(cluster) = t.status.cluster.clone()
                     && let Some(m) = self.members.get(&cluster)
@@ -1227,6 +1291,7 @@ impl Brain {
         let copy =
             dispatch::member_copy(&hub_value, &w, uid, &self.opts.origin, &t.status.placement);
         let result = dispatch::create(&m.client, &cluster, kind, &copy).await;
+        let queue = t.status.queue.clone().unwrap_or_default();
         let Some(t) = self.jobs.get_mut(uid) else {
             return;
         };
@@ -1234,6 +1299,7 @@ impl Brain {
         match result {
             Ok(_) => {
                 if t.status.state == QueuedJobState::Admitted {
+                    self.metrics.dispatched(&queue, &cluster);
                     t.status.state = QueuedJobState::Dispatched;
                     t.status.dispatched_at = Some(now_rfc3339());
                     t.status.reason =
@@ -1244,6 +1310,7 @@ impl Brain {
                 }
             }
             Err(e) => {
+                self.metrics.dispatch_error(&cluster, e.failure());
                 tracing::warn!(job = %t.label(), %cluster, reason = e.reason(), error = %e, "dispatch failed");
                 t.status.reason = Some(format!("dispatch to {cluster} failed: {e}"));
                 self.event(uid, true, "DispatchFailed", format!("{cluster}: {e}"))
@@ -1353,6 +1420,13 @@ impl Brain {
                 && let Some(id) = t.id
             {
                 // Frees quota and capacity for the next cycle.
+                let outcome = if after == QueuedJobState::Finished {
+                    Outcome::Succeeded
+                } else {
+                    Outcome::Failed
+                };
+                self.metrics
+                    .finished(self.sched.queue_name(id), &cluster, outcome);
                 self.sched.finish(id);
             }
             let sync_hub = member_status.is_some() && t.synced_status != member_status;
@@ -1401,32 +1475,39 @@ impl Brain {
         }
     }
 
-    /// Why each queued job waits, as the core says.
+    /// Why each queued job waits, as the core says; the full explanation is recomputed when the
+    /// core's reason changes (and at most every 30 s otherwise), since it tries every member.
     fn sync_reasons(&mut self) {
         for t in self.jobs.values_mut() {
             let Some(id) = t.id else { continue };
-            if let Some(q) = Some(self.sched.queue_name(id).to_string()) {
-                t.status.queue = Some(q);
-            }
+            t.status.queue = Some(self.sched.queue_name(id).to_string());
             t.status.priority = Some(self.sched.priority(id));
-            match self.sched.state(id) {
+            let waiting = match self.sched.state(id) {
                 JobState::Pending => {
-                    if t.status.state != QueuedJobState::Queued {
-                        t.status.state = QueuedJobState::Queued;
-                    }
-                    if let Some(r) = self.sched.reason(id) {
-                        t.status.reason = Some(r);
-                    } else if t.status.reason.is_none() {
-                        t.status.reason = Some("waiting for the next admission cycle".into());
-                    }
+                    t.status.state = QueuedJobState::Queued;
+                    true
                 }
-                JobState::Inadmissible(r) => {
+                JobState::Inadmissible(_) => {
                     t.status.state = QueuedJobState::Rejected;
-                    if !r.is_empty() {
-                        t.status.reason = Some(r.clone());
-                    }
+                    true
                 }
-                _ => {}
+                _ => false,
+            };
+            if !waiting {
+                t.status.explanation = None;
+                t.explained = None;
+                continue;
+            }
+            let core_reason = self.sched.reason(id).unwrap_or_default();
+            let stale = t
+                .explained
+                .as_ref()
+                .is_none_or(|(r, at)| *r != core_reason || at.elapsed() > Duration::from_secs(30));
+            if stale {
+                let e = self.sched.explain(id);
+                t.status.reason = Some(e.summary());
+                t.status.explanation = Some(truncate(&e.to_string(), 8000));
+                t.explained = Some((core_reason, Instant::now()));
             }
         }
     }

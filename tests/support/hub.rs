@@ -252,6 +252,39 @@ impl Drop for Controller {
     }
 }
 
+/// `muster explain NAMESPACE/NAME` against the fleet's hub: (exit success, stdout + stderr).
+pub fn explain(job: &str) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_muster"))
+        .args(["explain", job, "--kubeconfig"])
+        .arg(kubeconfig_path("hub"))
+        .output()
+        .expect("running muster explain");
+    let mut text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// The body of a plain HTTP GET (empty on any error).
+pub fn http_get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let Some(rest) = url.strip_prefix("http://") else {
+        return String::new();
+    };
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let Ok(mut s) = std::net::TcpStream::connect(host) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    if write!(s, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").is_err() {
+        return String::new();
+    }
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    buf.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
+
 /// A plain HTTP GET that says whether the answer was 200.
 pub fn http_get_ok(url: &str) -> bool {
     use std::io::{Read, Write};

@@ -1,0 +1,147 @@
+//! `muster explain NAMESPACE/NAME`: what muster knows about one job, read from the hub (the
+//! QueuedJob the controller keeps, and the job's Events). Read-only.
+
+use std::fmt::Write;
+
+use kube::Client;
+use kube::api::{Api, ListParams};
+
+use super::crd::{QueuedJob, QueuedJobState};
+
+/// The text for one job; `kind` narrows the search when several kinds share the name.
+pub async fn explain(
+    hub: &Client,
+    namespace: &str,
+    name: &str,
+    kind: Option<&str>,
+) -> anyhow::Result<String> {
+    let api: Api<QueuedJob> = Api::namespaced(hub.clone(), namespace);
+    let mut found: Vec<QueuedJob> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|q| q.spec.job_ref.name == name)
+        .filter(|q| kind.is_none_or(|k| q.spec.job_ref.kind.eq_ignore_ascii_case(k)))
+        .collect();
+    found.sort_by(|a, b| a.spec.job_ref.kind.cmp(&b.spec.job_ref.kind));
+    if found.is_empty() {
+        anyhow::bail!(
+            "{namespace}/{name}: muster does not manage a job of that name (no QueuedJob): its namespace is \
+             not in a leaf of the quota tree in force, its kind is not supported, or it does not exist"
+        );
+    }
+    let mut out = String::new();
+    for q in &found {
+        let _ = writeln!(out, "{}", render(q));
+    }
+    Ok(out.trim_end().to_string())
+}
+
+/// One QueuedJob as text.
+pub fn render(q: &QueuedJob) -> String {
+    let r = &q.spec.job_ref;
+    let ns = q.metadata.namespace.clone().unwrap_or_default();
+    let st = q.status.clone().unwrap_or_default();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} {ns}/{}: {} (queue {}, priority {})",
+        r.kind,
+        r.name,
+        st.state.as_str(),
+        st.queue.as_deref().unwrap_or("-"),
+        st.priority.map_or("-".to_string(), |p| p.to_string()),
+    );
+    match st.state {
+        QueuedJobState::Queued | QueuedJobState::Rejected => {
+            if let Some(e) = &st.explanation {
+                let _ = writeln!(out, "{e}");
+            } else if let Some(r) = &st.reason {
+                let _ = writeln!(out, "  {r}");
+            }
+        }
+        _ => {
+            let cluster = st.cluster.as_deref().unwrap_or("-");
+            let _ = writeln!(
+                out,
+                "  cluster {cluster}, admitted {}, dispatched {}",
+                st.admitted_at.as_deref().unwrap_or("-"),
+                st.dispatched_at.as_deref().unwrap_or("not yet")
+            );
+            if let Some(p) = &st.pods {
+                let _ = writeln!(
+                    out,
+                    "  pods: {} running, {} scheduled, of {} expected",
+                    p.running, p.scheduled, p.expected
+                );
+            }
+            for (component, nodes) in &st.placement {
+                let list: Vec<String> = nodes.iter().map(|(n, k)| format!("{n}×{k}")).collect();
+                let _ = writeln!(out, "  {component}: {}", list.join(", "));
+            }
+            if let Some(r) = &st.reason {
+                let _ = writeln!(out, "  {r}");
+            }
+        }
+    }
+    if st.requeues > 0 {
+        let _ = writeln!(out, "  taken back and requeued {} time(s)", st.requeues);
+    }
+    out.trim_end().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::crd::{JobRef, PodCounts, QueuedJobSpec, QueuedJobStatus};
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn renders_running_and_waiting_jobs() {
+        let mut q = QueuedJob::new(
+            "pytorchjob-t",
+            QueuedJobSpec {
+                job_ref: JobRef {
+                    api_version: "kubeflow.org/v1".into(),
+                    kind: "PyTorchJob".into(),
+                    name: "t".into(),
+                    uid: "u".into(),
+                },
+            },
+        );
+        q.metadata.namespace = Some("research".into());
+        q.status = Some(QueuedJobStatus {
+            state: QueuedJobState::Running,
+            queue: Some("root/research".into()),
+            priority: Some(5),
+            cluster: Some("member-c".into()),
+            placement: BTreeMap::from([("worker".into(), BTreeMap::from([("c-0".into(), 2)]))]),
+            pods: Some(PodCounts {
+                expected: 3,
+                scheduled: 3,
+                running: 3,
+            }),
+            ..Default::default()
+        });
+        let text = render(&q);
+        assert!(
+            text.starts_with("PyTorchJob research/t: Running (queue root/research, priority 5)"),
+            "{text}"
+        );
+        assert!(text.contains("cluster member-c"), "{text}");
+        assert!(
+            text.contains("pods: 3 running, 3 scheduled, of 3 expected"),
+            "{text}"
+        );
+        assert!(text.contains("worker: c-0×2"), "{text}");
+        q.status = Some(QueuedJobStatus {
+            state: QueuedJobState::Queued,
+            explanation: Some(
+                "quota root/a: kube-queue/max-jobs 1 in use + 1 requested = 2, above max 1".into(),
+            ),
+            ..Default::default()
+        });
+        assert!(render(&q).contains("above max 1"));
+    }
+}
