@@ -2,9 +2,10 @@
 """muster's local fleet: one hub and three member clusters on 127.0.0.1.
 
 Run through hack/fleet/fleet.sh (which sets FLEET_* from lib.sh), normally via make:
-  up      start etcd, the four apiservers, the members' scheduler, controller-manager, kwok and
-          training-operator, the hub's controller-manager; install CRDs; create fake nodes from the
-          fleet file; wait until everything is ready. Reuses a healthy running fleet.
+  up      start etcd, the four apiservers, the members' scheduler, controller-manager, kwok,
+          training-operator and JobSet controller, the hub's controller-manager; install CRDs;
+          create fake nodes from the fleet file; wait until everything is ready. Reuses a healthy
+          running fleet.
   down    stop every process it started, by pid; check that no port is left open.
   status  one line per component: pid, health, RSS, log.
 
@@ -33,6 +34,7 @@ import yaml
 BIN = os.environ["FLEET_BIN"]
 CRDS = os.environ["FLEET_CRDS"]
 STAGES = os.environ["FLEET_STAGES"]
+JOBSET = os.environ["FLEET_JOBSET"]
 STATE = os.environ["FLEET_STATE"]
 REPO = os.environ["FLEET_REPO_ROOT"]
 PINS = os.environ.get("FLEET_PINS_HASH", "")
@@ -86,6 +88,9 @@ def ports(cluster=None):
         "training-operator-metrics": b + 80 + i,
         "training-operator-health": b + 90 + i,
         "training-operator-webhook": b + 100 + i,
+        "jobset-metrics": b + 110 + i,
+        "jobset-health": b + 120 + i,
+        "jobset-webhook": b + 130 + i,
     }
 
 
@@ -100,6 +105,7 @@ def components():
             (f"{c}/kube-scheduler", c, "kube-scheduler"),
             (f"{c}/kwok", c, "kwok"),
             (f"{c}/training-operator", c, "training-operator"),
+            (f"{c}/jobset-controller", c, "jobset-controller"),
         ]
     return out
 
@@ -494,6 +500,36 @@ def start_training_operator(c):
         env={"TMPDIR": tmp, "MY_POD_NAMESPACE": "kubeflow"})
 
 
+def jobset_cert_dir(c):
+    return p(c, "jobset-certs")
+
+
+def start_jobset_controller(c):
+    """The JobSet controller (sigs.k8s.io/jobset's manager) with its own cert rotator off: its
+    webhook server (on 127.0.0.1) and its metrics server use the fleet's serving cert, and the
+    apiserver reaches the webhooks by URL (see setup_jobset_objects)."""
+    pt = ports(c)
+    cfg = {
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+        "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"host": "127.0.0.1", "port": pt["jobset-webhook"],
+                    "certDir": jobset_cert_dir(c)},
+        "metrics": {"bindAddress": f"127.0.0.1:{pt['jobset-metrics']}",
+                    "certDir": jobset_cert_dir(c)},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{pt['jobset-health']}"},
+    }
+    path = p(c, "jobset-config.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f, sort_keys=False)
+    start(f"{c}/jobset-controller", "jobset-controller", [
+        f"--kubeconfig={kubeconfig_path(c)}", f"--config={path}",
+        # Production logging (its default is development mode: debug level, stack traces).
+        "--zap-devel=false", "--zap-encoder=console", "--zap-log-level=info",
+    ], env={"TMPDIR": p(c, "tmp")})
+
+
 def copy_serving_cert(dst_dir):
     os.makedirs(dst_dir, exist_ok=True)
     shutil.copy(p("pki", "serving.crt"), os.path.join(dst_dir, "tls.crt"))
@@ -504,6 +540,7 @@ def prepare_training_operator_files():
     # The webhook server of each instance reads $TMPDIR/k8s-webhook-server/serving-certs.
     for c in MEMBERS:
         copy_serving_cert(os.path.join(p(c, "tmp"), "k8s-webhook-server", "serving-certs"))
+        copy_serving_cert(jobset_cert_dir(c))
     # The cert rotator only checks that tls.crt exists at its fixed path before it declares the
     # certs "mounted"; nothing reads that file. Create it if missing; remember to remove it.
     if not os.path.exists(os.path.join(ROTATOR_CERT_DIR, "tls.crt")):
@@ -567,6 +604,49 @@ def setup_training_operator_objects(api):
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": "validator.training-operator.kubeflow.org",
                      "labels": {"app.kubernetes.io/managed-by": "muster-fleet"}}})
+
+
+def jobset_webhook_configurations(c):
+    """JobSet's admission webhook configurations from its module (config/components/webhook:
+    manifests.yaml plus the kustomize patches that limit the pod webhooks to JobSet pods), named as
+    its own deployment names them, each webhook pointed by URL at this member's controller on
+    127.0.0.1 and trusting the fleet CA (which signed the serving cert, SAN IP:127.0.0.1)."""
+    import base64
+    with open(p("pki", "ca.crt"), "rb") as f:
+        ca = base64.b64encode(f.read()).decode()
+    docs = {d["kind"]: d for d in load_yaml_docs(os.path.join(JOBSET, "webhook-manifests.yaml"))}
+    patches = {"MutatingWebhookConfiguration": "mutating-patch.yaml",
+               "ValidatingWebhookConfiguration": "validating-patch.yaml"}
+    if sorted(docs) != sorted(patches):
+        raise FleetError(f"{JOBSET}/webhook-manifests.yaml: unexpected kinds {sorted(docs)}")
+    for kind, fn in patches.items():
+        with open(os.path.join(JOBSET, fn)) as f:
+            for op in yaml.safe_load(f):
+                parts = op.get("path", "").split("/")
+                if op.get("op") != "replace" or len(parts) != 3 or parts[1] != "webhooks":
+                    raise FleetError(f"{JOBSET}/{fn}: unsupported patch {op.get('op')} {op.get('path')}")
+                docs[kind]["webhooks"][int(parts[2])] = op["value"]
+    out = []
+    for kind, doc in docs.items():
+        prefix = "mutating" if kind.startswith("Mutating") else "validating"
+        doc["metadata"] = {"name": f"jobset-{prefix}-webhook-configuration",
+                           "labels": {"app.kubernetes.io/managed-by": "muster-fleet"}}
+        for w in doc["webhooks"]:
+            svc = w["clientConfig"]["service"]
+            w["clientConfig"] = {
+                "url": f"https://127.0.0.1:{ports(c)['jobset-webhook']}{svc['path']}",
+                "caBundle": ca}
+        out.append((kind, doc))
+    return out
+
+
+def setup_jobset_objects(api, c):
+    """JobSet's webhooks, as in its own deployment (failurePolicy Fail): JobSets are defaulted and
+    validated, and pods of JobSets mutated and validated, by this member's JobSet controller."""
+    for kind, doc in jobset_webhook_configurations(c):
+        plural = "mutatingwebhookconfigurations" if kind.startswith("Mutating") \
+            else "validatingwebhookconfigurations"
+        api.create(f"/apis/admissionregistration.k8s.io/v1/{plural}", doc)
 
 
 def expand_nodes(cluster_spec):
@@ -670,10 +750,10 @@ def healthy(fleet_file):
                 code, _ = insecure_get(f"{scheme}://127.0.0.1:{ports(c)[k]}{path}")
                 if code != 200:
                     return False
-            code, _ = insecure_get(
-                f"http://127.0.0.1:{ports(c)['training-operator-health']}/readyz")
-            if code != 200:
-                return False
+            for k in ("training-operator-health", "jobset-health"):
+                code, _ = insecure_get(f"http://127.0.0.1:{ports(c)[k]}/readyz")
+                if code != 200:
+                    return False
     except Exception:  # noqa: BLE001
         return False
     return True
@@ -693,7 +773,7 @@ def up(fleet_file):
                          + ", ".join(f"{k}={v}" for k, v in busy.items())
                          + " (set FLEET_PORT_BASE to move them)")
     for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-              "training-operator"):
+              "training-operator", "jobset-controller"):
         if not os.access(os.path.join(BIN, b), os.X_OK):
             raise FleetError(f"{BIN}/{b} missing: run `make fleet-build`")
     fleet = load_fleet_file(fleet_file)
@@ -729,6 +809,7 @@ def up(fleet_file):
     log(f"{len(crds)} CRDs created in each cluster ({time.monotonic() - t0:.1f}s)")
     for c in MEMBERS:
         setup_training_operator_objects(apis[c])
+        setup_jobset_objects(apis[c], c)
     prepare_training_operator_files()
     for c in CLUSTERS:
         wait_for(f"{c}/kube-apiserver", "kube-apiserver",
@@ -741,6 +822,7 @@ def up(fleet_file):
         start_scheduler(c)
         start_kwok(c)
         start_training_operator(c)
+        start_jobset_controller(c)
 
     node_names = {}
     for c in MEMBERS:
@@ -765,6 +847,8 @@ def up(fleet_file):
                  lambda c=c: default_sa(apis[c]), "ServiceAccount default/default")
         wait_for(f"{c}/training-operator", "training-operator",
                  health(c, "training-operator-health", "http", "/readyz"), "/readyz")
+        wait_for(f"{c}/jobset-controller", "jobset-controller",
+                 health(c, "jobset-health", "http", "/readyz"), "/readyz")
     wait_for(f"{HUB}/kube-controller-manager", "kube-controller-manager",
              lambda: default_sa(apis[HUB]), "ServiceAccount default/default")
 
@@ -795,6 +879,8 @@ def status():
             elif b == "training-operator":
                 code, _ = insecure_get(
                     f"http://127.0.0.1:{ports(c)['training-operator-health']}/readyz")
+            elif b == "jobset-controller":
+                code, _ = insecure_get(f"http://127.0.0.1:{ports(c)['jobset-health']}/readyz")
             else:
                 key = "controller-manager" if b == "kube-controller-manager" else "scheduler"
                 code, _ = insecure_get(f"https://127.0.0.1:{ports(c)[key]}/healthz")

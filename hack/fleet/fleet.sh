@@ -20,5 +20,5 @@ esac
 command -v python3 >/dev/null || fleet_die "python3 is needed"
 python3 -c 'import yaml' 2>/dev/null || fleet_die "python3 needs PyYAML (apt-get install python3-yaml)"
 command -v openssl >/dev/null || fleet_die "openssl is needed"
-export FLEET_BIN FLEET_CRDS FLEET_STAGES FLEET_STATE FLEET_REPO_ROOT FLEET_PINS_HASH
+export FLEET_BIN FLEET_CRDS FLEET_STAGES FLEET_JOBSET FLEET_STATE FLEET_REPO_ROOT FLEET_PINS_HASH
 exec python3 "$FLEET_HACK_DIR/fleet.py" "$cmd" "$@"
