@@ -9,14 +9,15 @@
 //!    first ends (its hub job deleted, which deletes the member copy), then runs.
 //! 4. An invalid quota tree edit and a malformed job: clear status and Events; the last valid
 //!    tree stays in force and a job submitted meanwhile is still admitted.
-//! 5. A batch Job (finishes: kwok completes Job pods) and a JobSet dispatched the same way.
+//! 5. A batch Job and a JobSet (run by the member's JobSet controller) dispatched the same way;
+//!    kwok completes Job pods at once, so both end Finished, with the status synced to the hub.
 
 mod support;
 
 use std::time::Duration;
 
 use kube::Client;
-use kube::api::{Api, DeleteParams};
+use kube::api::DeleteParams;
 use muster::controller::crd::QueuedJobState;
 use serde_json::{Value, json};
 use support::fleet::{self, client_for, ensure_fleet_up, unique_name, wait_for};
@@ -601,14 +602,9 @@ async fn scenario_batch_and_jobset(hub: &Client, ns: &Namespaces) {
     )
     .await;
     assert_eq!(obj.pointer("/spec/suspend"), Some(&json!(true)));
-    let q = wait_for("JobSet dispatched", T, || async {
-        match hub::queued_job(hub, &ns.misc, "JobSet", "js").await {
-            Some(q) if q.status.as_ref().is_some_and(|s| s.dispatched_at.is_some()) => Ok(q),
-            Some(q) => Err(format!("{:?}", q.status)),
-            None => Err("no QueuedJob".into()),
-        }
-    })
-    .await;
+    // The member's JobSet controller runs it; kwok completes Job pods at once.
+    let q =
+        hub::wait_queued_state(hub, &ns.misc, "JobSet", "js", QueuedJobState::Finished, T).await;
     let cluster = q.status.and_then(|s| s.cluster).expect("cluster");
     let holders = hub::members_with(
         "jobset.x-k8s.io/v1alpha2",
@@ -633,5 +629,23 @@ async fn scenario_batch_and_jobset(hub: &Client, ns: &Namespaces) {
     let copy = serde_json::to_value(copy).expect("json");
     assert_eq!(copy.pointer("/spec/suspend"), Some(&json!(false)));
     assert_eq!(copy.pointer("/spec/managedBy"), None);
-    let _ = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(c, &ns.misc);
+    let obj = hub_job(
+        hub,
+        "jobset.x-k8s.io/v1alpha2",
+        "JobSet",
+        "jobsets",
+        &ns.misc,
+        "js",
+    )
+    .await;
+    let conds = obj
+        .pointer("/status/conditions")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        conds.as_array().is_some_and(|a| a
+            .iter()
+            .any(|c| c["type"] == "Completed" && c["status"] == "True")),
+        "hub JobSet status synced: {conds}"
+    );
 }
