@@ -102,6 +102,33 @@ struct ControllerArgs {
     /// Longest time between two syncs, in seconds.
     #[arg(long, default_value_t = 5)]
     resync_seconds: u64,
+    /// Take a dispatched job back when not every pod runs this many seconds after dispatch.
+    #[arg(long, default_value_t = 300)]
+    pods_ready_timeout_seconds: u64,
+    /// Take a job back when some of its pods stopped running (node lost) for this many seconds.
+    #[arg(long, default_value_t = 120)]
+    pods_lost_timeout_seconds: u64,
+    /// Requeue the jobs of a member that does not answer for this many seconds.
+    #[arg(long, default_value_t = 120)]
+    member_lost_grace_seconds: u64,
+    /// Backoff before a job taken back is queued again: base·2^(n-1) seconds ...
+    #[arg(long, default_value_t = 30)]
+    requeue_backoff_seconds: u64,
+    /// ... at most this many.
+    #[arg(long, default_value_t = 1800)]
+    requeue_backoff_max_seconds: u64,
+    /// Elect a leader with a Lease so that only one replica acts.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Name of the Lease (in --namespace).
+    #[arg(long, default_value = "muster-controller")]
+    lease_name: String,
+    /// Lease validity after a renewal, in seconds.
+    #[arg(long, default_value_t = 15)]
+    lease_duration_seconds: u64,
+    /// How often the lease is renewed (or checked), in seconds.
+    #[arg(long, default_value_t = 3)]
+    lease_retry_seconds: u64,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -247,10 +274,10 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
     });
     let opts = muster::controller::Options {
         hub_kubeconfig: a.kubeconfig,
-        namespace: a.namespace,
+        namespace: a.namespace.clone(),
         quota_namespace: a.quota_namespace,
         origin: a.origin,
-        instance,
+        instance: instance.clone(),
         http_addr: a.http_addr,
         webhook_addr: a.webhook_addr,
         webhook_cert_dir: a.webhook_cert_dir,
@@ -258,6 +285,20 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
         webhook_endpoint: endpoint,
         webhook_failure_policy: a.webhook_failure_policy,
         resync: Duration::from_secs(a.resync_seconds.max(1)),
+        pods_ready_timeout: Duration::from_secs(a.pods_ready_timeout_seconds),
+        pods_lost_timeout: Duration::from_secs(a.pods_lost_timeout_seconds),
+        member_lost_grace: Duration::from_secs(a.member_lost_grace_seconds),
+        requeue_backoff: Duration::from_secs(a.requeue_backoff_seconds),
+        requeue_backoff_max: Duration::from_secs(a.requeue_backoff_max_seconds),
+        lease: a
+            .leader_elect
+            .then(|| muster::controller::leader::LeaseConfig {
+                namespace: a.namespace.clone(),
+                name: a.lease_name.clone(),
+                identity: instance.clone(),
+                duration: Duration::from_secs(a.lease_duration_seconds.max(2)),
+                retry: Duration::from_secs(a.lease_retry_seconds.max(1)),
+            }),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

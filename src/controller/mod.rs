@@ -12,6 +12,7 @@ pub mod dispatch;
 pub mod explain;
 pub mod intake;
 pub mod kinds;
+pub mod leader;
 pub mod members;
 pub mod status;
 
@@ -76,6 +77,17 @@ pub struct Options {
     pub webhook_failure_policy: String,
     /// Longest time between two syncs when nothing happens.
     pub resync: Duration,
+    /// Take a dispatched job back when not every pod runs this long after dispatch.
+    pub pods_ready_timeout: Duration,
+    /// Take a running job back when some of its pods are gone (node lost) this long.
+    pub pods_lost_timeout: Duration,
+    /// Requeue the jobs of a member that does not answer for this long.
+    pub member_lost_grace: Duration,
+    /// Backoff before a job taken back is queued again: base·2^(n-1), at most max.
+    pub requeue_backoff: Duration,
+    pub requeue_backoff_max: Duration,
+    /// Leader election (None: this replica always acts).
+    pub lease: Option<leader::LeaseConfig>,
 }
 
 /// The hub objects muster watches.
@@ -182,6 +194,24 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             _ = token.cancelled() => return Ok(()),
         }
     }
+    let leadership = match opts.lease.clone() {
+        Some(cfg) => {
+            let l = Arc::new(leader::Leadership::default());
+            tokio::spawn(leader::run(hub.clone(), cfg, l.clone(), token.clone()));
+            l
+        }
+        None => leader::Leadership::always(),
+    };
+    ready.store(true, Ordering::Relaxed);
+    if !leadership.is_leader() {
+        tracing::info!("standing by: another replica holds the lease");
+    }
+    while !leadership.is_leader() {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = token.cancelled() => return Ok(()),
+        }
+    }
     let recorder = Recorder::new(
         hub.clone(),
         Reporter {
@@ -190,9 +220,18 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         },
     );
     let mut brain = Brain::new(hub, opts, stores, covered, recorder, wake.clone(), metrics);
-    ready.store(true, Ordering::Relaxed);
-    tracing::info!("hub view synced; controller running");
+    brain.leadership = leadership.clone();
+    tracing::info!("hub view synced; acting as leader");
+    let mut result = Ok(());
     loop {
+        if !leadership.is_leader() {
+            // Everything is in the API: a fresh start (this process restarted, or the new
+            // leader) rebuilds from it. Acting on without the lease could double-dispatch.
+            tracing::error!("lost leadership; exiting");
+            token.cancel();
+            result = Err(anyhow::anyhow!("lost leadership"));
+            break;
+        }
         let started = Instant::now();
         brain.sync().await;
         let busy = brain.sched.has_work();
@@ -214,7 +253,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     }
     let _ = http.await;
     tracing::info!("stopped");
-    Ok(())
+    result
 }
 
 async fn shutdown_signal() {
@@ -322,6 +361,14 @@ struct Tracked {
     queued_at: jiff::Timestamp,
     /// The core's reason when the explanation was last computed, and when.
     explained: Option<(String, Instant)>,
+    /// Taken back: not queued again before this.
+    backoff_until: Option<Instant>,
+    /// Members where its pods could not run lately: avoided while others remain.
+    avoid: BTreeSet<String>,
+    /// Since when a job that ran has fewer running pods than expected.
+    degraded_since: Option<Instant>,
+    /// Whether every pod ran at some point of this dispatch.
+    ran: bool,
 }
 
 impl Tracked {
@@ -349,6 +396,7 @@ struct Brain {
     recorder: Recorder,
     wake: Arc<Notify>,
     metrics: Arc<Metrics>,
+    leadership: Arc<leader::Leadership>,
     sched: Scheduler,
     members: BTreeMap<String, Member>,
     /// Per member: why it could not be connected (for its status).
@@ -382,6 +430,7 @@ impl Brain {
     ) -> Brain {
         Brain {
             metrics,
+            leadership: leader::Leadership::always(),
             hub,
             opts,
             stores,
@@ -429,6 +478,11 @@ impl Brain {
         self.sync_priorities();
         self.sync_tree().await;
         self.sync_members().await;
+        if !self.members_settled() {
+            // Deciding before every member's nodes are known would call jobs unfit (or place
+            // them on the members that happened to answer first).
+            return;
+        }
         self.sync_jobs().await;
         self.sync_usage();
         let started = Instant::now();
@@ -438,6 +492,8 @@ impl Brain {
             self.apply(d).await;
         }
         self.sync_dispatched().await;
+        self.requeue_from_lost_members().await;
+        self.collect_garbage().await;
         self.sync_reasons();
         self.write_statuses().await;
         self.write_tree_status().await;
@@ -782,6 +838,18 @@ impl Brain {
         }
     }
 
+    /// Whether every MemberCluster has been described to the core, or could not be reached
+    /// (its connection failed, or it has not synced for 30 s since the controller started).
+    fn members_settled(&self) -> bool {
+        let patience = self.epoch.elapsed() > Duration::from_secs(30);
+        self.stores.members.state().iter().all(|mc| {
+            let name = mc.name_any();
+            self.told_nodes.contains_key(&name)
+                || self.member_errors.contains_key(&name)
+                || patience
+        })
+    }
+
     /// Tells the core what pods it does not account for use, per node.
     fn sync_usage(&mut self) {
         let held: BTreeSet<String> = self
@@ -1007,6 +1075,12 @@ impl Brain {
             let generation = obj.metadata.generation.unwrap_or(0);
             let changed = match self.jobs.get(&uid) {
                 None => true,
+                Some(t)
+                    if t.id.is_none() && t.workload.is_some() && !t.status.state.is_terminal() =>
+                {
+                    // Taken back: queued again once its backoff has passed.
+                    t.backoff_until.is_some_and(|b| Instant::now() >= b)
+                }
                 Some(t) => {
                     t.generation != generation
                         && t.id.is_none_or(|id| {
@@ -1063,7 +1137,17 @@ impl Brain {
                     .map(|t| t.0)
                     .unwrap_or_else(jiff::Timestamp::now),
                 explained: None,
+                backoff_until: None,
+                avoid: previous
+                    .as_ref()
+                    .map(|p| p.avoid.clone())
+                    .unwrap_or_default(),
+                degraded_since: None,
+                ran: false,
             };
+            if let Some(p) = &previous {
+                t.queued_at = p.queued_at;
+            }
             let mut events: Vec<(bool, &str, String)> = Vec::new();
             match interpret(&value) {
                 Err(e) => {
@@ -1081,6 +1165,7 @@ impl Brain {
                     ));
                 }
                 Ok(w) => {
+                    let w = self.avoiding(w, &t.avoid);
                     let rec =
                         recorded.filter(|r| r.state.holds_capacity() || r.state.is_terminal());
                     match rec {
@@ -1168,6 +1253,185 @@ impl Brain {
                 self.by_id.remove(&id);
             }
             tracing::info!(job = %t.label(), "hub job gone");
+        }
+    }
+
+    /// The workload restricted to members where its pods did not get stuck lately (unless that
+    /// leaves none).
+    fn avoiding(&self, mut w: Workload, avoid: &BTreeSet<String>) -> Workload {
+        if avoid.is_empty() {
+            return w;
+        }
+        let allowed: BTreeSet<String> = self
+            .stores
+            .members
+            .state()
+            .iter()
+            .map(|m| m.name_any())
+            .filter(|n| !avoid.contains(n))
+            .filter(|n| {
+                w.candidates
+                    .names
+                    .as_ref()
+                    .is_none_or(|names| names.contains(n))
+            })
+            .collect();
+        if !allowed.is_empty() {
+            w.candidates.names = Some(allowed);
+        }
+        w
+    }
+
+    fn backoff(&self, requeues: u32) -> Duration {
+        let base = self.opts.requeue_backoff;
+        let factor = 1u32 << requeues.saturating_sub(1).min(16);
+        (base * factor).min(self.opts.requeue_backoff_max)
+    }
+
+    /// Takes a dispatched job back: its copy deleted (or, if the member does not answer, left
+    /// for the garbage collection when it returns), its quota and capacity freed, queued again
+    /// after a backoff (none for a lost member), remembering why.
+    async fn take_back(&mut self, uid: &str, why: RequeueReason, text: String, avoid: bool) {
+        let Some(t) = self.jobs.get(uid) else { return };
+        let cluster = t.status.cluster.clone().unwrap_or_default();
+        let (kind, ns, name, label) = (t.kind, t.namespace.clone(), t.name.clone(), t.label());
+        if why != RequeueReason::MemberLost
+            && self.leadership.is_leader()
+            && let Some(m) = self.members.get(&cluster)
+            && let Err(e) = dispatch::delete(&m.client, kind, &ns, &name, uid).await
+        {
+            tracing::warn!(job = %label, %cluster, error = %e, "could not delete the copy; the garbage collection will");
+        }
+        let queue = self
+            .jobs
+            .get(uid)
+            .and_then(|t| t.status.queue.clone())
+            .unwrap_or_default();
+        self.metrics.requeued(&queue, why);
+        let requeues = self
+            .jobs
+            .get(uid)
+            .map(|t| t.status.requeues + 1)
+            .unwrap_or(1);
+        let wait = if why == RequeueReason::MemberLost {
+            Duration::ZERO
+        } else {
+            self.backoff(requeues)
+        };
+        let Some(t) = self.jobs.get_mut(uid) else {
+            return;
+        };
+        if let Some(id) = t.id.take() {
+            self.sched.finish(id);
+            self.by_id.remove(&id);
+        }
+        if avoid {
+            t.avoid.insert(cluster.clone());
+        }
+        t.backoff_until = Some(Instant::now() + wait);
+        t.status.state = QueuedJobState::Queued;
+        t.status.cluster = None;
+        t.status.placement.clear();
+        t.status.pods = None;
+        t.status.dispatched_at = None;
+        t.status.requeues = requeues;
+        t.queued_at = jiff::Timestamp::now();
+        t.degraded_since = None;
+        t.ran = false;
+        t.explained = None;
+        let msg = if wait.is_zero() {
+            format!("taken back from {cluster}: {text}; queued again")
+        } else {
+            format!(
+                "taken back from {cluster}: {text}; queued again in {}s",
+                wait.as_secs()
+            )
+        };
+        t.status.reason = Some(msg.clone());
+        tracing::warn!(job = %label, %cluster, reason = why.as_str(), "{msg}");
+        self.event(uid, true, "Requeued", msg).await;
+    }
+
+    /// Members that have not answered for longer than the grace period: their jobs are taken
+    /// back and placed elsewhere.
+    async fn requeue_from_lost_members(&mut self) {
+        let grace = self.opts.member_lost_grace;
+        let lost: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| {
+                m.health.failures() > 0 && m.health.silent_for().is_some_and(|d| d > grace)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for cluster in lost {
+            let uids: Vec<String> = self
+                .jobs
+                .iter()
+                .filter(|(_, t)| {
+                    t.status.state.holds_capacity() && t.status.cluster.as_deref() == Some(&cluster)
+                })
+                .map(|(u, _)| u.clone())
+                .collect();
+            for uid in uids {
+                let text = format!(
+                    "member {cluster} has not answered for over {}s",
+                    grace.as_secs()
+                );
+                self.take_back(&uid, RequeueReason::MemberLost, text, false)
+                    .await;
+            }
+        }
+    }
+
+    /// Deletes member copies no job should have there: the hub job is gone, or it now runs (or
+    /// waits) elsewhere. Level-triggered from what the members and the hub say, so it also
+    /// cleans up after a member that was lost and came back, and after a restart.
+    async fn collect_garbage(&mut self) {
+        if !self.leadership.is_leader() {
+            return;
+        }
+        let mut doomed = Vec::new();
+        for (cluster, m) in &self.members {
+            if !m.synced() || m.health.failures() > 0 {
+                continue;
+            }
+            for (&kind, store) in &m.jobs {
+                for copy in store.state() {
+                    let labels = copy.labels();
+                    if labels.get(members::ORIGIN_LABEL) != Some(&self.opts.origin) {
+                        continue;
+                    }
+                    let Some(uid) = labels.get(members::JOB_UID_LABEL) else {
+                        continue;
+                    };
+                    let keep = self.jobs.get(uid).is_some_and(|t| {
+                        t.status.cluster.as_deref() == Some(cluster.as_str())
+                            && (t.status.state.holds_capacity() || t.status.state.is_terminal())
+                    });
+                    if !keep && copy.metadata.deletion_timestamp.is_none() {
+                        doomed.push((
+                            cluster.clone(),
+                            kind,
+                            copy.namespace().unwrap_or_default(),
+                            copy.name_any(),
+                            uid.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+        for (cluster, kind, ns, name, uid) in doomed {
+            let Some(m) = self.members.get(&cluster) else {
+                continue;
+            };
+            match dispatch::delete(&m.client, kind, &ns, &name, &uid).await {
+                Ok(true) => {
+                    tracing::info!(%cluster, job = %format!("{kind} {ns}/{name}"), "deleted a stale copy")
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(%cluster, error = %e, "could not delete a stale copy"),
+            }
         }
     }
 
@@ -1270,6 +1534,9 @@ impl Brain {
 
     /// Creates the member copy of an admitted job (idempotent).
     async fn dispatch(&mut self, uid: &str) {
+        if !self.leadership.is_leader() {
+            return;
+        }
         let Some(t) = self.jobs.get(uid) else { return };
         let (Some(cluster), Some(w)) = (t.status.cluster.clone(), t.workload.clone()) else {
             return;
@@ -1362,6 +1629,25 @@ impl Brain {
                 continue;
             };
             let observed = status::observe(kind, &copy_value, &pods, expected);
+            // Why pods do not run, in the member scheduler's words (first unschedulable pod).
+            let unschedulable = pods.iter().find_map(|p| {
+                p.status
+                    .as_ref()?
+                    .conditions
+                    .as_ref()?
+                    .iter()
+                    .find_map(|c| {
+                        (c.type_ == "PodScheduled" && c.status == "False").then(|| {
+                            format!(
+                                "pod {}: {}",
+                                p.name_any(),
+                                c.message
+                                    .clone()
+                                    .unwrap_or_else(|| c.reason.clone().unwrap_or_default())
+                            )
+                        })
+                    })
+            });
             // Once every pod is bound, the reservation becomes where the pods really are.
             let (scheduled, _) = status::pod_counts(&pods);
             if expected > 0
@@ -1416,6 +1702,52 @@ impl Brain {
                 }
             }
             let after = t.status.state;
+            // Stuck or lost pods: take the job back (the decision was wrong or is no longer true).
+            let mut take: Option<(RequeueReason, String, bool)> = None;
+            match &observed {
+                Observed::Running { .. } => {
+                    t.ran = true;
+                    t.degraded_since = None;
+                }
+                Observed::Starting { running, .. } if t.ran => {
+                    let since = *t.degraded_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > self.opts.pods_lost_timeout {
+                        take = Some((
+                            RequeueReason::PodsLost,
+                            format!(
+                                "only {running} of {expected} pods running for over {}s after it ran",
+                                self.opts.pods_lost_timeout.as_secs()
+                            ),
+                            false,
+                        ));
+                    }
+                }
+                Observed::Starting { running, .. } => {
+                    let waited = t
+                        .status
+                        .dispatched_at
+                        .as_deref()
+                        .and_then(|d| d.parse::<jiff::Timestamp>().ok())
+                        .map(|d| jiff::Timestamp::now().duration_since(d));
+                    if waited.is_some_and(|w| {
+                        w.as_secs() >= self.opts.pods_ready_timeout.as_secs() as i64
+                    }) {
+                        take = Some((
+                            RequeueReason::StuckPods,
+                            format!(
+                                "{running} of {expected} pods running {}s after dispatch{}",
+                                self.opts.pods_ready_timeout.as_secs(),
+                                unschedulable
+                                    .as_ref()
+                                    .map(|u| format!(" ({u})"))
+                                    .unwrap_or_default()
+                            ),
+                            true,
+                        ));
+                    }
+                }
+                _ => {}
+            }
             if after.is_terminal()
                 && let Some(id) = t.id
             {
@@ -1471,6 +1803,9 @@ impl Brain {
                     .unwrap_or_default();
                 self.event(&uid, after == QueuedJobState::Failed, after.as_str(), note)
                     .await;
+            }
+            if let Some((why, text, avoid)) = take {
+                self.take_back(&uid, why, text, avoid).await;
             }
         }
     }
@@ -1605,6 +1940,5 @@ impl Brain {
                 }
             }
         }
-        let _ = self.epoch;
     }
 }

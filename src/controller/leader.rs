@@ -1,0 +1,192 @@
+//! Leader election with a coordination.k8s.io Lease: at most one replica acts (decides,
+//! dispatches, writes status) at a time; the others serve the webhook and health endpoints and
+//! wait. Updates use resourceVersion preconditions, expiry is judged on the local monotonic clock
+//! (how long the lease has not changed), never by comparing clocks across machines, and a leader
+//! that cannot renew stops acting at its own deadline, before anyone else may take the lease.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// Lease timings.
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    /// How long a lease is valid after its last renewal.
+    pub duration: Duration,
+    /// How often the holder renews (and others check).
+    pub retry: Duration,
+}
+
+/// Whether this replica may act now.
+#[derive(Default)]
+pub struct Leadership {
+    held: AtomicBool,
+    /// Until when the last successful renewal lets us act.
+    deadline: Mutex<Option<Instant>>,
+}
+
+impl Leadership {
+    /// A replica that runs without election always leads.
+    pub fn always() -> Arc<Leadership> {
+        let l = Leadership::default();
+        l.held.store(true, Ordering::Relaxed);
+        Arc::new(l)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        if !self.held.load(Ordering::Relaxed) {
+            return false;
+        }
+        match self.deadline.lock().map(|d| *d) {
+            Ok(Some(d)) => Instant::now() < d,
+            Ok(None) => true,
+            Err(_) => false,
+        }
+    }
+
+    fn renewed(&self, until: Instant) {
+        if let Ok(mut d) = self.deadline.lock() {
+            *d = Some(until);
+        }
+        self.held.store(true, Ordering::Relaxed);
+    }
+
+    fn lost(&self) {
+        self.held.store(false, Ordering::Relaxed);
+    }
+}
+
+fn now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+/// Runs the election until `token` is cancelled; then releases the lease if held, so that a
+/// standby takes over at once.
+pub async fn run(
+    client: Client,
+    cfg: LeaseConfig,
+    state: Arc<Leadership>,
+    token: CancellationToken,
+) {
+    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    // The lease as last seen, and when (monotonic) its resourceVersion last changed.
+    let mut seen: Option<(String, Instant)> = None;
+    // Stop acting a little before the lease can expire for others.
+    let margin = cfg.duration / 5;
+    loop {
+        let attempt_started = Instant::now();
+        match step(&api, &cfg, &mut seen).await {
+            Ok(true) => {
+                if !state.held.load(Ordering::Relaxed) {
+                    tracing::info!(identity = %cfg.identity, lease = %cfg.name, "became leader");
+                }
+                state.renewed(attempt_started + cfg.duration - margin);
+            }
+            Ok(false) => {
+                if state.held.load(Ordering::Relaxed) {
+                    tracing::warn!(identity = %cfg.identity, "lost the lease to another replica");
+                }
+                state.lost();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "lease update failed");
+                if !state.is_leader() && state.held.load(Ordering::Relaxed) {
+                    tracing::warn!("could not renew the lease before its deadline; stepping down");
+                    state.lost();
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(cfg.retry) => {}
+            _ = token.cancelled() => break,
+        }
+    }
+    if state.held.load(Ordering::Relaxed)
+        && let Ok(mut lease) = api.get(&cfg.name).await
+        && lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            == Some(cfg.identity.as_str())
+    {
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+            spec.renew_time = None;
+        }
+        state.lost();
+        match api.replace(&cfg.name, &PostParams::default(), &lease).await {
+            Ok(_) => tracing::info!("lease released"),
+            Err(e) => tracing::warn!(error = %e, "could not release the lease"),
+        }
+    }
+}
+
+/// One attempt: Ok(true) when we hold the lease after it.
+async fn step(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    seen: &mut Option<(String, Instant)>,
+) -> Result<bool, kube::Error> {
+    let secs = cfg.duration.as_secs().max(1) as i32;
+    let Some(mut lease) = api.get_opt(&cfg.name).await? else {
+        let lease: Lease = serde_json::from_value(json!({
+            "metadata": {"name": cfg.name, "namespace": cfg.namespace},
+            "spec": {"holderIdentity": cfg.identity, "leaseDurationSeconds": secs,
+                     "acquireTime": now(), "renewTime": now(), "leaseTransitions": 0}
+        }))
+        .map_err(kube::Error::SerdeError)?;
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        };
+    };
+    let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+    let changed_at = match seen {
+        Some((v, at)) if *v == rv => *at,
+        _ => {
+            *seen = Some((rv.clone(), Instant::now()));
+            Instant::now()
+        }
+    };
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    let holder = spec.holder_identity.clone().unwrap_or_default();
+    let their_duration =
+        Duration::from_secs(spec.lease_duration_seconds.unwrap_or(secs).max(1) as u64);
+    let mine = holder == cfg.identity;
+    let free = holder.is_empty() || changed_at.elapsed() > their_duration;
+    if !mine && !free {
+        return Ok(false);
+    }
+    if !mine {
+        spec.acquire_time = Some(now());
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        spec.holder_identity = Some(cfg.identity.clone());
+        tracing::info!(previous = %holder, "taking over the lease");
+    }
+    spec.lease_duration_seconds = Some(secs);
+    spec.renew_time = Some(now());
+    // The resourceVersion in `lease` makes this a compare-and-swap.
+    match api.replace(&cfg.name, &PostParams::default(), &lease).await {
+        Ok(l) => {
+            *seen = Some((
+                l.metadata.resource_version.unwrap_or_default(),
+                Instant::now(),
+            ));
+            Ok(true)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
