@@ -101,26 +101,35 @@ pub fn member_copy(
     obj
 }
 
-/// ANDs `metadata.name In nodes` into every required node-selector term of the template (or
-/// adds the only term), so the member's scheduler places the pods where capacity was reserved.
+/// Restricts the template to the planned nodes: a node field selector may name one node per
+/// requirement, so every existing required node-selector term (they are ORed) is repeated once
+/// per planned node with `metadata.name In [node]` ANDed in; with no terms, one term per node.
 fn pin_to_nodes(obj: &mut Value, template: &str, nodes: &[&String]) {
-    let req = json!({"key": "metadata.name", "operator": "In", "values": nodes});
     let ptr = format!(
         "{template}/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"
     );
-    match obj.pointer_mut(&ptr).and_then(Value::as_array_mut) {
-        Some(terms) if !terms.is_empty() => {
-            for t in terms {
-                if let Some(t) = t.as_object_mut() {
-                    let mf = t.entry("matchFields").or_insert_with(|| json!([]));
-                    if let Some(a) = mf.as_array_mut() {
-                        a.push(req.clone());
-                    }
-                }
+    let existing: Vec<Value> = obj
+        .pointer(&ptr)
+        .and_then(Value::as_array)
+        .filter(|t| !t.is_empty())
+        .cloned()
+        .unwrap_or_else(|| vec![json!({})]);
+    let mut terms = Vec::new();
+    for t in &existing {
+        for n in nodes {
+            let mut term = t.clone();
+            if !term.is_object() {
+                term = json!({});
             }
+            let req = json!({"key": "metadata.name", "operator": "In", "values": [n]});
+            match term.get_mut("matchFields").and_then(Value::as_array_mut) {
+                Some(a) => a.push(req),
+                None => term["matchFields"] = json!([req]),
+            }
+            terms.push(term);
         }
-        _ => set_pointer(obj, &ptr, json!([{"matchFields": [req]}])),
     }
+    set_pointer(obj, &ptr, Value::Array(terms));
 }
 
 fn escape(s: &str) -> String {
@@ -344,14 +353,20 @@ mod tests {
             copy.pointer(&format!("{t}/metadata/labels/muster.dev~1component")),
             Some(&json!("worker"))
         );
-        let term = copy
-            .pointer(&format!("{t}/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0"))
-            .expect("term kept");
-        assert_eq!(term["matchExpressions"][0]["key"], json!("gpu"));
-        assert_eq!(
-            term["matchFields"][0],
-            json!({"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]})
-        );
+        let terms = copy
+            .pointer(&format!("{t}/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"))
+            .and_then(Value::as_array)
+            .expect("terms");
+        // One term per planned node (a node field selector names one node), each keeping the
+        // user's own requirement.
+        assert_eq!(terms.len(), 2);
+        for (term, node) in terms.iter().zip(["n1", "n2"]) {
+            assert_eq!(term["matchExpressions"][0]["key"], json!("gpu"));
+            assert_eq!(
+                term["matchFields"],
+                json!([{"key": "metadata.name", "operator": "In", "values": [node]}])
+            );
+        }
     }
 
     #[test]

@@ -151,6 +151,11 @@ pub async fn reset_hub(hub: &Client) {
         }
     }
     delete_webhook(hub).await;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(hub.clone(), CONTROLLER_NS);
+    let _ = leases
+        .delete("muster-controller", &DeleteParams::default())
+        .await;
 }
 
 pub async fn delete_webhook(hub: &Client) {

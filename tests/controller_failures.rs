@@ -1,0 +1,544 @@
+//! When things go wrong, on the local fleet: stuck pods, a controller killed again and again,
+//! a member that stops answering, reclaim of guaranteed quota, two replicas. Each test runs its
+//! own `muster controller` processes against the fleet's hub; they take a lock so that no two
+//! controllers of different tests ever act on the hub at once.
+//!
+//! Fleet processes are paused with SIGSTOP and resumed with SIGCONT (by the pid files the fleet
+//! keeps): a paused kube-scheduler leaves pods unbound, a paused kube-apiserver is a member that
+//! stops answering. A guard resumes them even when a test fails.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::api::Api;
+use muster::controller::crd::{QueuedJob, QueuedJobState};
+use serde_json::{Value, json};
+use support::fleet::{self, client_for, ensure_fleet_up, unique_name, wait_for};
+use support::hub::{self, Controller};
+
+static HUB: Mutex<()> = Mutex::new(());
+const T: Duration = Duration::from_secs(120);
+
+/// Pauses a fleet process; resumes it when dropped.
+struct Paused(String);
+
+impl Paused {
+    fn new(process: &str) -> Paused {
+        signal(process, "STOP");
+        Paused(process.to_string())
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        signal(&self.0, "CONT");
+    }
+}
+
+fn signal(process: &str, sig: &str) {
+    let pidfile = fleet::state_dir()
+        .join("pids")
+        .join(format!("{}.pid", process.replace('/', "_")));
+    let pid = std::fs::read_to_string(&pidfile)
+        .unwrap_or_else(|e| panic!("{}: {e}", pidfile.display()))
+        .trim()
+        .to_string();
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "kill -{sig} {pid} ({process})");
+}
+
+fn pytorchjob(ns: &str, name: &str, workers: u32, gpus: u32, cpu: &str) -> Value {
+    let res = |gpu: u32| {
+        let mut r = json!({"cpu": cpu, "memory": "64Mi"});
+        if gpu > 0 {
+            r["nvidia.com/gpu"] = json!(gpu.to_string());
+        }
+        json!([{"name": "pytorch", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": r.clone(), "limits": r}}])
+    };
+    let mut specs = json!({
+        "Master": {"replicas": 1, "restartPolicy": "Never",
+                   "template": {"spec": {"containers": res(0)}}}
+    });
+    if workers > 0 {
+        specs["Worker"] = json!({"replicas": workers, "restartPolicy": "Never",
+                                 "template": {"spec": {"containers": res(gpus)}}});
+    }
+    json!({
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"runPolicy": {"cleanPodPolicy": "All"}, "pytorchReplicaSpecs": specs}
+    })
+}
+
+/// Fleet up, hub reset (no tree, no webhook, no lease), CRDs and members registered, the
+/// namespaces created on the hub and a tree written.
+async fn setup(namespaces: &[&str], tree: Value) -> Client {
+    ensure_fleet_up();
+    let hub = client_for("hub").await;
+    hub::reset_hub(&hub).await;
+    hub::install_crds(&hub).await;
+    hub::register_members(&hub).await;
+    for n in namespaces {
+        fleet::create_namespace(&hub, n).await;
+    }
+    hub::apply_tree(&hub, tree).await.expect("quota tree");
+    hub
+}
+
+async fn cleanup(hub: &Client, namespaces: &[&str]) {
+    for n in namespaces {
+        fleet::delete_namespace(hub, n).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for m in fleet::MEMBERS {
+        let c = client_for(m).await;
+        for n in namespaces {
+            fleet::delete_namespace(&c, n).await;
+        }
+    }
+    hub::delete_webhook(hub).await;
+}
+
+fn leaf(name: &str, ns: &str) -> Value {
+    json!({"name": name, "namespaces": [ns], "max": {"cpu": "100", "memory": "400Gi", "nvidia.com/gpu": "16"}})
+}
+
+fn root(children: Vec<Value>) -> Value {
+    json!({"name": "root", "max": {"cpu": "200", "memory": "800Gi", "nvidia.com/gpu": "24"}, "children": children})
+}
+
+async fn status_of(hub: &Client, ns: &str, name: &str) -> muster::controller::crd::QueuedJobStatus {
+    hub::queued_job(hub, ns, "PyTorchJob", name)
+        .await
+        .and_then(|q| q.status)
+        .unwrap_or_default()
+}
+
+/// 1. Capacity taken behind muster's back right after dispatch: member-a's training-operator is
+///    paused, the job is dispatched there, a pod bound directly to node `a` takes its 2 GPUs, the
+///    operator resumes and creates the pods: the worker stays Pending (Insufficient
+///    nvidia.com/gpu), the job is taken back and runs elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stuck_pods_are_taken_back_and_placed_elsewhere() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("stuck");
+    let hub = setup(&[&ns], root(vec![leaf("stuck", &ns)])).await;
+    let controller = Controller::start(
+        "stuck",
+        &[
+            "--pods-ready-timeout-seconds",
+            "8",
+            "--requeue-backoff-seconds",
+            "1",
+        ],
+    )
+    .await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        let paused = Paused::new("member-a/training-operator");
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "squeezed", 1, 2, "1")).await.expect("create");
+        let q = hub::wait_queued_state(&hub, &ns, "PyTorchJob", "squeezed", QueuedJobState::Dispatched, T).await;
+        let first = q.status.and_then(|s| s.cluster).expect("cluster");
+        assert_eq!(first, "member-a", "the tightest member for 2 GPUs");
+        // Behind muster's back: a pod bound straight to node `a`, holding both its GPUs.
+        let a = client_for("member-a").await;
+        fleet::create_json(&a, "pods", json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "squatter", "namespace": ns},
+            "spec": {"nodeName": "a", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}}],
+                "tolerations": [{"operator": "Exists"}]}
+        }))
+        .await
+        .expect("squatter");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(paused);
+        // Taken back, then placed on another member where it runs.
+        let q = wait_for("the job running on another member", T, || async {
+            let st = status_of(&hub, &ns, "squeezed").await;
+            match (&st.state, st.cluster.as_deref()) {
+                (QueuedJobState::Running, Some(c)) if c != "member-a" => Ok(st),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        assert!(q.requeues >= 1, "{q:?}");
+        let events = hub::events_for(&hub, &ns, "squeezed").await;
+        assert!(
+            events.iter().any(|e| e.starts_with("Requeued") && e.contains("member-a") && e.contains("after dispatch")),
+            "{events:?}"
+        );
+        let holders = hub::members_with("kubeflow.org/v1", "PyTorchJob", "pytorchjobs", &ns, "squeezed").await;
+        assert_eq!(holders, vec![q.cluster.clone().expect("cluster")], "exactly one copy, not on member-a");
+    }))
+    .await;
+    let tail = controller.log_tail();
+    cleanup(&hub, &[&ns]).await;
+    drop(controller);
+    if let Err(e) = outcome {
+        panic!("{}\ncontroller log tail:\n{tail}", panic_text(&e));
+    }
+}
+
+fn panic_text(e: &Box<dyn std::any::Any + Send>) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// 2. The controller SIGKILLed again and again while 50 jobs are submitted and dispatched: each
+///    ends up Running in exactly one member; none lost, none duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_controller_loses_and_duplicates_nothing() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("storm");
+    let hub = setup(&[&ns], root(vec![leaf("storm", &ns)])).await;
+    let mut controller = Some(Controller::start("storm", &[]).await);
+    let names: Vec<String> = (0..50).map(|i| format!("job-{i:02}")).collect();
+    let submitter = {
+        let (hub, ns, names) = (hub.clone(), ns.clone(), names.clone());
+        tokio::spawn(async move {
+            let mut refused = 0u32;
+            for n in &names {
+                // With failurePolicy Fail a submission is refused while muster is down: a
+                // user retries; nothing is created unsuspended.
+                loop {
+                    match fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, n, 0, 0, "100m"))
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(kube::Error::Api(e)) if e.code == 409 => break,
+                        Err(_) => {
+                            refused += 1;
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(60)).await;
+            }
+            refused
+        })
+    };
+    let mut kills = 0;
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        if let Some(mut c) = controller.take() {
+            let _ = c.child.kill(); // SIGKILL
+            let _ = c.child.wait();
+            kills += 1;
+        }
+        controller = Some(Controller::start("storm", &[]).await);
+    }
+    let refused = submitter.await.expect("submitter");
+    let controller = controller.expect("controller");
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        wait_for("all 50 jobs Running", Duration::from_secs(180), || async {
+            let api: Api<QueuedJob> = Api::namespaced(hub.clone(), &ns);
+            let list = api.list(&Default::default()).await.map_err(|e| e.to_string())?;
+            let running = list
+                .items
+                .iter()
+                .filter(|q| q.status.as_ref().map(|s| s.state) == Some(QueuedJobState::Running))
+                .count();
+            if list.items.len() == 50 && running == 50 { Ok(()) } else { Err(format!("{} QueuedJobs, {running} running", list.items.len())) }
+        })
+        .await;
+        // Every job in exactly one member; no extra copies anywhere.
+        let mut copies: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for m in fleet::MEMBERS {
+            let c = client_for(m).await;
+            let api = fleet::dynamic_api(&c, "kubeflow.org/v1", "PyTorchJob", "pytorchjobs", Some(&ns));
+            for o in api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default() {
+                copies.entry(o.metadata.name.clone().unwrap_or_default()).or_default().push(m.to_string());
+            }
+        }
+        for n in &names {
+            assert_eq!(copies.get(n).map(Vec::len), Some(1), "{n}: copies on {:?}", copies.get(n));
+        }
+        assert_eq!(copies.len(), 50, "{copies:?}");
+        // The hub copies never ran: all still suspended.
+        let api = fleet::dynamic_api(&hub, "kubeflow.org/v1", "PyTorchJob", "pytorchjobs", Some(&ns));
+        let hub_jobs = api.list(&Default::default()).await.expect("list").items;
+        assert_eq!(hub_jobs.len(), 50);
+        for j in hub_jobs {
+            assert_eq!(j.data.pointer("/spec/runPolicy/suspend"), Some(&json!(true)), "{:?}", j.metadata.name);
+        }
+        eprintln!("storm: {kills} SIGKILLs, {refused} submissions refused while muster was down and retried");
+        assert!(kills >= 4);
+    }))
+    .await;
+    let tail = controller.log_tail();
+    cleanup(&hub, &[&ns]).await;
+    drop(controller);
+    if let Err(e) = outcome {
+        panic!("{}\ncontroller log tail:\n{tail}", panic_text(&e));
+    }
+}
+
+/// 3. A member stops answering (its kube-apiserver paused) with a job on it: the job is requeued
+///    after the grace period and runs elsewhere; when the member is back, its stale copy goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_member_jobs_run_elsewhere_and_stale_copies_go() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("lost");
+    let hub = setup(&[&ns], root(vec![leaf("lost", &ns)])).await;
+    let controller = Controller::start("lost", &["--member-lost-grace-seconds", "6"]).await;
+    let outcome =
+        futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+            // 2 workers × 2 GPU: member-b or member-c (member-a has one 2-GPU node).
+            fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "wanderer", 2, 2, "1"))
+                .await
+                .expect("create");
+            let q = hub::wait_queued_state(
+                &hub,
+                &ns,
+                "PyTorchJob",
+                "wanderer",
+                QueuedJobState::Running,
+                T,
+            )
+            .await;
+            let first = q.status.and_then(|s| s.cluster).expect("cluster");
+            assert!(first == "member-b" || first == "member-c", "{first}");
+            let started = Instant::now();
+            {
+                let _paused = Paused::new(&format!("{first}/kube-apiserver"));
+                let st = wait_for("the job running on another member", T, || async {
+                    let st = status_of(&hub, &ns, "wanderer").await;
+                    match (&st.state, st.cluster.as_deref()) {
+                        (QueuedJobState::Running, Some(c)) if c != first => Ok(st),
+                        _ => Err(format!("{st:?}")),
+                    }
+                })
+                .await;
+                eprintln!(
+                    "lost member: running on {:?} {:?} after the pause",
+                    st.cluster,
+                    started.elapsed()
+                );
+                assert!(st.reason.unwrap_or_default().contains("running on"));
+            }
+            // member-b is back: the stale copy is deleted; the job runs in exactly one member.
+            wait_for("no stale copy on member-b", T, || async {
+                let h = hub::members_with(
+                    "kubeflow.org/v1",
+                    "PyTorchJob",
+                    "pytorchjobs",
+                    &ns,
+                    "wanderer",
+                )
+                .await;
+                if h.len() == 1 && h[0] != "member-b" {
+                    Ok(())
+                } else {
+                    Err(format!("copies on {h:?}"))
+                }
+            })
+            .await;
+            let events = hub::events_for(&hub, &ns, "wanderer").await;
+            assert!(
+                events.iter().any(|e| e.starts_with("Requeued")
+                    && e.contains(&format!("{first} has not answered"))),
+                "{events:?}"
+            );
+        }))
+        .await;
+    let tail = controller.log_tail();
+    cleanup(&hub, &[&ns]).await;
+    drop(controller);
+    if let Err(e) = outcome {
+        panic!("{}\ncontroller log tail:\n{tail}", panic_text(&e));
+    }
+}
+
+/// 4. Reclaim: a job borrowing beyond its leaf's min is preempted so that a job within its
+///    leaf's min can run; the victim goes back to its queue with the reason and an Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_preempts_the_borrower() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let lender = unique_name("borrow");
+    let owner = unique_name("owner");
+    let tree = json!({
+        "name": "root", "max": {"cpu": "100", "memory": "400Gi", "nvidia.com/gpu": "8"},
+        "children": [
+            {"name": "borrower", "namespaces": [lender], "max": {"nvidia.com/gpu": "8"}},
+            {"name": "owner", "namespaces": [owner], "min": {"nvidia.com/gpu": "4"}, "max": {"nvidia.com/gpu": "8"}}
+        ]
+    });
+    let hub = setup(&[&lender, &owner], tree).await;
+    let controller = Controller::start("reclaim", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&lender, "big", 4, 2, "1"))
+            .await
+            .expect("big");
+        let q = hub::wait_queued_state(
+            &hub,
+            &lender,
+            "PyTorchJob",
+            "big",
+            QueuedJobState::Running,
+            T,
+        )
+        .await;
+        assert_eq!(
+            q.status.and_then(|s| s.cluster).as_deref(),
+            Some("member-c")
+        );
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&owner, "mine", 2, 2, "1"))
+            .await
+            .expect("mine");
+        hub::wait_queued_state(
+            &hub,
+            &owner,
+            "PyTorchJob",
+            "mine",
+            QueuedJobState::Running,
+            T,
+        )
+        .await;
+        let st = status_of(&hub, &lender, "big").await;
+        assert_eq!(st.state, QueuedJobState::Queued, "{st:?}");
+        let reason = st.reason.unwrap_or_default();
+        assert!(reason.contains("mine") || st.requeues >= 1, "{reason}");
+        let events = hub::events_for(&hub, &lender, "big").await;
+        assert!(
+            events
+                .iter()
+                .any(|e| e.starts_with("Preempted") && e.contains(&format!("{owner}/mine"))),
+            "{events:?}"
+        );
+        wait_for("the victim's copy deleted", T, || async {
+            let h = hub::members_with(
+                "kubeflow.org/v1",
+                "PyTorchJob",
+                "pytorchjobs",
+                &lender,
+                "big",
+            )
+            .await;
+            if h.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{h:?}"))
+            }
+        })
+        .await;
+        // Root max 8 with 4 in use by `mine`: the 8-GPU job waits for quota, and says so.
+        let st = status_of(&hub, &lender, "big").await;
+        assert_eq!(st.state, QueuedJobState::Queued);
+        assert!(
+            st.explanation
+                .unwrap_or_default()
+                .contains("nvidia.com/gpu")
+        );
+    }))
+    .await;
+    let tail = controller.log_tail();
+    cleanup(&hub, &[&lender, &owner]).await;
+    drop(controller);
+    if let Err(e) = outcome {
+        panic!("{}\ncontroller log tail:\n{tail}", panic_text(&e));
+    }
+}
+
+/// 5. Two replicas: only the leader acts; kill it and the other takes over within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standby_takes_over_when_the_leader_dies() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("ha");
+    let hub = setup(&[&ns], root(vec![leaf("ha", &ns)])).await;
+    let lease = [
+        "--lease-duration-seconds",
+        "4",
+        "--lease-retry-seconds",
+        "1",
+    ];
+    let a = Controller::start("replica-a", &lease).await;
+    let b = Controller::start("replica-b", &lease).await;
+    let mut replicas = vec![a, b];
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        let leader = wait_for("one leader", Duration::from_secs(30), || async {
+            let acting: Vec<usize> = (0..2)
+                .filter(|&i| {
+                    std::fs::read_to_string(&replicas[i].log)
+                        .unwrap_or_default()
+                        .contains("acting as leader")
+                })
+                .collect();
+            if acting.len() == 1 {
+                Ok(acting[0])
+            } else {
+                Err(format!("acting: {acting:?}"))
+            }
+        })
+        .await;
+        let standby = 1 - leader;
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "first", 0, 0, "100m"))
+            .await
+            .expect("first");
+        hub::wait_queued_state(&hub, &ns, "PyTorchJob", "first", QueuedJobState::Running, T).await;
+        let standby_log = std::fs::read_to_string(&replicas[standby].log).unwrap_or_default();
+        assert!(
+            !standby_log.contains("dispatched"),
+            "the standby acted:\n{standby_log}"
+        );
+        assert!(standby_log.contains("standing by"), "{standby_log}");
+        // Kill the leader; the standby takes over.
+        let killed = Instant::now();
+        let _ = replicas[leader].child.kill();
+        let _ = replicas[leader].child.wait();
+        wait_for("the standby leads", Duration::from_secs(20), || async {
+            let log = std::fs::read_to_string(&replicas[standby].log).unwrap_or_default();
+            if log.contains("acting as leader") {
+                Ok(())
+            } else {
+                Err("still standing by".into())
+            }
+        })
+        .await;
+        let takeover = killed.elapsed();
+        eprintln!("takeover after {takeover:?}");
+        assert!(takeover < Duration::from_secs(15), "{takeover:?}");
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "second", 0, 0, "100m"))
+            .await
+            .expect("second");
+        hub::wait_queued_state(
+            &hub,
+            &ns,
+            "PyTorchJob",
+            "second",
+            QueuedJobState::Running,
+            T,
+        )
+        .await;
+        let log = std::fs::read_to_string(&replicas[standby].log).unwrap_or_default();
+        assert!(
+            log.contains("dispatched") && log.contains("/second"),
+            "the new leader dispatched it"
+        );
+        // The first job was not dispatched twice.
+        let h =
+            hub::members_with("kubeflow.org/v1", "PyTorchJob", "pytorchjobs", &ns, "first").await;
+        assert_eq!(h.len(), 1, "{h:?}");
+    }))
+    .await;
+    let tail = replicas
+        .iter()
+        .map(|r| r.log_tail())
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    cleanup(&hub, &[&ns]).await;
+    replicas.clear();
+    if let Err(e) = outcome {
+        panic!("{}\ncontroller log tails:\n{tail}", panic_text(&e));
+    }
+}
