@@ -1,5 +1,5 @@
 # muster — top-level make targets. The local fleet's targets live in hack/fleet/fleet.mk.
-.PHONY: test sim lint fmt bench
+.PHONY: test sim lint fmt bench crds
 -include hack/fleet/fleet.mk
 
 # The README's test command: unit, property, CLI and fleet integration tests.
@@ -16,3 +16,10 @@ lint:
 
 fmt:
 	cargo fmt --all
+
+# The CRDs, generated from the Rust types (src/controller/crd.rs): crds/ and the chart's copy.
+# tests/crds.rs fails when the committed files differ from the types.
+crds:
+	rm -f crds/*.yaml charts/muster/crds/*.yaml
+	cargo run --quiet -- crds --dir crds
+	cargo run --quiet -- crds --dir charts/muster/crds

@@ -34,7 +34,11 @@ enum Command {
     Controller(Box<ControllerArgs>),
     /// Print the CustomResourceDefinitions muster serves (QueuedJob, MemberCluster,
     /// ElasticQuotaTree) as YAML.
-    Crds,
+    Crds {
+        /// Write one file per CRD (`<group>_<plural>.yaml`) into this directory instead.
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -117,7 +121,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Sim { scenario, output } => run_sim(scenario.as_deref(), output),
         Command::Controller(args) => run_controller(*args),
-        Command::Crds => match muster::controller::crd::crds_yaml() {
+        Command::Crds { dir: None } => match muster::controller::crd::crds_yaml() {
             Ok(y) => {
                 print!("{y}");
                 ExitCode::SUCCESS
@@ -127,7 +131,32 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Crds { dir: Some(dir) } => write_crd_files(&dir),
     }
+}
+
+/// `muster crds --dir DIR`: one file per CRD, replacing files of the same name.
+fn write_crd_files(dir: &std::path::Path) -> ExitCode {
+    let files = match muster::controller::crd::crd_files() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("error: {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    for (name, text) in files {
+        let path = dir.join(name);
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("error: {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+        println!("{}", path.display());
+    }
+    ExitCode::SUCCESS
 }
 
 fn run_controller(a: ControllerArgs) -> ExitCode {
