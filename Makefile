@@ -1,5 +1,5 @@
 # muster — top-level make targets. The local fleet's targets live in hack/fleet/fleet.mk.
-.PHONY: test sim lint fmt bench crds
+.PHONY: test sim lint fmt bench crds helm
 -include hack/fleet/fleet.mk
 
 # The README's test command: unit, property, CLI and fleet integration tests.
@@ -23,3 +23,7 @@ crds:
 	rm -f crds/*.yaml charts/muster/crds/*.yaml
 	cargo run --quiet -- crds --dir crds
 	cargo run --quiet -- crds --dir charts/muster/crds
+
+# helm, built from its Go module once and cached (hack/helm/build.sh prints its path).
+helm:
+	@hack/helm/build.sh
