@@ -1068,6 +1068,7 @@ async fn chart_installs_on_the_hub_and_its_rbac_is_enough() {
         }
     }
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let started = jiff::Timestamp::now();
     let controller = Controller::start_as("chart", &kubeconfig, webhook_port, &extra).await;
 
     let result = tokio::time::timeout(Duration::from_secs(240), async {
@@ -1111,6 +1112,52 @@ async fn chart_installs_on_the_hub_and_its_rbac_is_enough() {
         assert_eq!(w["clientConfig"]["url"], json!(url));
         assert!(w["clientConfig"].get("service").is_none());
 
+        // Members Ready first, as written by this controller (memberclusters/status; a status
+        // left by an earlier run has an older lastContact), as an administrator would check
+        // before submitting: a job submitted while the controller is still listing the members'
+        // nodes is first judged against members without nodes ("Inadmissible ... has no
+        // nodes"), and only admitted a sync later.
+        let since = started
+            .checked_sub(jiff::SignedDuration::from_secs(2))
+            .expect("a time");
+        let mcs = fleet::dynamic_api(
+            hub,
+            "muster.dev/v1alpha1",
+            "MemberCluster",
+            "memberclusters",
+            None,
+        );
+        wait_for("MemberClusters Ready", T, || {
+            let mcs = mcs.clone();
+            async move {
+                let mut not = Vec::new();
+                for m in fleet::MEMBERS {
+                    let o = serde_json::to_value(mcs.get(m).await.map_err(|e| e.to_string())?)
+                        .map_err(|e| e.to_string())?;
+                    let ready = o
+                        .pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .is_some_and(|a| {
+                            a.iter()
+                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                        });
+                    let fresh = o
+                        .pointer("/status/lastContact")
+                        .and_then(Value::as_str)
+                        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                        .is_some_and(|t| t >= since);
+                    if !(ready && fresh) {
+                        not.push(m);
+                    }
+                }
+                if not.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("not Ready: {not:?}"))
+                }
+            }
+        })
+        .await;
         fleet::create_json(hub, "pytorchjobs", pytorchjob(ns, "chart-job"))
             .await
             .expect("create");
@@ -1207,40 +1254,6 @@ async fn chart_installs_on_the_hub_and_its_rbac_is_enough() {
             .expect("create Job");
         hub::wait_queued_state(hub, ns, "Job", "chart-batch", QueuedJobState::Finished, T).await;
 
-        // MemberCluster and quota tree statuses (memberclusters/status; the quota Role).
-        let mcs = fleet::dynamic_api(
-            hub,
-            "muster.dev/v1alpha1",
-            "MemberCluster",
-            "memberclusters",
-            None,
-        );
-        wait_for("MemberClusters Ready", T, || {
-            let mcs = mcs.clone();
-            async move {
-                let mut not = Vec::new();
-                for m in fleet::MEMBERS {
-                    let o = serde_json::to_value(mcs.get(m).await.map_err(|e| e.to_string())?)
-                        .map_err(|e| e.to_string())?;
-                    let ready = o
-                        .pointer("/status/conditions")
-                        .and_then(Value::as_array)
-                        .is_some_and(|a| {
-                            a.iter()
-                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                        });
-                    if !ready {
-                        not.push(m);
-                    }
-                }
-                if not.is_empty() {
-                    Ok(())
-                } else {
-                    Err(format!("not Ready: {not:?}"))
-                }
-            }
-        })
-        .await;
         let trees = fleet::dynamic_api(
             hub,
             "scheduling.sigs.k8s.io/v1beta1",
