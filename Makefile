@@ -1,5 +1,5 @@
 # muster — top-level make targets. The local fleet's targets live in hack/fleet/fleet.mk.
-.PHONY: test sim lint fmt bench
+.PHONY: test sim lint fmt bench crds chart-dashboard helm chart-lint chart-template
 -include hack/fleet/fleet.mk
 
 # The README's test command: unit, property, CLI and fleet integration tests.
@@ -16,3 +16,28 @@ lint:
 
 fmt:
 	cargo fmt --all
+
+# The CRDs, generated from the Rust types (src/controller/crd.rs): crds/ and the chart's copy.
+# tests/crds.rs fails when the committed files differ from the types.
+crds:
+	rm -f crds/*.yaml charts/muster/crds/*.yaml
+	cargo run --quiet -- crds --dir crds
+	cargo run --quiet -- crds --dir charts/muster/crds
+
+# The chart's copy of the Grafana dashboard (Helm reads files inside the chart only).
+chart-dashboard:
+	@if [ -f dashboards/muster.json ]; then \
+	  mkdir -p charts/muster/dashboards && cp dashboards/muster.json charts/muster/dashboards/muster.json && \
+	  echo "charts/muster/dashboards/muster.json"; \
+	else echo "no dashboards/muster.json in this tree" >&2; exit 1; fi
+
+# helm, built from its Go module once and cached (hack/helm/build.sh prints its path).
+helm:
+	@hack/helm/build.sh
+
+chart-lint:
+	"$$(hack/helm/build.sh)" lint --strict charts/muster
+
+# The chart rendered with its defaults (namespace muster-system), CRDs included.
+chart-template:
+	@"$$(hack/helm/build.sh)" template muster charts/muster --namespace muster-system --include-crds

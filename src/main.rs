@@ -58,7 +58,11 @@ enum Command {
     },
     /// Print the CustomResourceDefinitions muster serves (QueuedJob, MemberCluster,
     /// ElasticQuotaTree) as YAML.
-    Crds,
+    Crds {
+        /// Write one file per CRD (`<group>_<plural>.yaml`) into this directory instead.
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -185,7 +189,7 @@ fn main() -> ExitCode {
             kind,
             kubeconfig,
         } => run_explain(&job, kind.as_deref(), kubeconfig),
-        Command::Crds => match muster::controller::crd::crds_yaml() {
+        Command::Crds { dir: None } => match muster::controller::crd::crds_yaml() {
             Ok(y) => {
                 print!("{y}");
                 ExitCode::SUCCESS
@@ -195,6 +199,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Crds { dir: Some(dir) } => write_crd_files(&dir),
     }
 }
 
@@ -234,6 +239,30 @@ fn run_explain(job: &str, kind: Option<&str>, kubeconfig: Option<std::path::Path
             ExitCode::FAILURE
         }
     }
+}
+
+/// `muster crds --dir DIR`: one file per CRD, replacing files of the same name.
+fn write_crd_files(dir: &std::path::Path) -> ExitCode {
+    let files = match muster::controller::crd::crd_files() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("error: {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    for (name, text) in files {
+        let path = dir.join(name);
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("error: {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+        println!("{}", path.display());
+    }
+    ExitCode::SUCCESS
 }
 
 fn run_controller(a: ControllerArgs) -> ExitCode {

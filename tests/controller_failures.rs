@@ -7,6 +7,10 @@
 //! keeps): a paused kube-scheduler leaves pods unbound, a paused kube-apiserver is a member that
 //! stops answering. A guard resumes them even when a test fails.
 
+// The std Mutex only serializes the tests of this binary (each runs on its own runtime); holding
+// it across awaits is the point.
+#![allow(clippy::await_holding_lock)]
+
 mod support;
 
 use std::collections::BTreeMap;

@@ -267,3 +267,22 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
     }
     Ok(out)
 }
+
+/// The first line of every file `crd_files` makes.
+pub const GENERATED_HEADER: &str =
+    "# Generated from src/controller/crd.rs by `make crds` (muster crds --dir); do not edit.\n";
+
+/// The CRDs as files, one per CRD: `(<group>_<plural>.yaml, contents)`, in `all_crds()` order
+/// (what `muster crds --dir DIR` writes, and what `crds/` and `charts/muster/crds/` hold).
+pub fn crd_files() -> Result<Vec<(String, String)>, serde_yaml::Error> {
+    all_crds()
+        .into_iter()
+        .map(|crd| {
+            let file = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
+            Ok((
+                file,
+                format!("{GENERATED_HEADER}{}", serde_yaml::to_string(&crd)?),
+            ))
+        })
+        .collect()
+}

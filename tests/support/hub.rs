@@ -57,7 +57,7 @@ pub async fn install_crds(hub: &Client) {
     }
 }
 
-async fn ensure_namespace(client: &Client, name: &str) {
+pub async fn ensure_namespace(client: &Client, name: &str) {
     let api: Api<Namespace> = Api::all(client.clone());
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
     api.patch(name, &PatchParams::apply("muster-test"), &Patch::Apply(&ns))
@@ -164,7 +164,7 @@ pub async fn delete_webhook(hub: &Client) {
     let _ = mwc.delete("muster", &DeleteParams::default()).await;
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -183,8 +183,19 @@ impl Controller {
     /// Starts the controller against the fleet's hub with its webhook registered on loopback,
     /// and waits until /readyz answers.
     pub async fn start(tag: &str, extra: &[&str]) -> Controller {
+        Self::start_as(tag, &kubeconfig_path("hub"), free_port(), extra).await
+    }
+
+    /// Like `start`, but with the hub credentials in `kubeconfig` (e.g. a ServiceAccount's
+    /// token, to run with exactly that account's RBAC) and the webhook on port `webhook` (for
+    /// a caller that needs its URL beforehand).
+    pub async fn start_as(
+        tag: &str,
+        kubeconfig: &std::path::Path,
+        webhook: u16,
+        extra: &[&str],
+    ) -> Controller {
         let http = free_port();
-        let webhook = free_port();
         let dir = fleet::repo_root().join("target").join("e2e");
         std::fs::create_dir_all(&dir).expect("target/e2e");
         let log = dir.join(format!("controller-{tag}-{}.log", std::process::id()));
@@ -194,7 +205,7 @@ impl Controller {
         let mut args: Vec<String> = vec![
             "controller".into(),
             "--kubeconfig".into(),
-            kubeconfig_path("hub").display().to_string(),
+            kubeconfig.display().to_string(),
             "--namespace".into(),
             CONTROLLER_NS.into(),
             "--http-addr".into(),
@@ -241,6 +252,11 @@ impl Controller {
         )
         .await;
         c
+    }
+
+    /// The whole log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     pub fn log_tail(&self) -> String {
@@ -378,4 +394,23 @@ pub async fn events_for(hub: &Client, ns: &str, name: &str) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Writes a kubeconfig for the hub that authenticates with a bearer `token` (e.g. from the
+/// TokenRequest API), with the server and CA of the fleet's admin kubeconfig.
+pub fn token_kubeconfig(token: &str, path: &std::path::Path) {
+    let admin = std::fs::read_to_string(kubeconfig_path("hub")).expect("hub kubeconfig");
+    let admin: Value = serde_yaml::from_str(&admin).expect("hub kubeconfig parses");
+    let cluster = admin
+        .pointer("/clusters/0/cluster")
+        .cloned()
+        .expect("a cluster in the hub kubeconfig");
+    let kc = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "hub", "cluster": cluster}],
+        "users": [{"name": "token", "user": {"token": token}}],
+        "contexts": [{"name": "hub", "context": {"cluster": "hub", "user": "token"}}],
+        "current-context": "hub"
+    });
+    std::fs::write(path, serde_yaml::to_string(&kc).expect("yaml")).expect("writing kubeconfig");
 }

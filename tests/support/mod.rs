@@ -1,3 +1,4 @@
 //! Shared code for integration tests. Declare it in a test file with `mod support;`.
 pub mod fleet;
+pub mod helm;
 pub mod hub;
