@@ -1931,12 +1931,13 @@ impl Brain {
                 tracing::warn!(job = %uid, error = %e, "could not write QueuedJob status");
                 continue;
             }
-            // Queued ↔ Rejected transitions get their Event here (others where they happen).
+            // A rejected job that became admissible (a tree or PriorityClass change) gets its
+            // Event here; every other transition gets one where it happens.
             if let Some(t) = self.jobs.get(&uid) {
                 let now = t.status.state;
-                if prev.is_some() && prev != Some(now) && matches!(now, QueuedJobState::Queued) {
+                if prev == Some(QueuedJobState::Rejected) && now == QueuedJobState::Queued {
                     let note = t.status.reason.clone().unwrap_or_default();
-                    self.event(&uid, false, "Requeued", note).await;
+                    self.event(&uid, false, "Queued", note).await;
                 }
             }
         }
