@@ -194,10 +194,16 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             _ = token.cancelled() => return Ok(()),
         }
     }
+    let mut elector = None;
     let leadership = match opts.lease.clone() {
         Some(cfg) => {
             let l = Arc::new(leader::Leadership::default());
-            tokio::spawn(leader::run(hub.clone(), cfg, l.clone(), token.clone()));
+            elector = Some(tokio::spawn(leader::run(
+                hub.clone(),
+                cfg,
+                l.clone(),
+                token.clone(),
+            )));
             l
         }
         None => leader::Leadership::always(),
@@ -252,6 +258,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         let _ = w.await;
     }
     let _ = http.await;
+    // Let the elector release the lease so that a standby takes over at once.
+    if let Some(e) = elector {
+        let _ = tokio::time::timeout(Duration::from_secs(3), e).await;
+    }
     tracing::info!("stopped");
     result
 }
