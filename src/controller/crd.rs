@@ -256,6 +256,37 @@ pub fn all_crds()
         "https://github.com/kubernetes-sigs/scheduler-plugins/pull/1".to_string(),
     )]));
     vec![MemberCluster::crd(), QueuedJob::crd(), eqt]
+        .into_iter()
+        .map(known_formats)
+        .collect()
+}
+
+/// schemars writes `format: uint32` for unsigned integers, a format Kubernetes does not know
+/// (kubectl warns on every apply); an unsigned 32-bit count fits `int64`.
+fn known_formats(
+    crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                let unsigned = m
+                    .get("format")
+                    .and_then(|f| f.as_str())
+                    .is_some_and(|f| f.starts_with("uint"));
+                if unsigned {
+                    m.insert("format".into(), "int64".into());
+                }
+                m.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let Ok(mut v) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    walk(&mut v);
+    serde_json::from_value(v).unwrap_or(crd)
 }
 
 /// The CRDs as one multi-document YAML stream (what `muster crds` prints).
