@@ -24,7 +24,6 @@ use std::time::Duration;
 use base64::Engine;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
@@ -937,32 +936,10 @@ async fn chart_installs_on_the_hub_and_its_rbac_is_enough() {
     let mut found = BTreeMap::new();
 
     // CRDs first (helm installs crds/ before the templates), then everything else in order.
-    let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
     for d in all(&docs, "CustomResourceDefinition") {
         apply(&hub, &mut found, d, manager).await.expect("CRD");
         let name = d["metadata"]["name"].as_str().expect("name").to_string();
-        wait_for(
-            &format!("{name} Established"),
-            Duration::from_secs(60),
-            || {
-                let (crds, name) = (crds.clone(), name.clone());
-                async move {
-                    let c = crds.get(&name).await.map_err(|e| e.to_string())?;
-                    let ok = c
-                        .status
-                        .and_then(|s| s.conditions)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True");
-                    if ok {
-                        Ok(())
-                    } else {
-                        Err("not established".into())
-                    }
-                }
-            },
-        )
-        .await;
+        hub::wait_established(&hub, &name).await;
     }
     let objects: Vec<&Value> = docs
         .iter()

@@ -184,9 +184,23 @@ async fn stuck_pods_are_taken_back_and_placed_elsewhere() {
         assert_eq!(holders, vec![q.cluster.clone().expect("cluster")], "exactly one copy, not on member-a");
     }))
     .await;
-    let tail = controller.log_tail();
-    cleanup(&hub, &[&ns]).await;
-    drop(controller);
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+/// Cleans up, stops the controllers, and fails with the scenario's panic and their log tails.
+async fn finish(
+    hub: &Client,
+    namespaces: &[&str],
+    controllers: Vec<Controller>,
+    outcome: std::thread::Result<()>,
+) {
+    let tail = controllers
+        .iter()
+        .map(|c| c.log_tail())
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    cleanup(hub, namespaces).await;
+    drop(controllers);
     if let Err(e) = outcome {
         panic!("{}\ncontroller log tail:\n{tail}", panic_text(&e));
     }
@@ -280,12 +294,7 @@ async fn killed_controller_loses_and_duplicates_nothing() {
         assert!(kills >= 4);
     }))
     .await;
-    let tail = controller.log_tail();
-    cleanup(&hub, &[&ns]).await;
-    drop(controller);
-    if let Err(e) = outcome {
-        panic!("{}\ncontroller log tail:\n{tail}", panic_text(&e));
-    }
+    finish(&hub, &[&ns], vec![controller], outcome).await;
 }
 
 /// 3. A member stops answering (its kube-apiserver paused) with a job on it: the job is requeued
@@ -356,12 +365,7 @@ async fn lost_member_jobs_run_elsewhere_and_stale_copies_go() {
             );
         }))
         .await;
-    let tail = controller.log_tail();
-    cleanup(&hub, &[&ns]).await;
-    drop(controller);
-    if let Err(e) = outcome {
-        panic!("{}\ncontroller log tail:\n{tail}", panic_text(&e));
-    }
+    finish(&hub, &[&ns], vec![controller], outcome).await;
 }
 
 /// 4. Reclaim: a job borrowing beyond its leaf's min is preempted so that a job within its
@@ -446,12 +450,7 @@ async fn reclaim_preempts_the_borrower() {
         );
     }))
     .await;
-    let tail = controller.log_tail();
-    cleanup(&hub, &[&lender, &owner]).await;
-    drop(controller);
-    if let Err(e) = outcome {
-        panic!("{}\ncontroller log tail:\n{tail}", panic_text(&e));
-    }
+    finish(&hub, &[&lender, &owner], vec![controller], outcome).await;
 }
 
 /// 5. Two replicas: only the leader acts; kill it and the other takes over within seconds.
@@ -535,14 +534,5 @@ async fn standby_takes_over_when_the_leader_dies() {
         assert_eq!(h.len(), 1, "{h:?}");
     }))
     .await;
-    let tail = replicas
-        .iter()
-        .map(|r| r.log_tail())
-        .collect::<Vec<_>>()
-        .join("\n---\n");
-    cleanup(&hub, &[&ns]).await;
-    replicas.clear();
-    if let Err(e) = outcome {
-        panic!("{}\ncontroller log tails:\n{tail}", panic_text(&e));
-    }
+    finish(&hub, &[&ns], replicas, outcome).await;
 }

@@ -101,6 +101,13 @@ struct HubStores {
 }
 
 impl HubStores {
+    /// A hub job as last seen.
+    fn job(&self, kind: JobKind, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        let key = reflector::ObjectRef::<DynamicObject>::new_with(name, kinds::api_resource(kind))
+            .within(namespace);
+        self.jobs.get(&kind)?.get(&key)
+    }
+
     fn ready(&self) -> bool {
         self.trees.is_ready()
             && self.members.is_ready()
@@ -465,21 +472,11 @@ impl Brain {
         }
     }
 
+    /// An Event on the hub job `uid`.
     async fn event(&self, uid: &str, warning: bool, reason: &str, note: String) {
-        let Some(t) = self.jobs.get(uid) else { return };
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_string(),
-            note: Some(truncate(&note, 1000)),
-            action: reason.to_string(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &t.object_ref(uid)).await {
-            tracing::warn!(job = %t.label(), error = %e, "could not publish an Event");
+        if let Some(t) = self.jobs.get(uid) {
+            self.publish(&t.object_ref(uid), warning, reason, note)
+                .await;
         }
     }
 
@@ -633,7 +630,7 @@ impl Brain {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&ev, oref).await {
-            tracing::warn!(error = %e, "could not publish an Event");
+            tracing::warn!(object = ?oref.name, error = %e, "could not publish an Event");
         }
     }
 
@@ -1556,10 +1553,7 @@ impl Brain {
             return;
         };
         let kind = t.kind;
-        let key =
-            reflector::ObjectRef::<DynamicObject>::new_with(&t.name, kinds::api_resource(kind))
-                .within(&t.namespace);
-        let Some(hub_obj) = self.stores.jobs.get(&kind).and_then(|s| s.get(&key)) else {
+        let Some(hub_obj) = self.stores.job(kind, &t.namespace, &t.name) else {
             return;
         };
         let Ok(hub_value) = serde_json::to_value(hub_obj.as_ref()) else {
@@ -1773,16 +1767,11 @@ impl Brain {
             }
             let sync_hub = member_status.is_some() && t.synced_status != member_status;
             let (ns, name, label) = (t.namespace.clone(), t.name.clone(), t.label());
-            let hub_key =
-                reflector::ObjectRef::<DynamicObject>::new_with(&name, kinds::api_resource(kind))
-                    .within(&ns);
-            let hub_status = self
-                .stores
-                .jobs
-                .get(&kind)
-                .and_then(|s| s.get(&hub_key))
-                .and_then(|o| o.data.get("status").cloned());
             if sync_hub && let Some(st) = member_status {
+                let hub_status = self
+                    .stores
+                    .job(kind, &ns, &name)
+                    .and_then(|o| o.data.get("status").cloned());
                 let patch = status::replace_patch(hub_status.as_ref(), &st);
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(self.hub.clone(), &ns, &kinds::api_resource(kind));

@@ -440,20 +440,11 @@ impl Scheduler {
         Placement { groups }
     }
 
+    /// Adds (`sign` 1) or removes (`sign` -1) a job's planned pods on its cluster's nodes; nothing
+    /// else (quota, state, versions) changes.
     fn reserve_nodes(&mut self, job: JobId, ci: usize, placement: &Placement, sign: i128) {
-        let shape = &self.shapes[self.jobs[job].shape];
-        let c = &mut self.clusters[ci];
-        for (gi, nodes) in placement.groups.iter().enumerate() {
-            for &(n, k) in nodes {
-                if let Some(node) = c.nodes.get_mut(n) {
-                    crate::resources::add_demand(
-                        &mut node.reserved,
-                        &shape.groups[gi].demand,
-                        sign * i128::from(k),
-                    );
-                }
-            }
-        }
+        let groups = &self.shapes[self.jobs[job].shape].groups;
+        reserve_on(&mut self.clusters[ci], groups, placement, sign);
     }
 
     // ----- queries --------------------------------------------------------------------------
@@ -777,17 +768,8 @@ impl Scheduler {
 
     /// `restore`: the job gets back its earlier admission order (an undone trial release).
     fn reserve_with(&mut self, job: JobId, ci: usize, placement: Placement, restore: bool) {
+        self.reserve_nodes(job, ci, &placement, 1);
         let shape = &self.shapes[self.jobs[job].shape];
-        let c = &mut self.clusters[ci];
-        for (gi, nodes) in placement.groups.iter().enumerate() {
-            for &(n, k) in nodes {
-                crate::resources::add_demand(
-                    &mut c.nodes[n].reserved,
-                    &shape.groups[gi].demand,
-                    i128::from(k),
-                );
-            }
-        }
         if let (Some(q), Some(leaf)) = (self.quota.as_mut(), self.queues.leaf(self.jobs[job].queue))
         {
             q.charge(leaf, &shape.quota_demand, 1);
@@ -816,19 +798,8 @@ impl Scheduler {
         else {
             return;
         };
+        self.reserve_nodes(job, ci, &placement, -1);
         let shape = &self.shapes[self.jobs[job].shape];
-        let c = &mut self.clusters[ci];
-        for (gi, nodes) in placement.groups.iter().enumerate() {
-            for &(n, k) in nodes {
-                if let Some(node) = c.nodes.get_mut(n) {
-                    crate::resources::add_demand(
-                        &mut node.reserved,
-                        &shape.groups[gi].demand,
-                        -i128::from(k),
-                    );
-                }
-            }
-        }
         let leaf = self.queues.leaf(self.jobs[job].queue);
         if let (Some(q), Some(leaf)) = (self.quota.as_mut(), leaf) {
             q.charge(leaf, &shape.quota_demand, -1);
@@ -1129,6 +1100,22 @@ struct Block {
 enum Blocker {
     Fleet,
     Quota(usize),
+}
+
+/// The one place node reservations change: `sign` × each group's per-pod demand on the nodes
+/// of `placement` (nodes the cluster no longer has are skipped).
+fn reserve_on(c: &mut Cluster, groups: &[PodGroup], placement: &Placement, sign: i128) {
+    for (gi, nodes) in placement.groups.iter().enumerate() {
+        for &(n, k) in nodes {
+            if let Some(node) = c.nodes.get_mut(n) {
+                crate::resources::add_demand(
+                    &mut node.reserved,
+                    &groups[gi].demand,
+                    sign * i128::from(k),
+                );
+            }
+        }
+    }
 }
 
 #[cfg(test)]

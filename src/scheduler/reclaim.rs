@@ -312,16 +312,7 @@ impl Scheduler {
             return;
         };
         let shape = &self.shapes[self.jobs[job].shape];
-        let c = &mut self.clusters[*cluster];
-        for (gi, nodes) in placement.groups.iter().enumerate() {
-            for &(n, k) in nodes {
-                crate::resources::add_demand(
-                    &mut c.nodes[n].reserved,
-                    &shape.groups[gi].demand,
-                    sign * i128::from(k),
-                );
-            }
-        }
+        super::reserve_on(&mut self.clusters[*cluster], &shape.groups, placement, sign);
         if let (Some(q), Some(leaf)) = (self.quota.as_mut(), self.queues.leaf(self.jobs[job].queue))
         {
             q.charge(leaf, &shape.quota_demand, sign);

@@ -31,30 +31,35 @@ pub async fn install_crds(hub: &Client) {
         )
         .await
         .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
-        let api = api.clone();
-        wait_for(
-            &format!("CRD {name} established"),
-            Duration::from_secs(30),
-            || {
-                let (api, name) = (api.clone(), name.clone());
-                async move {
-                    let crd = api.get(&name).await.map_err(|e| e.to_string())?;
-                    let ok = crd
-                        .status
-                        .and_then(|s| s.conditions)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True");
-                    if ok {
-                        Ok(())
-                    } else {
-                        Err("not established".into())
-                    }
-                }
-            },
-        )
-        .await;
+        wait_established(hub, &name).await;
     }
+}
+
+/// Waits until the CRD `name` is Established on the hub.
+pub async fn wait_established(hub: &Client, name: &str) {
+    let api: Api<CustomResourceDefinition> = Api::all(hub.clone());
+    wait_for(
+        &format!("CRD {name} established"),
+        Duration::from_secs(60),
+        || {
+            let api = api.clone();
+            async move {
+                let crd = api.get(name).await.map_err(|e| e.to_string())?;
+                let ok = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                if ok {
+                    Ok(())
+                } else {
+                    Err("not established".into())
+                }
+            }
+        },
+    )
+    .await;
 }
 
 pub async fn ensure_namespace(client: &Client, name: &str) {
@@ -285,8 +290,8 @@ pub fn explain(job: &str) -> (bool, String) {
     (out.status.success(), text)
 }
 
-/// The body of a plain HTTP GET (empty on any error).
-pub fn http_get(url: &str) -> String {
+/// The raw answer (status line, headers, body) to a plain HTTP/1.0 GET; empty on any error.
+fn http_raw(url: &str) -> String {
     use std::io::{Read, Write};
     let Some(rest) = url.strip_prefix("http://") else {
         return String::new();
@@ -301,28 +306,21 @@ pub fn http_get(url: &str) -> String {
     }
     let mut buf = String::new();
     let _ = s.read_to_string(&mut buf);
-    buf.split_once("\r\n\r\n")
+    buf
+}
+
+/// The body of a plain HTTP GET (empty on any error).
+pub fn http_get(url: &str) -> String {
+    http_raw(url)
+        .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default()
 }
 
 /// A plain HTTP GET that says whether the answer was 200.
 pub fn http_get_ok(url: &str) -> bool {
-    use std::io::{Read, Write};
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
-    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let Ok(mut s) = std::net::TcpStream::connect(host) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if write!(s, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").is_err() {
-        return false;
-    }
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    buf.starts_with("HTTP/1.1 200") || buf.starts_with("HTTP/1.0 200")
+    let raw = http_raw(url);
+    raw.starts_with("HTTP/1.1 200") || raw.starts_with("HTTP/1.0 200")
 }
 
 /// The QueuedJob of a hub job.
