@@ -8,6 +8,7 @@ pub mod estimate;
 pub mod fleet;
 pub mod labels;
 pub mod metrics;
+pub mod placement;
 pub mod quantity;
 pub mod queue;
 pub mod quota;

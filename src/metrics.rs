@@ -118,6 +118,8 @@ pub struct Metrics {
     rejected: IntCounterVec,
     finished: IntCounterVec,
     dispatch_errors: IntCounterVec,
+    pods_released: IntCounterVec,
+    placement_mismatches: IntCounterVec,
     wait_time: HistogramVec,
     cycle_duration: Histogram,
 }
@@ -256,6 +258,16 @@ impl Metrics {
                 "muster_dispatch_errors_total",
                 "Failed attempts to create an admitted job in its member, by reason (unreachable, refused, conflict, other).",
                 &["cluster", "reason"],
+            ),
+            pods_released: counter(
+                "muster_pods_released_total",
+                "Pods muster assigned their planned node and released from its scheduling gate, per member.",
+                &["cluster"],
+            ),
+            placement_mismatches: counter(
+                "muster_placement_mismatches_total",
+                "Pods found on a node their job's plan does not hold for them (an error: the member placed them elsewhere), per member.",
+                &["cluster"],
             ),
             wait_time: reg(
                 &registry,
@@ -422,6 +434,18 @@ impl Metrics {
     pub fn dispatch_error(&self, cluster: &str, reason: DispatchFailure) {
         self.dispatch_errors
             .with_label_values(&[cluster, reason.as_str()])
+            .inc();
+    }
+
+    /// `n` pods were released onto their planned nodes in `cluster`.
+    pub fn pods_released(&self, cluster: &str, n: u64) {
+        self.pods_released.with_label_values(&[cluster]).inc_by(n);
+    }
+
+    /// A pod was found where its job's plan does not put it.
+    pub fn placement_mismatch(&self, cluster: &str) {
+        self.placement_mismatches
+            .with_label_values(&[cluster])
             .inc();
     }
 

@@ -42,6 +42,22 @@ pub struct SecretKeyRef {
 pub struct MemberClusterSpec {
     /// The Secret holding a kubeconfig for the member's API server.
     pub kubeconfig_secret_ref: SecretKeyRef,
+    /// How muster carries out a plan on this member: `Gates` (every pod waits behind a
+    /// scheduling gate until muster gives it exactly one planned node), `Pinned` (each component
+    /// is pinned to its planned nodes and only plans that start under any arrangement are
+    /// made), or `Auto` (the default: gates, unless the API server is older than 1.30 or the
+    /// member is seen dropping muster's gate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementPolicy>,
+}
+
+/// `spec.placement` of a MemberCluster.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum PlacementPolicy {
+    #[default]
+    Auto,
+    Gates,
+    Pinned,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
@@ -63,6 +79,12 @@ pub struct MemberClusterStatus {
     /// the estimator itself always decides per node).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub free: BTreeMap<String, String>,
+    /// How plans are carried out on this member now: `gates` or `pinned`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
+    /// Why that mode (spec, API server version, gates seen dropped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_reason: Option<String>,
 }
 
 /// Reference to the job a QueuedJob stands for.
@@ -172,12 +194,33 @@ pub struct QueuedJobStatus {
     /// Pods on the member: running / expected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<PodCounts>,
+    /// Per pod on the member: the planned node muster assigned it and the node it is on
+    /// (the record a restarted controller continues from; at most 500 pods listed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_placement: Vec<PodPlacement>,
     /// Times the job was taken back from a member and queued again.
     #[serde(default)]
     pub requeues: u32,
     /// Last change of `state` (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition: Option<String>,
+}
+
+/// One pod of a dispatched job: where the plan puts it and where it is.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPlacement {
+    pub pod: String,
+    pub component: String,
+    /// The node muster assigned it (one of the plan's slots for its component).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_node: Option<String>,
+    /// The node it is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Still behind muster's scheduling gate.
+    #[serde(default)]
+    pub gated: bool,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]

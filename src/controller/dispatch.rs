@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::kinds;
 use super::members::{COMPONENT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL};
+use crate::placement::GATE;
 use crate::workload::{JobKind, Workload};
 
 /// What muster writes into `managedBy` of a hub batch Job / JobSet so that no controller on the
@@ -27,12 +28,15 @@ const JOB_GENERATED_LABELS: [&str; 4] = [
 ];
 
 /// Builds the member copy of `hub` (the hub job as JSON) for `plan` (`{component: {node: pods}}`).
+/// With `gates`, every pod template also carries muster's scheduling gate: its pods wait until
+/// muster assigns each one its planned node (see [`super::gates`]).
 pub fn member_copy(
     hub: &Value,
     w: &Workload,
     uid: &str,
     origin: &str,
     plan: &BTreeMap<String, BTreeMap<String, u32>>,
+    gates: bool,
 ) -> Value {
     let mut meta = json!({
         "name": w.name,
@@ -97,8 +101,28 @@ pub fn member_copy(
         if !nodes.is_empty() {
             pin_to_nodes(&mut obj, tp, &nodes);
         }
+        if gates {
+            add_gate(&mut obj, tp);
+        }
     }
     obj
+}
+
+/// Appends muster's scheduling gate to a pod template (once).
+fn add_gate(obj: &mut Value, template: &str) {
+    let ptr = format!("{template}/spec/schedulingGates");
+    let mut gates: Vec<Value> = obj
+        .pointer(&ptr)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if !gates
+        .iter()
+        .any(|g| g.get("name").and_then(Value::as_str) == Some(GATE))
+    {
+        gates.push(json!({ "name": GATE }));
+    }
+    set_pointer(obj, &ptr, Value::Array(gates));
 }
 
 /// Restricts the template to the planned nodes: a node field selector may name one node per
@@ -331,6 +355,7 @@ mod tests {
             "U1",
             "hub",
             &plan("worker", &[("n1", 1), ("n2", 1)]),
+            true,
         );
         assert_eq!(copy.pointer("/spec/runPolicy/suspend"), Some(&json!(false)));
         assert_eq!(copy.pointer("/metadata/uid"), None);
@@ -367,6 +392,11 @@ mod tests {
                 json!([{"key": "metadata.name", "operator": "In", "values": [node]}])
             );
         }
+        // Every pod waits behind muster's gate until it is given one node.
+        assert_eq!(
+            copy.pointer(&format!("{t}/spec/schedulingGates")),
+            Some(&json!([{"name": GATE}]))
+        );
     }
 
     #[test]
@@ -381,7 +411,9 @@ mod tests {
                         "resources": {"requests": {"cpu": "1"}}}]}}}
         });
         let w = interpret(&hub).expect("interprets");
-        let copy = member_copy(&hub, &w, "U2", "hub", &plan("job", &[("n1", 2)]));
+        let copy = member_copy(&hub, &w, "U2", "hub", &plan("job", &[("n1", 2)]), false);
+        // Pinned mode (a member that cannot use gates): no gate.
+        assert_eq!(copy.pointer("/spec/template/spec/schedulingGates"), None);
         assert_eq!(copy.pointer("/spec/suspend"), Some(&json!(false)));
         assert_eq!(copy.pointer("/spec/managedBy"), None);
         assert_eq!(copy.pointer("/spec/selector"), None);

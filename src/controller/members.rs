@@ -82,6 +82,8 @@ pub struct Member {
     pub nodes: Watched<Node>,
     pub pods: Watched<Pod>,
     pub jobs: HashMap<JobKind, Watched<DynamicObject>>,
+    /// The API server's (major, minor) version at connection ((0, 0) when unreadable).
+    pub server_version: (u32, u32),
     pub health: Arc<Health>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -118,6 +120,13 @@ impl Member {
         let kinds = tokio::time::timeout(Duration::from_secs(10), kinds::served(&client))
             .await
             .map_err(|_| anyhow::anyhow!("member {name}: discovery timed out"))??;
+        let version = tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
+            .await
+            .map_err(|_| anyhow::anyhow!("member {name}: /version timed out"))??;
+        let server_version = (
+            version.major.trim_end_matches('+').parse().unwrap_or(0),
+            version.minor.trim_end_matches('+').parse().unwrap_or(0),
+        );
         let mut tasks = Vec::new();
         let nodes = watch(
             Api::<Node>::all(client.clone()),
@@ -162,6 +171,7 @@ impl Member {
         }
         Ok(Member {
             name: name.to_string(),
+            server_version,
             client,
             source,
             kinds,

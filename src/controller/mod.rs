@@ -10,10 +10,12 @@
 pub mod crd;
 pub mod dispatch;
 pub mod explain;
+pub mod gates;
 pub mod intake;
 pub mod kinds;
 pub mod leader;
 pub mod members;
+mod placing;
 pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -386,6 +388,10 @@ struct Tracked {
     degraded_since: Option<Instant>,
     /// Whether every pod ran at some point of this dispatch.
     ran: bool,
+    /// Components whose pods were released from muster's scheduling gate in this dispatch.
+    released: BTreeSet<String>,
+    /// Pods already reported as placed where the plan does not put them.
+    mismatched: BTreeSet<String>,
 }
 
 impl Tracked {
@@ -429,6 +435,9 @@ struct Brain {
     tree_status: Option<ElasticQuotaTreeStatus>,
     tree_status_written: Option<ElasticQuotaTreeStatus>,
     tree_ref: Option<(String, String)>,
+    /// Members seen dropping muster's scheduling gate (placed in pinned mode from then on),
+    /// with the evidence.
+    gates_dropped: BTreeMap<String, String>,
     priorities: BTreeMap<String, i32>,
     jobs: HashMap<String, Tracked>,
     by_id: HashMap<JobId, String>,
@@ -465,6 +474,7 @@ impl Brain {
             tree_status: None,
             tree_status_written: None,
             tree_ref: None,
+            gates_dropped: BTreeMap::new(),
             priorities: BTreeMap::new(),
             jobs: HashMap::new(),
             by_id: HashMap::new(),
@@ -1151,7 +1161,21 @@ impl Brain {
                     .unwrap_or_default(),
                 degraded_since: None,
                 ran: false,
+                released: BTreeSet::new(),
+                mismatched: BTreeSet::new(),
             };
+            // Which components a previous run released (the record, and the pods themselves).
+            t.released = previous
+                .as_ref()
+                .map(|p| p.released.clone())
+                .unwrap_or_else(|| {
+                    t.status
+                        .pod_placement
+                        .iter()
+                        .filter(|p| !p.gated)
+                        .map(|p| p.component.clone())
+                        .collect()
+                });
             if let Some(p) = &previous {
                 t.queued_at = p.queued_at;
             }
@@ -1340,6 +1364,9 @@ impl Brain {
         t.status.cluster = None;
         t.status.placement.clear();
         t.status.pods = None;
+        t.status.pod_placement.clear();
+        t.released.clear();
+        t.mismatched.clear();
         t.status.dispatched_at = None;
         t.status.requeues = requeues;
         t.queued_at = jiff::Timestamp::now();
@@ -1458,6 +1485,9 @@ impl Brain {
                 t.status.admitted_at = Some(now_rfc3339());
                 t.status.dispatched_at = None;
                 t.status.pods = None;
+                t.status.pod_placement.clear();
+                t.released.clear();
+                t.mismatched.clear();
                 t.status.reason = Some(format!("admitted to {cluster}"));
                 // The admission is durable before anything is created on the member.
                 if let Err(e) = self.write_status(&uid).await {
@@ -1517,6 +1547,9 @@ impl Brain {
                     t.status.cluster = None;
                     t.status.placement.clear();
                     t.status.pods = None;
+                    t.status.pod_placement.clear();
+                    t.released.clear();
+                    t.mismatched.clear();
                     t.status.requeues += 1;
                     t.status.reason =
                         Some(format!("preempted so that {by_label} can run: {reason}"));
@@ -1559,8 +1592,15 @@ impl Brain {
         let Ok(hub_value) = serde_json::to_value(hub_obj.as_ref()) else {
             return;
         };
-        let copy =
-            dispatch::member_copy(&hub_value, &w, uid, &self.opts.origin, &t.status.placement);
+        let gates = self.placement_mode(&cluster).0 == gates::Mode::Gates;
+        let copy = dispatch::member_copy(
+            &hub_value,
+            &w,
+            uid,
+            &self.opts.origin,
+            &t.status.placement,
+            gates,
+        );
         let result = dispatch::create(&m.client, &cluster, kind, &copy).await;
         let queue = t.status.queue.clone().unwrap_or_default();
         let Some(t) = self.jobs.get_mut(uid) else {
@@ -1633,25 +1673,6 @@ impl Brain {
                 continue;
             };
             let observed = status::observe(kind, &copy_value, &pods, expected);
-            // Why pods do not run, in the member scheduler's words (first unschedulable pod).
-            let unschedulable = pods.iter().find_map(|p| {
-                p.status
-                    .as_ref()?
-                    .conditions
-                    .as_ref()?
-                    .iter()
-                    .find_map(|c| {
-                        (c.type_ == "PodScheduled" && c.status == "False").then(|| {
-                            format!(
-                                "pod {}: {}",
-                                p.name_any(),
-                                c.message
-                                    .clone()
-                                    .unwrap_or_else(|| c.reason.clone().unwrap_or_default())
-                            )
-                        })
-                    })
-            });
             // Once every pod is bound, the reservation becomes where the pods really are.
             let (scheduled, _) = status::pod_counts(&pods);
             if expected > 0
@@ -1667,6 +1688,9 @@ impl Brain {
                 }
                 self.sched.rebind(id, &plan);
             }
+            // Each pod onto its planned node; why pods wait, in the member scheduler's words.
+            let placed = self.place_pods(&uid, &cluster, &copy_value).await;
+            let unschedulable = placed.pending.clone().or(placed.held.clone());
             let member_status = copy_value.get("status").cloned();
             let Some(t) = self.jobs.get_mut(&uid) else {
                 continue;
@@ -1683,7 +1707,11 @@ impl Brain {
                         t.status.state = QueuedJobState::Dispatched;
                     }
                     t.status.reason = Some(format!(
-                        "dispatched to {cluster}: {running}/{expected} pods running, {scheduled} scheduled"
+                        "dispatched to {cluster}: {running}/{expected} pods running, {scheduled} scheduled{}",
+                        unschedulable
+                            .as_ref()
+                            .map(|u| format!("; {u}"))
+                            .unwrap_or_default()
                     ));
                 }
                 Observed::Running { scheduled, running } => {

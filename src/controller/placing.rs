@@ -1,0 +1,233 @@
+//! The controller's per-pod placement pass for one dispatched job: reads its pods on the member,
+//! asks [`crate::placement::step`] which pods get which planned node and when the gang may go,
+//! carries out the releases, records the per-pod placement in the QueuedJob status, reports pods
+//! found off their plan (Event + `muster_placement_mismatches_total`), and notices a member that
+//! drops muster's gate. Also the member's placement mode (gates or pinned) and why.
+
+use std::collections::BTreeSet;
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use serde_json::Value;
+
+use super::crd::{PlacementPolicy, PodPlacement};
+use super::gates::{self, Mode};
+use super::members;
+use super::{Brain, Plan};
+use crate::placement::{self, GATE};
+
+/// Pods listed in a QueuedJob's status at most (the counts stay exact beyond that).
+const MAX_LISTED: usize = 500;
+
+/// What the pass found, for the job's reason.
+#[derive(Default)]
+pub(super) struct Placed {
+    /// Why gated pods wait (the first held pod's reason, with how many are held).
+    pub held: Option<String>,
+    /// The first released pod still Pending, its planned node and the member scheduler's words.
+    pub pending: Option<String>,
+}
+
+impl Brain {
+    /// How plans are carried out on `cluster`, and why.
+    pub(super) fn placement_mode(&self, cluster: &str) -> (Mode, String) {
+        let policy = self
+            .stores
+            .members
+            .state()
+            .iter()
+            .find(|m| m.name_any() == cluster)
+            .and_then(|m| m.spec.placement)
+            .unwrap_or_default();
+        match policy {
+            PlacementPolicy::Gates => (Mode::Gates, "spec.placement is Gates".into()),
+            PlacementPolicy::Pinned => (Mode::Pinned, "spec.placement is Pinned".into()),
+            PlacementPolicy::Auto => {
+                let version = self.members.get(cluster).map(|m| m.server_version);
+                if let Some((major, minor)) = version
+                    && (major, minor) != (0, 0)
+                    && (major, minor) < (1, 30)
+                {
+                    return (
+                        Mode::Pinned,
+                        format!(
+                            "the API server is v{major}.{minor}; scheduling gates with mutable node affinity need 1.30"
+                        ),
+                    );
+                }
+                if let Some(why) = self.gates_dropped.get(cluster) {
+                    return (Mode::Pinned, why.clone());
+                }
+                (
+                    Mode::Gates,
+                    "every pod is released onto its planned node through a scheduling gate".into(),
+                )
+            }
+        }
+    }
+
+    /// One placement pass for the dispatched job `uid` on `cluster` (its copy is `copy`).
+    pub(super) async fn place_pods(&mut self, uid: &str, cluster: &str, copy: &Value) -> Placed {
+        let mut out = Placed::default();
+        let (Some(t), Some(m)) = (self.jobs.get(uid), self.members.get(cluster)) else {
+            return out;
+        };
+        let (Some(w), Some(id)) = (t.workload.as_ref(), t.id) else {
+            return out;
+        };
+        // Components whose pods muster can see and gate (their templates carry its labels).
+        let managed: BTreeSet<String> = w
+            .components
+            .iter()
+            .filter(|c| c.template_pointer.is_some())
+            .map(|c| c.name.clone())
+            .collect();
+        let gated_copy: BTreeSet<String> = w
+            .components
+            .iter()
+            .filter(|c| {
+                c.template_pointer.as_ref().is_some_and(|tp| {
+                    copy.pointer(&format!("{tp}/spec/schedulingGates"))
+                        .and_then(Value::as_array)
+                        .is_some_and(|g| {
+                            g.iter()
+                                .any(|g| g.get("name").and_then(Value::as_str) == Some(GATE))
+                        })
+                })
+            })
+            .map(|c| c.name.clone())
+            .collect();
+        let plan: Plan = self
+            .sched
+            .plan(id)
+            .map(|(_, p)| p)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(c, _)| managed.contains(c))
+            .collect();
+        let staged = gates::staged(t.kind, copy, w);
+        let all = m.pods.state();
+        let pods = members::pods_of(&all, uid);
+        let seen: Vec<placement::PodSeen> = pods.iter().map(|p| gates::seen(p)).collect();
+        let step = placement::step(&plan, &staged, &seen, &t.released);
+        let label = t.label();
+
+        // A member that drops the gate: pinned mode from now on (said once, loudly).
+        if !self.gates_dropped.contains_key(cluster)
+            && let Some(p) = seen
+                .iter()
+                .find(|p| gated_copy.contains(&p.component) && gates::gate_stripped(p))
+        {
+            let why = format!(
+                "pod {} of {label} came up without muster's scheduling gate (an admission webhook or the API server dropped it)",
+                p.name
+            );
+            tracing::warn!(member = %cluster, "{why}; placing by node set from now on");
+            self.gates_dropped.insert(cluster.to_string(), why.clone());
+            self.event(uid, true, "GatesDropped", format!("{cluster}: {why}"))
+                .await;
+        }
+
+        // Releases: one write per pod, a few at a time.
+        if self.leadership.is_leader() && !step.release.is_empty() {
+            let by_name = gates::by_name(&pods);
+            let client = m.client.clone();
+            let writes: Vec<_> = step
+                .release
+                .iter()
+                .filter_map(|(pod, node)| {
+                    let p = by_name.get(pod)?;
+                    let client = client.clone();
+                    Some(async move { (pod, node, gates::release(&client, p, node).await) })
+                })
+                .collect();
+            let results: Vec<_> = futures::stream::iter(writes)
+                .buffer_unordered(16)
+                .collect()
+                .await;
+            let mut ok = 0u64;
+            for (pod, node, r) in results {
+                match r {
+                    Ok(()) => {
+                        ok += 1;
+                        tracing::debug!(job = %label, %pod, %node, "released onto its planned node");
+                    }
+                    Err(e) => {
+                        tracing::warn!(job = %label, %pod, %node, error = %e, "could not release a pod; retried on the next pass")
+                    }
+                }
+            }
+            self.metrics.pods_released(cluster, ok);
+        }
+
+        // Pods off their plan: an error, counted and said once per pod.
+        let mut new_mismatches = Vec::new();
+        if let Some(t) = self.jobs.get_mut(uid) {
+            for mm in &step.mismatches {
+                if t.mismatched.insert(mm.pod.clone()) {
+                    new_mismatches.push(format!("pod {} on {}: {}", mm.pod, mm.node, mm.why));
+                }
+            }
+            t.released = step.released.clone();
+            t.status.pod_placement = step
+                .pods
+                .iter()
+                .take(MAX_LISTED)
+                .map(|r| PodPlacement {
+                    pod: r.pod.clone(),
+                    component: r.component.clone(),
+                    planned_node: r.planned.clone(),
+                    node: r.node.clone(),
+                    gated: r.gated,
+                })
+                .collect();
+        }
+        for note in new_mismatches {
+            self.metrics.placement_mismatch(cluster);
+            tracing::error!(job = %label, member = %cluster, "{note}");
+            self.event(uid, true, "PlacementMismatch", format!("{cluster}: {note}"))
+                .await;
+        }
+
+        if let Some((pod, why)) = step.held.first() {
+            out.held = Some(if step.held.len() == 1 {
+                format!("pod {pod} gated: {why}")
+            } else {
+                format!("{} pods gated ({pod}: {why})", step.held.len())
+            });
+        }
+        let planned_of = |name: &str| {
+            step.pods
+                .iter()
+                .find(|r| r.pod == name)
+                .and_then(|r| r.planned.clone())
+        };
+        out.pending = pods.iter().find_map(|p| {
+            let gated = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|g| !g.is_empty());
+            if gated {
+                return None;
+            }
+            let c = p
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+            let words = c
+                .message
+                .clone()
+                .unwrap_or_else(|| c.reason.clone().unwrap_or_default());
+            let name = p.name_any();
+            Some(match planned_of(&name) {
+                Some(node) => format!("pod {name} (planned on {node}) is not scheduled: {words}"),
+                None => format!("pod {name} is not scheduled: {words}"),
+            })
+        });
+        out
+    }
+}
