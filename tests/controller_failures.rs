@@ -23,41 +23,10 @@ use muster::controller::crd::{QueuedJob, QueuedJobState};
 use serde_json::{Value, json};
 use support::fleet::{self, client_for, ensure_fleet_up, unique_name, wait_for};
 use support::hub::{self, Controller};
+use support::process::Paused;
 
 static HUB: Mutex<()> = Mutex::new(());
 const T: Duration = Duration::from_secs(120);
-
-/// Pauses a fleet process; resumes it when dropped.
-struct Paused(String);
-
-impl Paused {
-    fn new(process: &str) -> Paused {
-        signal(process, "STOP");
-        Paused(process.to_string())
-    }
-}
-
-impl Drop for Paused {
-    fn drop(&mut self) {
-        signal(&self.0, "CONT");
-    }
-}
-
-fn signal(process: &str, sig: &str) {
-    let pidfile = fleet::state_dir()
-        .join("pids")
-        .join(format!("{}.pid", process.replace('/', "_")));
-    let pid = std::fs::read_to_string(&pidfile)
-        .unwrap_or_else(|e| panic!("{}: {e}", pidfile.display()))
-        .trim()
-        .to_string();
-    let ok = std::process::Command::new("kill")
-        .args([&format!("-{sig}"), &pid])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(ok, "kill -{sig} {pid} ({process})");
-}
 
 fn pytorchjob(ns: &str, name: &str, workers: u32, gpus: u32, cpu: &str) -> Value {
     let res = |gpu: u32| {

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use kube::Client;
 use kube::api::{Api, ListParams};
 
-use super::crd::{QueuedJob, QueuedJobState};
+use super::crd::{MemberCluster, QueuedJob, QueuedJobState};
 
 /// The text for one job; `kind` narrows the search when several kinds share the name.
 pub async fn explain(
@@ -31,9 +31,24 @@ pub async fn explain(
              not in a leaf of the quota tree in force, its kind is not supported, or it does not exist"
         );
     }
+    let members: Api<MemberCluster> = Api::all(hub.clone());
     let mut out = String::new();
     for q in &found {
         let _ = writeln!(out, "{}", render(q));
+        let cluster = q.status.as_ref().and_then(|s| s.cluster.clone());
+        if let Some(c) = cluster
+            && let Ok(Some(mc)) = members.get_opt(&c).await
+            && let Some(st) = mc.status
+            && let Some(mode) = st.placement
+        {
+            let how = if mode == "gates" {
+                "each pod is released onto its planned node through a scheduling gate"
+            } else {
+                "pods are pinned to their component's planned nodes (robust plans only)"
+            };
+            let why = st.placement_reason.unwrap_or_default();
+            let _ = writeln!(out, "  placement on {c}: {mode}: {how} ({why})");
+        }
     }
     Ok(out.trim_end().to_string())
 }
@@ -80,6 +95,31 @@ pub fn render(q: &QueuedJob) -> String {
                 let list: Vec<String> = nodes.iter().map(|(n, k)| format!("{n}×{k}")).collect();
                 let _ = writeln!(out, "  {component}: {}", list.join(", "));
             }
+            if !st.pod_placement.is_empty() {
+                let w = st
+                    .pod_placement
+                    .iter()
+                    .map(|p| p.pod.len())
+                    .max()
+                    .unwrap_or(0);
+                let _ = writeln!(out, "  per pod (planned node -> node):");
+                for p in &st.pod_placement {
+                    let planned = p.planned_node.as_deref().unwrap_or("-");
+                    let on = match (&p.node, p.gated) {
+                        (_, true) => "gated".to_string(),
+                        (Some(n), _) if Some(n.as_str()) != p.planned_node.as_deref() => {
+                            format!("{n}  OFF PLAN")
+                        }
+                        (Some(n), _) => n.clone(),
+                        (None, _) => "not bound yet".to_string(),
+                    };
+                    let _ = writeln!(
+                        out,
+                        "    {:w$}  {:10} {planned} -> {on}",
+                        p.pod, p.component
+                    );
+                }
+            }
             if let Some(r) = &st.reason {
                 let _ = writeln!(out, "  {r}");
             }
@@ -94,7 +134,7 @@ pub fn render(q: &QueuedJob) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::crd::{JobRef, PodCounts, QueuedJobSpec, QueuedJobStatus};
+    use crate::controller::crd::{JobRef, PodCounts, PodPlacement, QueuedJobSpec, QueuedJobStatus};
     use std::collections::BTreeMap;
 
     #[test]
@@ -122,6 +162,22 @@ mod tests {
                 scheduled: 3,
                 running: 3,
             }),
+            pod_placement: vec![
+                PodPlacement {
+                    pod: "t-worker-0".into(),
+                    component: "worker".into(),
+                    planned_node: Some("c-0".into()),
+                    node: Some("c-0".into()),
+                    gated: false,
+                },
+                PodPlacement {
+                    pod: "t-worker-1".into(),
+                    component: "worker".into(),
+                    planned_node: Some("c-0".into()),
+                    node: Some("c-1".into()),
+                    gated: false,
+                },
+            ],
             ..Default::default()
         });
         let text = render(&q);
@@ -135,6 +191,14 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("worker: c-0×2"), "{text}");
+        assert!(
+            text.contains("t-worker-0  worker     c-0 -> c-0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("t-worker-1  worker     c-0 -> c-1  OFF PLAN"),
+            "{text}"
+        );
         q.status = Some(QueuedJobStatus {
             state: QueuedJobState::Queued,
             explanation: Some(

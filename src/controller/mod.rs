@@ -908,6 +908,9 @@ impl Brain {
             let table = &self.sched.table;
             let cluster = self.sched.clusters().iter().find(|c| c.name == name);
             let mut st = MemberClusterStatus::default();
+            let (mode, why) = self.placement_mode(&name);
+            st.placement = Some(mode.as_str().to_string());
+            st.placement_reason = Some(why);
             let reachable = self.told_reachable.get(&name).copied().unwrap_or(false);
             let (status, reason, message) = match (self.member_errors.get(&name), cluster) {
                 (Some(e), _) => ("False", "Unreachable", e.clone()),

@@ -1,4 +1,6 @@
 //! Shared code for integration tests. Declare it in a test file with `mod support;`.
+pub mod audit;
 pub mod fleet;
 pub mod helm;
 pub mod hub;
+pub mod process;
