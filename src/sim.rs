@@ -601,6 +601,10 @@ fn run_inner(
                             m.admitted(q, &cluster);
                             m.dispatched(q, &cluster);
                             m.wait_time(q, seconds(now - j.queued_at));
+                            // The member places the plan pod by pod, as the controller does.
+                            if let Some((_, plan)) = sched.plan(job) {
+                                m.pods_released(&cluster, released_pods(&plan));
+                            }
                         }
                         j.state = "Running";
                         j.dispatched = Some(now);
@@ -966,4 +970,23 @@ pub fn table(r: &Report) -> String {
         let _ = writeln!(out, "quota {wmsg}");
     }
     out
+}
+
+/// How many pods the controller releases onto their planned nodes when every pod of `plan`
+/// appears behind its gate at once (the simulated member creates them all together).
+fn released_pods(plan: &crate::placement::Plan) -> u64 {
+    let pods: Vec<crate::placement::PodSeen> = plan
+        .iter()
+        .flat_map(|(c, nodes)| {
+            let n: u32 = nodes.values().sum();
+            (0..n).map(move |i| crate::placement::PodSeen {
+                name: format!("{c}-{i}"),
+                component: c.clone(),
+                gated: true,
+                ..Default::default()
+            })
+        })
+        .collect();
+    let step = crate::placement::step(plan, &Default::default(), &pods, &Default::default());
+    step.release.len() as u64
 }

@@ -599,6 +599,8 @@ fn exported() -> (Exposition, BTreeMap<String, BTreeSet<String>>) {
     let m = Metrics::new();
     sim::run_with_metrics("metrics.yaml", &sc, &mut (), &m, Some(10 * 60 * 1000)).expect("runs");
     m.dispatch_error("member-a", DispatchFailure::Unreachable);
+    // Only a member that misplaces a pod makes this one appear (never in a simulation).
+    m.placement_mismatch("member-a");
     let e = parse_exposition(&m.encode());
     let names = e.names();
     (e, names)
@@ -856,8 +858,8 @@ fn the_query_checker_catches_unknown_metrics_and_labels() {
 #[test]
 fn every_dashboard_query_uses_exported_metrics() {
     let (e, exported) = exported();
-    // The families the simulator and a dispatch error produce: all of muster's.
-    assert_eq!(e.types.len(), 21, "{:?}", e.types.keys());
+    // The families the simulator, a dispatch error and a placement mismatch produce: all of muster's.
+    assert_eq!(e.types.len(), 23, "{:?}", e.types.keys());
     let d = dashboard();
     let mut exprs = Vec::new();
     collect_exprs(&d, "", &mut exprs);
@@ -902,6 +904,8 @@ fn every_dashboard_query_uses_exported_metrics() {
         "muster_preempted_jobs_total",
         "muster_requeued_jobs_total",
         "muster_dispatch_errors_total",
+        "muster_pods_released_total",
+        "muster_placement_mismatches_total",
         "muster_admission_cycle_duration_seconds_bucket",
     ] {
         assert!(used.contains(m), "no panel uses {m}");
