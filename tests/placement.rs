@@ -5,7 +5,7 @@
 //!
 //! 1. README's example PyTorchJob, as README submits it, 20 times in a row: each run starts
 //!    whole on its planned nodes, with no take-back.
-//! 2. Components sharing nodes with uneven counts (a master and 4 workers over 3 two-GPU nodes),
+//! 2. Components sharing nodes with uneven counts (a master and 5 workers over 3 two-GPU nodes),
 //!    and a JobSet with two replicated jobs on the same nodes.
 //! 3. Pods deleted by hand: recreated by their operator, given the freed slots, Running again on
 //!    the reserved nodes.
@@ -52,6 +52,49 @@ async fn setup() -> Client {
     for ns in ["research", "platform"] {
         hub::ensure_namespace(&hub, ns).await;
     }
+    // Jobs left over by an earlier run that failed half-way would hold member-b's GPUs: gone
+    // from the hub and, since no controller runs yet, from the members too.
+    for (api_version, kind) in [
+        ("kubeflow.org/v1", "PyTorchJob"),
+        ("jobset.x-k8s.io/v1alpha2", "JobSet"),
+    ] {
+        for cluster in std::iter::once("hub").chain(fleet::MEMBERS) {
+            let c = client_for(cluster).await;
+            let api = fleet::dynamic_api(&c, api_version, kind, &plural(kind), Some("research"));
+            let _ = api
+                .delete_collection(&DeleteParams::foreground(), &Default::default())
+                .await;
+        }
+    }
+    wait_for("no leftover jobs in research", T, || async {
+        for cluster in std::iter::once("hub").chain(fleet::MEMBERS) {
+            let c = client_for(cluster).await;
+            if !fleet::list_pods(&c, "research", "muster.dev/job-uid")
+                .await
+                .is_empty()
+            {
+                return Err(format!("pods left on {cluster}"));
+            }
+            for (api_version, kind) in [
+                ("kubeflow.org/v1", "PyTorchJob"),
+                ("jobset.x-k8s.io/v1alpha2", "JobSet"),
+            ] {
+                let api =
+                    fleet::dynamic_api(&c, api_version, kind, &plural(kind), Some("research"));
+                if api
+                    .list(&Default::default())
+                    .await
+                    .map(|l| l.items.len())
+                    .unwrap_or(0)
+                    > 0
+                {
+                    return Err(format!("{kind} left on {cluster}"));
+                }
+            }
+        }
+        Ok(())
+    })
+    .await;
     hub
 }
 
@@ -222,7 +265,8 @@ async fn readme_example_starts_whole_on_its_plan_twenty_times() {
 
 fn gpu_container(gpus: u32) -> Value {
     let r = json!({"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpus.to_string()});
-    json!([{"name": "c", "image": "registry.k8s.io/pause:3.10",
+    // `pytorch`: the training-operator looks for its port on the container of that name.
+    json!([{"name": "pytorch", "image": "registry.k8s.io/pause:3.10",
             "resources": {"requests": r.clone(), "limits": r}}])
 }
 
@@ -248,9 +292,9 @@ async fn shared_nodes_uneven_counts_jobsets_and_pods_deleted_by_hand() {
     let controller = Controller::start("placement-shared", &[]).await;
     let name = unique_name("shared");
     let result: Result<(), String> = async {
-        // 5 one-GPU pods over member-b's 3 two-GPU nodes: master and workers share a node,
-        // and the workers' counts per node differ.
-        let uid = create(&hub, &shared_pytorchjob("research", &name, 4)).await;
+        // 6 one-GPU pods fill member-b's 3 two-GPU nodes: the master shares a node with a
+        // worker, and the workers' counts per node differ (1, 2, 2).
+        let uid = create(&hub, &shared_pytorchjob("research", &name, 5)).await;
         let q = wait_running_on_plan(&hub, "research", "PyTorchJob", &name).await;
         assert_exact(&q);
         let st = q.status.clone().unwrap_or_default();
@@ -260,7 +304,7 @@ async fn shared_nodes_uneven_counts_jobsets_and_pods_deleted_by_hand() {
         if !shared {
             return Err(format!("expected master and workers to share a node: {:?}", st.placement));
         }
-        audit.check(&uid, 5, &[])?;
+        audit.check(&uid, 6, &[])?;
 
         // Two pods deleted by hand (the master and a worker): the operator recreates them,
         // muster gives each the freed slot, and they run again on the reserved nodes.
@@ -282,7 +326,7 @@ async fn shared_nodes_uneven_counts_jobsets_and_pods_deleted_by_hand() {
                     .filter(|p| p.metadata.deletion_timestamp.is_none())
                     .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
                     .count();
-                if fresh == 5 { Ok(()) } else { Err(format!("{fresh}/5 of {name} Running")) }
+                if fresh == 6 { Ok(()) } else { Err(format!("{fresh}/6 of {name} Running")) }
             }
         })
         .await;
@@ -291,7 +335,7 @@ async fn shared_nodes_uneven_counts_jobsets_and_pods_deleted_by_hand() {
         if q.status.as_ref().map(|s| &s.placement) != Some(&st.placement) {
             return Err(format!("the plan moved: {:?} -> {:?}", st.placement, q.status));
         }
-        audit.check(&uid, 5, &[])?;
+        audit.check(&uid, 6, &[])?;
         delete_and_wait(&hub, "kubeflow.org/v1", "PyTorchJob", "research", &name).await;
 
         // A JobSet whose two replicated jobs share member-b's nodes (kwok completes Job pods at

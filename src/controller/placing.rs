@@ -164,6 +164,16 @@ impl Brain {
         let mut new_mismatches = Vec::new();
         if let Some(t) = self.jobs.get_mut(uid) {
             for mm in &step.mismatches {
+                // Without the gate (pinned mode) the member chooses inside the component's node
+                // set: only a node outside the set is off the plan.
+                let pinned = !gated_copy.contains(&mm.component);
+                if pinned
+                    && plan
+                        .get(&mm.component)
+                        .is_some_and(|n| n.contains_key(&mm.node))
+                {
+                    continue;
+                }
                 if t.mismatched.insert(mm.pod.clone()) {
                     new_mismatches.push(format!("pod {} on {}: {}", mm.pod, mm.node, mm.why));
                 }
