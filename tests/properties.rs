@@ -307,6 +307,7 @@ fn cluster_info(ci: usize, nodes: &[NodeSpec]) -> ClusterInfo {
                 }
             })
             .collect(),
+        placement: Default::default(),
     }
 }
 
@@ -1103,6 +1104,7 @@ fn small_cluster(nodes: &[SmallNode], table: &mut ResourceTable) -> Cluster {
                 }
             })
             .collect(),
+        placement: Default::default(),
     };
     let mut c = Cluster::new(&info, table, 1);
     let cpu = table.intern("cpu");

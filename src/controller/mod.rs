@@ -837,6 +837,7 @@ impl Brain {
                         name: name.clone(),
                         labels: labels.clone(),
                         nodes: vec![],
+                        placement: Default::default(),
                     });
                 }
                 self.sched.set_reachable(name, reachable);
