@@ -1349,6 +1349,27 @@ fn adversary(nodes: &[SmallNode], groups: &[SmallGroup], pinned: &[Pinning]) -> 
     }
 }
 
+/// The file's small nodes and groups; in half of the cases without taints, node states,
+/// selectors or affinity, so that more of them fit and leave plans to attack.
+fn adversary_case() -> impl Strategy<Value = (Vec<SmallNode>, Vec<SmallGroup>)> {
+    (
+        prop::collection::vec(small_node(), 1..5),
+        prop::collection::vec(small_group(), 1..4),
+        any::<bool>(),
+    )
+        .prop_map(|(mut nodes, mut groups, plain)| {
+            if plain {
+                for n in &mut nodes {
+                    (n.tainted, n.unschedulable, n.not_ready) = (false, false, false);
+                }
+                for g in &mut groups {
+                    (g.selector, g.toleration, g.affinity) = (None, 0, 0);
+                }
+            }
+            (nodes, groups)
+        })
+}
+
 fn mode_cluster(nodes: &[SmallNode], table: &mut ResourceTable, mode: PlacementMode) -> Cluster {
     let mut c = small_cluster(nodes, table);
     c.placement = mode;
@@ -1356,7 +1377,7 @@ fn mode_cluster(nodes: &[SmallNode], table: &mut ResourceTable, mode: PlacementM
 }
 
 proptest! {
-    #![proptest_config(config(512))]
+    #![proptest_config(config(1024))]
 
     /// Whatever order and nodes the member's kube-scheduler picks within what the pinning
     /// allows, every pod of a plan `place` returns is placed: per pod in gates mode, per
@@ -1364,8 +1385,7 @@ proptest! {
     /// pinned by node set only.
     #[test]
     fn the_member_scheduler_as_an_adversary_cannot_break_a_plan(
-        nodes in prop::collection::vec(small_node(), 1..5),
-        groups in prop::collection::vec(small_group(), 1..4),
+        (nodes, groups) in adversary_case(),
     ) {
         let mut table = ResourceTable::default();
         let pgs = pod_groups(&groups, &mut table);
@@ -1439,10 +1459,7 @@ fn the_adversary_breaks_a_shared_node() {
 #[test]
 fn the_adversary_breaks_generated_non_robust_plans() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let cases = (
-        prop::collection::vec(small_node(), 1..5),
-        prop::collection::vec(small_group(), 2..4),
-    );
+    let cases = adversary_case();
     let (mut non_robust, mut broken) = (0, 0);
     for _ in 0..2000 {
         let (nodes, groups) = cases
