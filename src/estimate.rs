@@ -143,17 +143,19 @@ pub fn place(
         necessary(&fresh, g, &eligible[gi], table)?;
     }
     let order = group_order(cluster, groups);
-    let normal = greedy(cluster, groups, eligible, &order, &ext, false)
-        .or_else(|| search(cluster, groups, eligible, &order, false));
-    match (cluster.placement, normal) {
-        (PlacementMode::Gates, Some(p)) => Ok(p),
-        (PlacementMode::Pinned, normal) => {
-            robust::place_pinned(cluster, groups, eligible, &order, &ext, normal)
-        }
-        (PlacementMode::Gates, None) => Err(format!(
+    let Some(plan) = greedy(cluster, groups, eligible, &order, &ext, false)
+        .or_else(|| search(cluster, groups, eligible, &order, false))
+    else {
+        return Err(format!(
             "{} fit one by one but not all together on the free nodes",
             group_names(groups)
-        )),
+        ));
+    };
+    match cluster.placement {
+        PlacementMode::Gates => Ok(plan),
+        PlacementMode::Pinned => {
+            robust::place_pinned(cluster, groups, eligible, &order, &ext, plan)
+        }
     }
 }
 

@@ -95,14 +95,8 @@ pub(super) fn place_pinned(
     eligible: &[Vec<usize>],
     order: &[usize],
     ext: &[bool],
-    normal: Option<Placement>,
+    normal: Placement,
 ) -> Result<Placement, String> {
-    let names = group_names(groups);
-    let Some(normal) = normal else {
-        return Err(format!(
-            "{names} fit one by one but not all together on the free nodes"
-        ));
-    };
     if robust(cluster, groups, &normal) {
         return Ok(normal);
     }
@@ -112,8 +106,9 @@ pub(super) fn place_pinned(
         .or_else(|| search(cluster, groups, eligible, order, true).filter(ok))
         .ok_or_else(|| {
             format!(
-                "places pods by node set only (pinned mode): no plan keeps {names} on separate \
-                 nodes (they fit together only by sharing a node)"
+                "places pods by node set only (pinned mode): no plan keeps {} on separate \
+                 nodes (they fit together only by sharing a node)",
+                group_names(groups)
             )
         })
 }
@@ -253,7 +248,7 @@ mod tests {
             Ok(plan(&[&[(0, 1)], &[(0, 1), (1, 2)]]))
         );
         let c = member(&nodes, PlacementMode::Pinned, &mut t);
-        let order = super::super::group_order(&c, &groups);
+        let order = crate::estimate::group_order(&c, &groups);
         let el = eligible(&c, &groups);
         assert_eq!(greedy(&c, &groups, &el, &order, &[], true), None);
         let p = place_on(&c, &groups, &t).expect("fits on separate nodes");
