@@ -334,7 +334,8 @@ fn greedy(
     exclusive: bool,
 ) -> Option<Placement> {
     let mut s = Scratch::new(cluster);
-    let mut owner: Vec<Option<usize>> = vec![None; cluster.nodes.len()];
+    // Per node, the group using it (kept only when `exclusive`).
+    let mut owner: Option<Vec<Option<usize>>> = exclusive.then(|| vec![None; cluster.nodes.len()]);
     let mut plan = Placement {
         groups: vec![Vec::new(); groups.len()],
     };
@@ -350,7 +351,10 @@ fn greedy(
         while remaining > 0 {
             let mut best: Option<((u8, usize, i128), usize, i128)> = None;
             for &n in &eligible[gi] {
-                if exclusive && owner[n].is_some_and(|o| o != gi) {
+                if owner
+                    .as_ref()
+                    .is_some_and(|o| o[n].is_some_and(|g| g != gi))
+                {
                     continue;
                 }
                 let c = s.cap(n, &g.demand);
@@ -370,7 +374,9 @@ fn greedy(
             let (_, n, c) = best?;
             let k = c.min(remaining);
             s.take(n, &g.demand, k);
-            owner[n] = Some(gi);
+            if let Some(o) = &mut owner {
+                o[n] = Some(gi);
+            }
             plan.groups[gi].push((n, u32::try_from(k).ok()?));
             remaining -= k;
         }
