@@ -110,6 +110,7 @@ fn scenario(jobs: usize, clusters: usize, nodes: u32) -> Scenario {
                     unschedulable: false,
                 },
             ],
+            placement: Default::default(),
         })
         .collect();
     let total_gpu = clusters as u64 * u64::from(gpu_nodes) * 8;

@@ -2,13 +2,19 @@
 //!
 //! Owns placement planning against a [`Cluster`]'s real per-node free capacity (allocatable minus
 //! external pods minus reservations): a best-fit greedy pass, then an exhaustive search with a
-//! step budget when the greedy pass fails, and a precise reason when nothing fits. Never decides
-//! from cluster totals; never mutates the cluster (the caller reserves the returned plan).
+//! step budget when the greedy pass fails, and a precise reason when nothing fits. For members
+//! that pin pods by node set only, the plan must also be robust (see [`robust`], in
+//! `estimate/robust.rs`). Never decides from cluster totals; never mutates the cluster (the
+//! caller reserves the returned plan).
+
+mod robust;
+
+pub use robust::robust;
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
-use crate::fleet::{Cluster, Constraints, Mismatch, Summary};
+use crate::fleet::{Cluster, Constraints, Mismatch, PlacementMode, Summary};
 use crate::quantity::Quantity;
 use crate::resources::{Demand, PODS, Res, ResourceTable, at};
 
@@ -116,7 +122,9 @@ impl Scratch<'_> {
 }
 
 /// Plans every pod of every group onto `cluster`'s nodes, or explains why it cannot.
-/// `eligible[i]` are the nodes admitting group `i` (see [`eligible`]).
+/// `eligible[i]` are the nodes admitting group `i` (see [`eligible`]). On a member in
+/// [`PlacementMode::Pinned`] the plan is [`robust`]: kept to whatever node kube-scheduler picks
+/// within each component's node set.
 pub fn place(
     cluster: &Cluster,
     groups: &[PodGroup],
@@ -135,23 +143,30 @@ pub fn place(
         necessary(&fresh, g, &eligible[gi], table)?;
     }
     let order = group_order(cluster, groups);
-    if let Some(p) = greedy(cluster, groups, eligible, &order, &ext) {
-        return Ok(p);
-    }
-    match search(cluster, groups, eligible, &order) {
-        Some(p) => Ok(p),
-        None => {
-            let names: Vec<&str> = groups
-                .iter()
-                .filter(|g| g.pods > 0)
-                .map(|g| g.name.as_str())
-                .collect();
-            Err(format!(
-                "{} fit one by one but not all together on the free nodes",
-                names.join(" and ")
-            ))
+    let Some(plan) = greedy(cluster, groups, eligible, &order, &ext, false)
+        .or_else(|| search(cluster, groups, eligible, &order, false))
+    else {
+        return Err(format!(
+            "{} fit one by one but not all together on the free nodes",
+            group_names(groups)
+        ));
+    };
+    match cluster.placement {
+        PlacementMode::Gates => Ok(plan),
+        PlacementMode::Pinned => {
+            robust::place_pinned(cluster, groups, eligible, &order, &ext, plan)
         }
     }
+}
+
+/// `master and worker`: the components with pods, as reasons name them.
+fn group_names(groups: &[PodGroup]) -> String {
+    let names: Vec<&str> = groups
+        .iter()
+        .filter(|g| g.pods > 0)
+        .map(|g| g.name.as_str())
+        .collect();
+    names.join(" and ")
 }
 
 fn necessary(
@@ -309,14 +324,18 @@ fn group_order(cluster: &Cluster, groups: &[PodGroup]) -> Vec<usize> {
 
 /// Best-fit decreasing: for each group, the node that holds all remaining pods most tightly,
 /// else the node that holds the most; avoiding nodes whose free devices the group does not use.
+/// `exclusive`: a node hosts pods of at most one group (nodes another group uses are skipped).
 fn greedy(
     cluster: &Cluster,
     groups: &[PodGroup],
     eligible: &[Vec<usize>],
     order: &[usize],
     ext: &[bool],
+    exclusive: bool,
 ) -> Option<Placement> {
     let mut s = Scratch::new(cluster);
+    // Per node, the group using it (kept only when `exclusive`).
+    let mut owner: Option<Vec<Option<usize>>> = exclusive.then(|| vec![None; cluster.nodes.len()]);
     let mut plan = Placement {
         groups: vec![Vec::new(); groups.len()],
     };
@@ -332,6 +351,12 @@ fn greedy(
         while remaining > 0 {
             let mut best: Option<((u8, usize, i128), usize, i128)> = None;
             for &n in &eligible[gi] {
+                if owner
+                    .as_ref()
+                    .is_some_and(|o| o[n].is_some_and(|g| g != gi))
+                {
+                    continue;
+                }
                 let c = s.cap(n, &g.demand);
                 if c == 0 {
                     continue;
@@ -349,6 +374,9 @@ fn greedy(
             let (_, n, c) = best?;
             let k = c.min(remaining);
             s.take(n, &g.demand, k);
+            if let Some(o) = &mut owner {
+                o[n] = Some(gi);
+            }
             plan.groups[gi].push((n, u32::try_from(k).ok()?));
             remaining -= k;
         }
@@ -359,11 +387,13 @@ fn greedy(
 
 /// Exhaustive search over pod counts per node, bounded by [`SEARCH_BUDGET`] steps. Complete
 /// for small jobs and fleets; for big ones, a failure within the budget is reported as no fit.
+/// `exclusive`: a node hosts pods of at most one group.
 fn search(
     cluster: &Cluster,
     groups: &[PodGroup],
     eligible: &[Vec<usize>],
     order: &[usize],
+    exclusive: bool,
 ) -> Option<Placement> {
     struct St<'a> {
         s: Scratch<'a>,
@@ -372,6 +402,17 @@ fn search(
         order: &'a [usize],
         plan: Placement,
         steps: u64,
+        /// Per node, the group using it (kept only when `exclusive`).
+        owner: Option<Vec<Option<usize>>>,
+    }
+    impl St<'_> {
+        /// Pods of group `gi` that node `n` can take now.
+        fn cap(&self, n: usize, gi: usize) -> i128 {
+            match &self.owner {
+                Some(o) if o[n].is_some_and(|g| g != gi) => 0,
+                _ => self.s.cap(n, &self.groups[gi].demand),
+            }
+        }
     }
     fn rec(st: &mut St<'_>, oi: usize, ni: usize, remaining: i128) -> bool {
         st.steps += 1;
@@ -395,17 +436,21 @@ fn search(
             return false;
         }
         // Prune: what the remaining nodes can hold of this group.
-        let room: i128 = nodes[ni..].iter().map(|&n| st.s.cap(n, &g.demand)).sum();
+        let room: i128 = nodes[ni..].iter().map(|&n| st.cap(n, gi)).sum();
         if room < remaining {
             return false;
         }
         let n = nodes[ni];
-        let c = st.s.cap(n, &g.demand).min(remaining);
+        let c = st.cap(n, gi).min(remaining);
         let mut k = c;
         loop {
+            let mut was = None;
             if k > 0 {
                 st.s.take(n, &g.demand, k);
                 st.plan.groups[gi].push((n, k as u32));
+                if let Some(o) = &mut st.owner {
+                    was = o[n].replace(gi);
+                }
             }
             if rec(st, oi, ni + 1, remaining - k) {
                 return true;
@@ -413,6 +458,9 @@ fn search(
             if k > 0 {
                 st.s.take(n, &g.demand, -k);
                 st.plan.groups[gi].pop();
+                if let Some(o) = &mut st.owner {
+                    o[n] = was;
+                }
             }
             if k == 0 || st.steps > SEARCH_BUDGET {
                 return false;
@@ -430,6 +478,7 @@ fn search(
             groups: vec![Vec::new(); groups.len()],
         },
         steps: 0,
+        owner: exclusive.then(|| vec![None; cluster.nodes.len()]),
     };
     if rec(&mut st, 0, 0, first) {
         for g in &mut st.plan.groups {

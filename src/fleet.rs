@@ -10,6 +10,8 @@ use k8s_openapi::api::core::v1::{
     Node as K8sNode, NodeSelector, NodeSelectorRequirement, Taint, Toleration,
 };
 
+use serde::{Deserialize, Serialize};
+
 use crate::quantity::ResourceList;
 use crate::resources::{PODS, Res, ResourceTable, at, set};
 
@@ -57,12 +59,44 @@ impl NodeInfo {
     }
 }
 
+/// How a member's kube-scheduler is held to muster's plan.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementMode {
+    /// Per pod: every pod is assigned exactly one planned node (scheduling gates). Any plan that
+    /// fits is kept to.
+    #[default]
+    Gates,
+    /// Per component: each pod template is pinned to the set of nodes planned for its component,
+    /// and kube-scheduler chooses within that set. Only robust plans are made (see
+    /// [`crate::estimate::robust`]): every arrangement within the sets places every pod.
+    Pinned,
+}
+
+impl PlacementMode {
+    /// `gates` or `pinned`, as in a scenario file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlacementMode::Gates => "gates",
+            PlacementMode::Pinned => "pinned",
+        }
+    }
+}
+
+impl std::fmt::Display for PlacementMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A member cluster as the core is told about it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterInfo {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub nodes: Vec<NodeInfo>,
+    /// How the member is held to the plan; decides which plans are made for it.
+    pub placement: PlacementMode,
 }
 
 /// Node constraints of one component (a pod template).
@@ -239,6 +273,8 @@ pub struct Cluster {
     pub node_index: BTreeMap<String, usize>,
     /// False while the member does not answer: nothing is placed there.
     pub reachable: bool,
+    /// How the member is held to the plan (pinned: only robust plans are made).
+    pub placement: PlacementMode,
     /// Bumped on every change of usage or nodes; lets callers memoize per-cluster results.
     pub version: u64,
     /// Bumped when nodes, labels or taints change (eligibility caches).
@@ -261,6 +297,7 @@ impl Cluster {
             nodes,
             node_index,
             reachable: true,
+            placement: info.placement,
             version,
             topology: version,
             summary: Summary::default(),

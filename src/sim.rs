@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Taint;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::fleet::{ClusterInfo, NodeInfo};
+use crate::fleet::{ClusterInfo, NodeInfo, PlacementMode};
 use crate::metrics::{Metrics, Outcome, RequeueReason};
 use crate::quantity::ResourceList;
 use crate::quota::{Problem, QuotaTree};
@@ -45,6 +45,10 @@ pub struct ClusterSpec {
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub nodes: Vec<NodeSpec>,
+    /// How the member is held to the plan: `gates` (per pod, the default) or `pinned` (by node
+    /// set; only robust plans are made there).
+    #[serde(default)]
+    pub placement: PlacementMode,
 }
 
 #[derive(Debug, Deserialize)]
@@ -231,6 +235,7 @@ pub fn cluster_infos(sc: &Scenario) -> Vec<ClusterInfo> {
                     })
                 })
                 .collect(),
+            placement: c.placement,
         })
         .collect()
 }

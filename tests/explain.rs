@@ -319,7 +319,8 @@ fn admitted_names_its_cluster() {
     assert_eq!(d["at"], 0);
     assert_eq!(
         d["explanation"]["status"],
-        json!({"state": "Admitted", "cluster": "member-c", "nodes": {"c": 3}, "waited": null})
+        json!({"state": "Admitted", "cluster": "member-c", "placement": "gates", "nodes": {"c": 3},
+            "waited": null})
     );
     assert_eq!(d["summary"], "admitted to member-c (c: 3 pods)");
     assert!(
@@ -333,6 +334,7 @@ fn admitted_names_its_cluster() {
             "\n== research/train-big at 0s (dispatched)\n\
              research/train-big: admitted to member-c (queue root/research, priority 0).\n\
              \x20 planned nodes: c: 3 pods\n\
+             \x20 placement: per pod (scheduling gates)\n\
              \n== research/train-big at 2100s (end)\n\
              research/train-big: finished.\n"
         ),

@@ -11,6 +11,9 @@
 //!    the reserved nodes.
 //! 4. The controller killed between the creation of the pods and their release: nothing is
 //!    released without a controller, and the next one releases each pod once, on its plan.
+//! 5. A member placed in pinned mode (`spec.placement: Pinned`): no gates, only plans whose
+//!    component node sets keep apart, a job with no such plan waits with the reason, and runs
+//!    once the member is back to gates.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -45,6 +48,9 @@ async fn setup() -> Client {
     hub::reset_hub(&hub).await;
     hub::install_crds(&hub).await;
     hub::register_members(&hub).await;
+    for m in fleet::MEMBERS {
+        set_placement(&hub, m, None).await;
+    }
     let tree = yaml_file("examples/quota-tree.yaml");
     hub::apply_tree(&hub, tree["spec"]["root"].clone())
         .await
@@ -96,6 +102,18 @@ async fn setup() -> Client {
     })
     .await;
     hub
+}
+
+/// Sets (or with `None`, clears) `spec.placement` of a MemberCluster.
+async fn set_placement(hub: &Client, member: &str, policy: Option<&str>) {
+    let api: Api<muster::controller::crd::MemberCluster> = Api::all(hub.clone());
+    api.patch(
+        member,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"placement": policy}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("MemberCluster {member}: {e}"));
 }
 
 async fn create(hub: &Client, job: &Value) -> String {
@@ -433,4 +451,115 @@ async fn a_restart_between_pod_creation_and_release_places_each_pod_once() {
     }
     .await;
     finish(controller.as_ref(), result);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pinned_member_gets_only_plans_that_start_under_any_arrangement() {
+    let _g = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let hub = setup().await;
+    let controller = Controller::start("placement-pinned", &[]).await;
+    let result: Result<(), String> = async {
+        set_placement(&hub, "member-b", Some("Pinned")).await;
+        let mcs: Api<muster::controller::crd::MemberCluster> = Api::all(hub.clone());
+        wait_for("member-b in pinned mode", T, || {
+            let mcs = mcs.clone();
+            async move {
+                let mc = mcs.get("member-b").await.map_err(|e| e.to_string())?;
+                let st = mc.status.unwrap_or_default();
+                match st.placement.as_deref() {
+                    Some("pinned") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+        })
+        .await;
+
+        // README's shape (master + 3 workers, one GPU each) on member-b: a plan whose
+        // components keep to separate nodes, no gate on any pod, every pod Running.
+        let name = unique_name("pinned");
+        let uid = create(&hub, &shared_pytorchjob("research", &name, 3)).await;
+        let q = hub::wait_queued_state(
+            &hub,
+            "research",
+            "PyTorchJob",
+            &name,
+            QueuedJobState::Running,
+            T,
+        )
+        .await;
+        let st = q.status.clone().unwrap_or_default();
+        let master: Vec<&String> = st
+            .placement
+            .get("master")
+            .map(|m| m.keys().collect())
+            .unwrap_or_default();
+        let shared = st
+            .placement
+            .get("worker")
+            .is_some_and(|w| master.iter().any(|n| w.contains_key(*n)));
+        if shared || st.requeues != 0 {
+            return Err(format!(
+                "pinned plan shares a node or was taken back: {st:?}"
+            ));
+        }
+        let pods = fleet::list_pods(
+            &client_for("member-b").await,
+            "research",
+            &format!("muster.dev/job-uid={uid}"),
+        )
+        .await;
+        if pods.len() != 4
+            || pods.iter().any(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.scheduling_gates.as_ref())
+                    .is_some_and(|g| !g.is_empty())
+            })
+        {
+            return Err(format!(
+                "pods in pinned mode: {}",
+                fleet::describe_pods(&pods)
+            ));
+        }
+        let (ok, text) = hub::explain(&format!("research/{name}"));
+        if !ok || !text.contains("placement on member-b: pinned") {
+            return Err(format!("explain: {text}"));
+        }
+        delete_and_wait(&hub, "kubeflow.org/v1", "PyTorchJob", "research", &name).await;
+
+        // 6 pods on 6 GPUs must share nodes: no robust plan on member-b, even empty, so the job
+        // is rejected and says why.
+        let full = unique_name("pinned-full");
+        create(&hub, &shared_pytorchjob("research", &full, 5)).await;
+        let hub2 = hub.clone();
+        let full2 = full.clone();
+        wait_for(
+            "the job that needs shared nodes to wait with the pinned-mode reason",
+            T,
+            || {
+                let (hub, full) = (hub2.clone(), full2.clone());
+                async move {
+                    let q = hub::queued_job(&hub, "research", "PyTorchJob", &full)
+                        .await
+                        .ok_or("no QueuedJob")?;
+                    let st = q.status.unwrap_or_default();
+                    let text = st.explanation.clone().unwrap_or_default();
+                    if st.state != QueuedJobState::Rejected || !text.contains("pinned mode") {
+                        return Err(format!("{:?}: {:?} / {text}", st.state, st.reason));
+                    }
+                    Ok(())
+                }
+            },
+        )
+        .await;
+        // Back to gates: the same job becomes admissible and starts whole on its plan.
+        set_placement(&hub, "member-b", None).await;
+        let q = wait_running_on_plan(&hub, "research", "PyTorchJob", &full).await;
+        assert_exact(&q);
+        delete_and_wait(&hub, "kubeflow.org/v1", "PyTorchJob", "research", &full).await;
+        Ok(())
+    }
+    .await;
+    set_placement(&hub, "member-b", None).await;
+    finish(Some(&controller), result);
 }

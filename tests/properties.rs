@@ -4,20 +4,24 @@
 //! * the estimator never overcommits a node and places exactly every pod of every component;
 //! * completeness on small cases: when a brute-force search finds a placement, `estimate::place`
 //!   finds one too, and every plan it returns is valid;
+//! * the member scheduler as an adversary: every arrangement kube-scheduler may choose within
+//!   what a plan pins (per pod with gates, per component node set in pinned mode) places every
+//!   pod;
 //! * determinism: the same scenario gives the same report twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Taint};
-use muster::estimate::{self, PodGroup};
-use muster::fleet::{Cluster, ClusterInfo, Constraints, NodeInfo};
+use muster::estimate::{self, Placement, PodGroup};
+use muster::fleet::{Cluster, ClusterInfo, Constraints, NodeInfo, PlacementMode};
 use muster::quantity::{Quantity, ResourceList};
 use muster::quota::QuotaTree;
 use muster::resources::{Demand, ONE, PODS, Res, ResourceTable, at, set};
 use muster::scheduler::{Config, Decision, JobId, JobState, Scheduler, Submitted};
 use muster::workload::{Workload, interpret};
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 use serde_json::{Value, json};
 
 const GPU: &str = "nvidia.com/gpu";
@@ -307,6 +311,7 @@ fn cluster_info(ci: usize, nodes: &[NodeSpec]) -> ClusterInfo {
                 }
             })
             .collect(),
+        placement: Default::default(),
     }
 }
 
@@ -1103,6 +1108,7 @@ fn small_cluster(nodes: &[SmallNode], table: &mut ResourceTable) -> Cluster {
                 }
             })
             .collect(),
+        placement: Default::default(),
     };
     let mut c = Cluster::new(&info, table, 1);
     let cpu = table.intern("cpu");
@@ -1219,6 +1225,267 @@ fn brute_force_sanity() {
     let plan = brute_force(&[node(4, 4), node(4, 4)], &[group(3, 2), group(1, 2)]).unwrap();
     assert_eq!(plan.iter().flatten().sum::<u32>(), 4);
     assert!(brute_force(&[node(4, 4), node(4, 4)], &[group(3, 2), group(1, 3)]).is_none());
+}
+
+// ----- the member scheduler as an adversary -----------------------------------------------------
+
+/// Identical pods the member's kube-scheduler places: `pods` pods of group `group`, each on any
+/// node of `nodes` where it still fits.
+#[derive(Clone, Debug)]
+struct Pinning {
+    group: usize,
+    pods: u32,
+    nodes: Vec<usize>,
+}
+
+/// Gates: every pod is assigned exactly one planned node.
+fn per_pod(plan: &Placement) -> Vec<Pinning> {
+    let mut out = Vec::new();
+    for (gi, g) in plan.groups.iter().enumerate() {
+        for &(n, k) in g {
+            out.push(Pinning {
+                group: gi,
+                pods: k,
+                nodes: vec![n],
+            });
+        }
+    }
+    out
+}
+
+/// Pinned: every pod of a component may go to any node planned for the component.
+fn by_node_set(plan: &Placement, groups: &[SmallGroup]) -> Vec<Pinning> {
+    plan.groups
+        .iter()
+        .enumerate()
+        .map(|(gi, g)| Pinning {
+            group: gi,
+            pods: groups[gi].pods,
+            nodes: g.iter().filter(|(_, k)| *k > 0).map(|(n, _)| *n).collect(),
+        })
+        .collect()
+}
+
+#[derive(Debug, PartialEq)]
+enum Contest {
+    /// Every arrangement places every pod.
+    Holds,
+    /// Pods placed as `(pinning, node)` in this order leave a pod of pinning `.1` no node.
+    Breaks(Vec<(usize, usize)>, usize),
+    /// More arrangements than the budget: undecided.
+    TooBig,
+}
+
+/// States the adversary may visit per case (distinct partial arrangements).
+const ADVERSARY_BUDGET: usize = 200_000;
+
+/// A kube-scheduler that tries to make the plan fail: every order of pods and every choice of
+/// node the pinning allows, one pod at a time, on the nodes' free capacity as generated
+/// (independent of muster's arithmetic). Exhaustive, over distinct partial arrangements.
+fn adversary(nodes: &[SmallNode], groups: &[SmallGroup], pinned: &[Pinning]) -> Contest {
+    struct St<'a> {
+        groups: &'a [SmallGroup],
+        pinned: &'a [Pinning],
+        free: Vec<[i64; 3]>,
+        /// Per pinning and allowed node, pods placed there so far (the state).
+        placed: Vec<Vec<u32>>,
+        path: Vec<(usize, usize)>,
+        /// States from which no arrangement fails.
+        safe: BTreeSet<Vec<Vec<u32>>>,
+        budget: usize,
+    }
+    fn need(g: &SmallGroup) -> [i64; 3] {
+        [i64::from(g.cpu2), i64::from(g.gpu), 1]
+    }
+    fn rec(st: &mut St<'_>) -> Result<Option<usize>, ()> {
+        if st.safe.contains(&st.placed) {
+            return Ok(None);
+        }
+        if st.budget == 0 {
+            return Err(());
+        }
+        st.budget -= 1;
+        for (pi, p) in st.pinned.iter().enumerate() {
+            if st.placed[pi].iter().sum::<u32>() == p.pods {
+                continue;
+            }
+            let d = need(&st.groups[p.group]);
+            let fits: Vec<usize> = (0..p.nodes.len())
+                .filter(|&i| (0..3).all(|r| st.free[p.nodes[i]][r] >= d[r]))
+                .collect();
+            if fits.is_empty() {
+                return Ok(Some(pi));
+            }
+            for i in fits {
+                let n = p.nodes[i];
+                (0..3).for_each(|r| st.free[n][r] -= d[r]);
+                st.placed[pi][i] += 1;
+                st.path.push((pi, n));
+                let r = rec(st)?;
+                if r.is_some() {
+                    return Ok(r);
+                }
+                st.path.pop();
+                st.placed[pi][i] -= 1;
+                (0..3).for_each(|r| st.free[n][r] += d[r]);
+            }
+        }
+        st.safe.insert(st.placed.clone());
+        Ok(None)
+    }
+    let mut st = St {
+        groups,
+        pinned,
+        free: free_of(nodes),
+        placed: pinned.iter().map(|p| vec![0; p.nodes.len()]).collect(),
+        path: Vec::new(),
+        safe: BTreeSet::new(),
+        budget: ADVERSARY_BUDGET,
+    };
+    match rec(&mut st) {
+        Ok(None) => Contest::Holds,
+        Ok(Some(pi)) => Contest::Breaks(st.path, pi),
+        Err(()) => Contest::TooBig,
+    }
+}
+
+/// The file's small nodes and groups; in half of the cases without taints, node states,
+/// selectors or affinity, so that more of them fit and leave plans to attack.
+fn adversary_case() -> impl Strategy<Value = (Vec<SmallNode>, Vec<SmallGroup>)> {
+    (
+        prop::collection::vec(small_node(), 1..5),
+        prop::collection::vec(small_group(), 1..4),
+        any::<bool>(),
+    )
+        .prop_map(|(mut nodes, mut groups, plain)| {
+            if plain {
+                for n in &mut nodes {
+                    (n.tainted, n.unschedulable, n.not_ready) = (false, false, false);
+                }
+                for g in &mut groups {
+                    (g.selector, g.toleration, g.affinity) = (None, 0, 0);
+                }
+            }
+            (nodes, groups)
+        })
+}
+
+fn mode_cluster(nodes: &[SmallNode], table: &mut ResourceTable, mode: PlacementMode) -> Cluster {
+    let mut c = small_cluster(nodes, table);
+    c.placement = mode;
+    c
+}
+
+proptest! {
+    #![proptest_config(config(1024))]
+
+    /// Whatever order and nodes the member's kube-scheduler picks within what the pinning
+    /// allows, every pod of a plan `place` returns is placed: per pod in gates mode, per
+    /// component node set in pinned mode. And a gates plan that `robust` accepts survives being
+    /// pinned by node set only.
+    #[test]
+    fn the_member_scheduler_as_an_adversary_cannot_break_a_plan(
+        (nodes, groups) in adversary_case(),
+    ) {
+        let mut table = ResourceTable::default();
+        let pgs = pod_groups(&groups, &mut table);
+        for mode in [PlacementMode::Gates, PlacementMode::Pinned] {
+            let cluster = mode_cluster(&nodes, &mut table, mode);
+            let elig = estimate::eligible(&cluster, &pgs);
+            let Ok(plan) = estimate::place(&cluster, &pgs, &elig, &table) else {
+                continue;
+            };
+            let pinned = match mode {
+                PlacementMode::Gates => per_pod(&plan),
+                PlacementMode::Pinned => by_node_set(&plan, &groups),
+            };
+            let contest = adversary(&nodes, &groups, &pinned);
+            prop_assert!(
+                !matches!(contest, Contest::Breaks(..)),
+                "{} plan {:?} breaks: {:?}", mode, plan, contest
+            );
+            if mode == PlacementMode::Gates && estimate::robust(&cluster, &pgs, &plan) {
+                let contest = adversary(&nodes, &groups, &by_node_set(&plan, &groups));
+                prop_assert!(
+                    !matches!(contest, Contest::Breaks(..)),
+                    "robust plan {:?} breaks when pinned by node set: {:?}", plan, contest
+                );
+            }
+        }
+    }
+}
+
+/// The adversary can win: master 1 GPU + 3 workers of 1 GPU on two 2-GPU nodes, pinned by node
+/// set, break when two workers land on the master's node first (the master is left no node);
+/// per pod they cannot.
+#[test]
+fn the_adversary_breaks_a_shared_node() {
+    let node = SmallNode {
+        cpu2: 4,
+        gpu: 2,
+        pods: None,
+        zone: None,
+        tainted: false,
+        unschedulable: false,
+        not_ready: false,
+        external: (0, 0, 0),
+    };
+    let group = |pods| SmallGroup {
+        pods,
+        cpu2: 0,
+        gpu: 1,
+        selector: None,
+        toleration: 0,
+        affinity: 0,
+    };
+    let nodes = [node.clone(), node];
+    let groups = [group(1), group(3)];
+    let mut table = ResourceTable::default();
+    let pgs = pod_groups(&groups, &mut table);
+    let cluster = mode_cluster(&nodes, &mut table, PlacementMode::Gates);
+    let plan = estimate::place(&cluster, &pgs, &estimate::eligible(&cluster, &pgs), &table)
+        .expect("fits per pod");
+    assert_eq!(adversary(&nodes, &groups, &per_pod(&plan)), Contest::Holds);
+    assert_eq!(
+        adversary(&nodes, &groups, &by_node_set(&plan, &groups)),
+        Contest::Breaks(vec![(1, 0), (1, 0)], 0)
+    );
+    let pinned = mode_cluster(&nodes, &mut table, PlacementMode::Pinned);
+    assert!(estimate::place(&pinned, &pgs, &estimate::eligible(&pinned, &pgs), &table).is_err());
+}
+
+/// Over generated cases, gates plans that `robust` rejects do break, often enough, when pinned
+/// by node set only: the adversary of the property above is not toothless.
+#[test]
+fn the_adversary_breaks_generated_non_robust_plans() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let cases = adversary_case();
+    let (mut non_robust, mut broken) = (0, 0);
+    for _ in 0..2000 {
+        let (nodes, groups) = cases
+            .new_tree(&mut runner)
+            .expect("generate a case")
+            .current();
+        let mut table = ResourceTable::default();
+        let pgs = pod_groups(&groups, &mut table);
+        let cluster = mode_cluster(&nodes, &mut table, PlacementMode::Gates);
+        let elig = estimate::eligible(&cluster, &pgs);
+        let Ok(plan) = estimate::place(&cluster, &pgs, &elig, &table) else {
+            continue;
+        };
+        if estimate::robust(&cluster, &pgs, &plan) {
+            continue;
+        }
+        non_robust += 1;
+        if matches!(
+            adversary(&nodes, &groups, &by_node_set(&plan, &groups)),
+            Contest::Breaks(..)
+        ) {
+            broken += 1;
+        }
+    }
+    assert!(broken > 0, "{non_robust} non-robust plans, none broken");
+    eprintln!("{broken} of {non_robust} non-robust gates plans break when pinned by node set");
 }
 
 // ----- determinism ------------------------------------------------------------------------------

@@ -477,3 +477,43 @@ fn jobs_that_can_never_run_block_nobody() {
     assert_eq!(r["summary"]["inadmissible"], 2);
     assert_eq!(r["summary"]["ignored"], 1);
 }
+
+/// A member in pinned mode gets robust plans only: the job that fits there only by sharing a
+/// node waits for the member that places per pod; one that needs no sharing runs there.
+#[test]
+fn pinned_members_get_robust_plans_only() {
+    let r = sim_json(&[scenario("pinned.yaml").to_str().unwrap()]);
+    let first = job(&r, "shared-1");
+    assert_eq!(first["cluster"], "member-g", "{first}");
+    let second = job(&r, "shared-2");
+    assert_eq!(second["cluster"], "member-g", "{second}");
+    assert_eq!(secs(&second["dispatched"]), 600.0, "{second}");
+    assert!(
+        reason(second).contains(
+            "member-p: places pods by node set only (pinned mode): no plan keeps master and \
+             worker on separate nodes (they fit together only by sharing a node)"
+        ),
+        "{second}"
+    );
+    let apart = job(&r, "apart");
+    assert_eq!(apart["cluster"], "member-p", "{apart}");
+    assert_eq!(
+        apart["placement"],
+        serde_json::json!({"p-0": 1, "p-1": 1}),
+        "{apart}"
+    );
+}
+
+#[test]
+fn unknown_placement_mode_is_exit_2_naming_the_field() {
+    let dir = std::env::temp_dir().join(format!("muster-sim-mode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mode.yaml");
+    std::fs::write(&file, "clusters:\n- name: m\n  placement: sometimes\n").unwrap();
+    let out = muster(&["sim", file.to_str().unwrap()]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("clusters[0].placement"), "{err}");
+    assert!(err.contains("gates") && err.contains("pinned"), "{err}");
+}

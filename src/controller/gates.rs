@@ -16,25 +16,6 @@ use super::members::COMPONENT_LABEL;
 use crate::placement::{GATE, PodSeen};
 use crate::workload::{JobKind, Workload};
 
-/// How muster carries a plan out on one member.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Mode {
-    /// Every pod is created behind muster's scheduling gate and released onto one planned node.
-    #[default]
-    Gates,
-    /// Each component is pinned to its planned set of nodes (members that cannot use gates).
-    Pinned,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Gates => "gates",
-            Mode::Pinned => "pinned",
-        }
-    }
-}
-
 /// The pod as placement sees it.
 pub fn seen(p: &Pod) -> PodSeen {
     let spec = p.spec.as_ref();

@@ -287,6 +287,7 @@ pub fn cluster_info(
             name: name.to_string(),
             labels: labels.clone(),
             nodes: out,
+            placement: Default::default(),
         },
         problems,
     )

@@ -823,7 +823,10 @@ impl Brain {
             let labels = mc.labels().clone();
             let (info, reachable) = match self.members.get(name) {
                 Some(m) if m.synced() => {
-                    let (info, problems) = members::cluster_info(name, &labels, &m.nodes.state());
+                    let (mut info, problems) =
+                        members::cluster_info(name, &labels, &m.nodes.state());
+                    // The core makes only robust plans for a member placed by node set.
+                    info.placement = self.placement_mode(name).0;
                     for p in problems {
                         tracing::warn!(member = %name, problem = %p, "node left out");
                     }
@@ -847,6 +850,7 @@ impl Brain {
                         name: name.clone(),
                         labels: labels.clone(),
                         nodes: vec![],
+                        placement: Default::default(),
                     });
                 }
                 self.sched.set_reachable(name, reachable);
@@ -1595,7 +1599,7 @@ impl Brain {
         let Ok(hub_value) = serde_json::to_value(hub_obj.as_ref()) else {
             return;
         };
-        let gates = self.placement_mode(&cluster).0 == gates::Mode::Gates;
+        let gates = self.placement_mode(&cluster).0 == crate::fleet::PlacementMode::Gates;
         let copy = dispatch::member_copy(
             &hub_value,
             &w,

@@ -11,9 +11,10 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 use super::crd::{PlacementPolicy, PodPlacement};
-use super::gates::{self, Mode};
+use super::gates;
 use super::members;
 use super::{Brain, Plan};
+use crate::fleet::PlacementMode as Mode;
 use crate::placement::{self, GATE};
 
 /// Pods listed in a QueuedJob's status at most (the counts stay exact beyond that).

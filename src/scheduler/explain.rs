@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::{JobId, JobState, Scheduler, Shape};
 use crate::estimate::{self, PodGroup};
-use crate::fleet::Cluster;
+use crate::fleet::{Cluster, PlacementMode};
 use crate::quantity::{Quantity, ResourceList};
 use crate::quota::Strategy;
 use crate::resources::{PODS, Res, ResourceTable};
@@ -99,6 +99,9 @@ impl QuotaRow {
 pub struct ClusterFit {
     pub cluster: String,
     pub reachable: bool,
+    /// How the member is held to the plan: `gates` (per pod) or `pinned` (by node set; only
+    /// robust plans are made there, so a job may fit it less often).
+    pub placement: PlacementMode,
     /// Ruled out by the job's `muster.dev/clusters` / `muster.dev/cluster-selector` annotations.
     pub excluded: bool,
     pub fit: Fit,
@@ -185,6 +188,8 @@ pub struct QuotaLimit {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Admitted {
     pub cluster: String,
+    /// How the member is held to the plan.
+    pub placement: PlacementMode,
     /// The planned nodes, `{node: pods}`.
     pub nodes: BTreeMap<String, u32>,
     /// Why it waited before it was admitted, if it did.
@@ -202,6 +207,7 @@ impl Scheduler {
                 let c = &self.clusters[*cluster];
                 Status::Admitted(Admitted {
                     cluster: c.name.clone(),
+                    placement: c.placement,
                     nodes: placement.by_node(c),
                     waited: j.last_wait.clone(),
                 })
@@ -314,6 +320,7 @@ fn cluster_fit(c: &Cluster, shape: &Shape, empty: bool, table: &ResourceTable) -
     let mut out = ClusterFit {
         cluster: c.name.clone(),
         reachable: c.reachable,
+        placement: c.placement,
         excluded,
         fit: Fit::NotTried,
     };
@@ -547,6 +554,23 @@ impl ComponentFit {
     }
 }
 
+/// `per pod (scheduling gates)` or `pinned by node set (robust plans only)`.
+pub fn fmt_placement(mode: PlacementMode) -> &'static str {
+    match mode {
+        PlacementMode::Gates => "per pod (scheduling gates)",
+        PlacementMode::Pinned => "pinned by node set (robust plans only)",
+    }
+}
+
+/// A member's line in the text, and below it how the member is held to the plan.
+fn write_member(f: &mut fmt::Formatter<'_>, c: &ClusterFit) -> fmt::Result {
+    writeln!(f, "  {}", c.describe())?;
+    if c.excluded {
+        return Ok(());
+    }
+    writeln!(f, "    placement: {}", fmt_placement(c.placement))
+}
+
 impl ClusterFit {
     /// `member-a: worker: each pod needs ...`, or `member-c: fits now (c: 3 pods)`.
     pub fn describe(&self) -> String {
@@ -745,6 +769,7 @@ impl fmt::Display for Explanation {
                     a.cluster, self.queue, self.priority
                 )?;
                 writeln!(f, "  planned nodes: {}", fmt_nodes(&a.nodes))?;
+                writeln!(f, "  placement: {}", fmt_placement(a.placement))?;
                 if let Some(w) = &a.waited {
                     writeln!(f, "  before that it waited: {w}")?;
                 }
@@ -768,7 +793,7 @@ impl fmt::Display for Explanation {
                 if !fits && !i.clusters.is_empty() {
                     writeln!(f, "Member clusters, even with nothing else running:")?;
                     for c in &i.clusters {
-                        writeln!(f, "  {}", c.describe())?;
+                        write_member(f, c)?;
                     }
                 }
                 Ok(())
@@ -805,7 +830,7 @@ impl fmt::Display for Explanation {
                     "Member clusters (all of the job's pods must fit on one of them at once):"
                 )?;
                 for c in &p.clusters {
-                    writeln!(f, "  {}", c.describe())?;
+                    write_member(f, c)?;
                 }
                 Ok(())
             }
@@ -1126,6 +1151,7 @@ mod tests {
             e.status,
             Status::Admitted(Admitted {
                 cluster: "b".into(),
+                placement: PlacementMode::Gates,
                 nodes: [("b-0", 1), ("b-1", 1), ("b-2", 1)]
                     .into_iter()
                     .map(|(n, k)| (n.to_string(), k))
@@ -1137,8 +1163,74 @@ mod tests {
             e.summary(),
             "admitted to b (b-0: 1 pod, b-1: 1 pod, b-2: 1 pod)"
         );
+        assert_eq!(
+            e.to_string(),
+            "team/j: admitted to b (queue team, priority 0).\n\
+             \x20 planned nodes: b-0: 1 pod, b-1: 1 pod, b-2: 1 pod\n\
+             \x20 placement: per pod (scheduling gates)\n"
+        );
         s.finish(id);
         assert_eq!(s.explain(id).to_string(), "team/j: finished.\n");
+    }
+
+    /// master 1 GPU + 3 workers of 1 GPU: on two 2-GPU nodes they fit only by sharing one,
+    /// which a member pinning by node set does not do.
+    #[test]
+    fn members_say_how_they_hold_pods_to_the_plan() {
+        let mut s = Scheduler::new(Config::default());
+        s.set_cluster(&cluster("g", 2, "2"));
+        let mut p = cluster("p", 2, "2");
+        p.placement = PlacementMode::Pinned;
+        s.set_cluster(&p);
+        let template = serde_json::json!({"spec": {"containers": [{"name": "w", "image": "x",
+            "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": 1}}}]}});
+        let job = |name: &str| {
+            interpret(&serde_json::json!({
+                "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                "metadata": {"name": name, "namespace": "team"},
+                "spec": {"pytorchReplicaSpecs": {
+                    "Master": {"replicas": 1, "template": template},
+                    "Worker": {"replicas": 3, "template": template}}}
+            }))
+            .expect("test job")
+        };
+        let first = queued(&mut s, &job("first"), 0);
+        let second = queued(&mut s, &job("second"), 0);
+        s.cycle();
+        let Status::Admitted(a) = s.explain(first).status else {
+            panic!("first not admitted")
+        };
+        assert_eq!(
+            (a.cluster.as_str(), a.placement),
+            ("g", PlacementMode::Gates)
+        );
+        let e = s.explain(second);
+        let p = pending(&e);
+        let fit = |name: &str| {
+            p.clusters
+                .iter()
+                .find(|c| c.cluster == name)
+                .expect("cluster")
+        };
+        assert_eq!(fit("g").placement, PlacementMode::Gates);
+        assert_eq!(fit("p").placement, PlacementMode::Pinned);
+        let text = e.to_string();
+        assert!(
+            text.contains(
+                "  p: places pods by node set only (pinned mode): no plan keeps master and worker \
+                 on separate nodes (they fit together only by sharing a node)\n\
+                 \x20   placement: pinned by node set (robust plans only)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n    placement: per pod (scheduling gates)\n  p: "),
+            "{text}"
+        );
+        let json = serde_json::to_value(&e).expect("serializes");
+        let clusters = &json["status"]["clusters"];
+        assert_eq!(clusters[0]["placement"], "gates");
+        assert_eq!(clusters[1]["placement"], "pinned");
     }
 
     #[test]

@@ -175,6 +175,10 @@ impl Scheduler {
     // ----- inputs ---------------------------------------------------------------------------
 
     /// Adds or replaces a member cluster. Reservations on it are kept for nodes that remain.
+    ///
+    /// Every call is a topology change: the cluster gets a new version and topology, so fits
+    /// memoized for it (and "fits nowhere" for the fleet) are recomputed. That includes a change
+    /// of [`ClusterInfo::placement`] alone, which changes which plans are made there.
     pub fn set_cluster(&mut self, info: &ClusterInfo) {
         self.fleet_version += 1;
         let mut c = Cluster::new(info, &mut self.table, self.fleet_version);
@@ -1237,6 +1241,58 @@ mod tests {
         assert!(reason.contains("can never fit"), "{reason}");
         s.set_cluster(&gpu_cluster("a", 2, "8"));
         assert_eq!(admitted_on(&s.cycle(), id).as_deref(), Some("a"));
+    }
+
+    /// master 1 GPU + `workers` of 1 GPU.
+    fn master_job(name: &str, workers: u32) -> Workload {
+        let template = serde_json::json!({"spec": {"containers": [{"name": "w", "image": "x",
+            "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": 1}}}]}});
+        interpret(&serde_json::json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": template},
+                "Worker": {"replicas": workers, "template": template}}}
+        }))
+        .unwrap()
+    }
+
+    fn pinned(mut info: ClusterInfo) -> ClusterInfo {
+        info.placement = crate::fleet::PlacementMode::Pinned;
+        info
+    }
+
+    #[test]
+    fn a_change_of_placement_mode_is_a_topology_change() {
+        // Two 2-GPU nodes: master and 3 workers fit only by sharing a node.
+        let mut s = Scheduler::new(Config::default());
+        s.set_cluster(&pinned(gpu_cluster("a", 2, "2")));
+        let Submitted::Inadmissible(id, reason) = s.submit(&master_job("shared", 3), 0) else {
+            panic!("should be inadmissible")
+        };
+        assert!(
+            reason.contains("a: places pods by node set only (pinned mode)"),
+            "{reason}"
+        );
+        s.set_cluster(&gpu_cluster("a", 2, "2"));
+        assert_eq!(admitted_on(&s.cycle(), id).as_deref(), Some("a"));
+
+        // Pending (not inadmissible) on a pinned member: the memoized failure goes with the mode.
+        let mut s = Scheduler::new(Config::default());
+        s.set_cluster(&pinned(gpu_cluster("b", 3, "2")));
+        let used: ResourceList = [("nvidia.com/gpu".to_string(), Quantity::from_units(2))]
+            .into_iter()
+            .collect();
+        s.set_external_usage("b", "b-2", &used);
+        let Submitted::Queued(id) = s.submit(&master_job("shared", 3), 0) else {
+            panic!("not queued")
+        };
+        assert_eq!(admitted_on(&s.cycle(), id), None);
+        let reason = s.reason(id).unwrap_or_default();
+        assert!(reason.contains("pinned mode"), "{reason}");
+        assert_eq!(admitted_on(&s.cycle(), id), None);
+        s.set_cluster(&gpu_cluster("b", 3, "2"));
+        assert_eq!(admitted_on(&s.cycle(), id).as_deref(), Some("b"));
     }
 }
 
