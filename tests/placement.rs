@@ -12,8 +12,11 @@
 //! 4. The controller killed between the creation of the pods and their release: nothing is
 //!    released without a controller, and the next one releases each pod once, on its plan.
 //! 5. A member placed in pinned mode (`spec.placement: Pinned`): no gates, only plans whose
-//!    component node sets keep apart, a job with no such plan waits with the reason, and runs
-//!    once the member is back to gates.
+//!    component node sets keep apart, a job with no such plan is rejected with the reason, and
+//!    runs once the member is back to gates.
+//! 6. A member whose admission strips scheduling gates (a real MutatingAdmissionPolicy on
+//!    member-b): muster notices, says so (`GatesDropped`, MemberCluster status) and places there
+//!    by node set from then on; the job still ends up running whole.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -51,6 +54,8 @@ async fn setup() -> Client {
     for m in fleet::MEMBERS {
         set_placement(&hub, m, None).await;
     }
+    // A gate-stripping policy left by a test that failed half-way.
+    strip_gates_on_member_b(false).await;
     let tree = yaml_file("examples/quota-tree.yaml");
     hub::apply_tree(&hub, tree["spec"]["root"].clone())
         .await
@@ -561,5 +566,188 @@ async fn a_pinned_member_gets_only_plans_that_start_under_any_arrangement() {
     }
     .await;
     set_placement(&hub, "member-b", None).await;
+    finish(Some(&controller), result);
+}
+
+/// A MutatingAdmissionPolicy on member-b that removes every scheduling gate from pods created in
+/// `research`: what an admission webhook unaware of gates can do to muster's pods.
+async fn strip_gates_on_member_b(install: bool) {
+    let b = client_for("member-b").await;
+    let policies = fleet::dynamic_api(
+        &b,
+        "admissionregistration.k8s.io/v1",
+        "MutatingAdmissionPolicy",
+        "mutatingadmissionpolicies",
+        None,
+    );
+    let bindings = fleet::dynamic_api(
+        &b,
+        "admissionregistration.k8s.io/v1",
+        "MutatingAdmissionPolicyBinding",
+        "mutatingadmissionpolicybindings",
+        None,
+    );
+    let _ = bindings
+        .delete("muster-test-strip-gates", &DeleteParams::default())
+        .await;
+    let _ = policies
+        .delete("muster-test-strip-gates", &DeleteParams::default())
+        .await;
+    if !install {
+        return;
+    }
+    let policy = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": "muster-test-strip-gates"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["pods"]}]},
+            "matchConditions": [{"name": "gated-in-research",
+                "expression": "request.namespace == 'research' && has(object.spec.schedulingGates)"}],
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {
+                "expression": "[JSONPatch{op: \"remove\", path: \"/spec/schedulingGates\"}]"}}]
+        }
+    });
+    let binding = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": "muster-test-strip-gates"},
+        "spec": {"policyName": "muster-test-strip-gates"}
+    });
+    fleet::create_json(&b, "mutatingadmissionpolicies", policy)
+        .await
+        .expect("MutatingAdmissionPolicy");
+    fleet::create_json(&b, "mutatingadmissionpolicybindings", binding)
+        .await
+        .expect("MutatingAdmissionPolicyBinding");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_that_strips_gates_is_noticed_and_placed_by_node_set() {
+    let _g = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let hub = setup().await;
+    strip_gates_on_member_b(true).await;
+    // Policies take effect once the API server has loaded them: a probe pod shows when.
+    let b = client_for("member-b").await;
+    let probe_api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(b.clone(), "research");
+    let probe = unique_name("probe");
+    wait_for("the policy to strip gates", T, || {
+        let (api, probe) = (probe_api.clone(), probe.clone());
+        async move {
+            let _ = api
+                .delete(&probe, &DeleteParams::default().grace_period(0))
+                .await;
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+                "metadata": {"name": probe, "namespace": "research"},
+                "spec": {"schedulingGates": [{"name": "x.io/probe"}],
+                         "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+            }))
+            .map_err(|e| e.to_string())?;
+            let made = api
+                .create(&Default::default(), &pod)
+                .await
+                .map_err(|e| e.to_string())?;
+            let _ = api
+                .delete(&probe, &DeleteParams::default().grace_period(0))
+                .await;
+            if made
+                .spec
+                .and_then(|s| s.scheduling_gates)
+                .is_some_and(|g| !g.is_empty())
+            {
+                Err("gate kept".into())
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await;
+    // Short stuck-pod timeout: a first plan made for gates may not start when pinned by set.
+    let controller = Controller::start(
+        "placement-stripped",
+        &[
+            "--pods-ready-timeout-seconds",
+            "15",
+            "--requeue-backoff-seconds",
+            "1",
+        ],
+    )
+    .await;
+    let name = unique_name("stripped");
+    let result: Result<(), String> = async {
+        create(&hub, &shared_pytorchjob("research", &name, 3)).await;
+        let mcs: Api<muster::controller::crd::MemberCluster> = Api::all(hub.clone());
+        wait_for("member-b in pinned mode, with the evidence", T, || {
+            let mcs = mcs.clone();
+            async move {
+                let st = mcs
+                    .get("member-b")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status
+                    .unwrap_or_default();
+                match (st.placement.as_deref(), st.placement_reason.as_deref()) {
+                    (Some("pinned"), Some(r)) if r.contains("without muster's scheduling gate") => {
+                        Ok(())
+                    }
+                    other => Err(format!("{other:?}")),
+                }
+            }
+        })
+        .await;
+        let events = hub::events_for(&hub, "research", &name).await;
+        if !events
+            .iter()
+            .any(|e| e.starts_with("GatesDropped: member-b"))
+        {
+            return Err(format!("no GatesDropped Event: {events:?}"));
+        }
+        // Whatever the first plan, the job runs whole on member-b in the end, and a plan made
+        // from now on keeps the components on separate nodes.
+        let q = hub::wait_queued_state(
+            &hub,
+            "research",
+            "PyTorchJob",
+            &name,
+            QueuedJobState::Running,
+            T,
+        )
+        .await;
+        let st = q.status.unwrap_or_default();
+        if st.cluster.as_deref() != Some("member-b") {
+            return Err(format!("ran on {:?}", st.cluster));
+        }
+        delete_and_wait(&hub, "kubeflow.org/v1", "PyTorchJob", "research", &name).await;
+        let next = unique_name("stripped-next");
+        create(&hub, &shared_pytorchjob("research", &next, 3)).await;
+        let q = hub::wait_queued_state(
+            &hub,
+            "research",
+            "PyTorchJob",
+            &next,
+            QueuedJobState::Running,
+            T,
+        )
+        .await;
+        let st = q.status.unwrap_or_default();
+        let master: Vec<&String> = st
+            .placement
+            .get("master")
+            .map(|m| m.keys().collect())
+            .unwrap_or_default();
+        if st
+            .placement
+            .get("worker")
+            .is_some_and(|w| master.iter().any(|n| w.contains_key(*n)))
+            || st.requeues != 0
+        {
+            return Err(format!("the plan after the gates were dropped: {st:?}"));
+        }
+        delete_and_wait(&hub, "kubeflow.org/v1", "PyTorchJob", "research", &next).await;
+        Ok(())
+    }
+    .await;
+    strip_gates_on_member_b(false).await;
     finish(Some(&controller), result);
 }

@@ -111,7 +111,21 @@ pub fn observe(kind: JobKind, copy: &Value, pods: &[&Arc<Pod>], expected: u32) -
         return o;
     }
     let (scheduled, running) = pod_counts(pods);
-    if expected > 0 && running >= expected {
+    // Succeeded pods are progress, not loss: workers that finish before their master, the last
+    // wave of a batch Job with completions > parallelism. The job runs while every live pod runs
+    // and those with the ones that succeeded make up the whole job.
+    let mut succeeded = 0u32;
+    let mut live_not_running = 0u32;
+    for p in pods {
+        match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Succeeded") => succeeded += 1,
+            Some("Failed") => {}
+            Some("Running") if p.metadata.deletion_timestamp.is_none() => {}
+            _ => live_not_running += 1,
+        }
+    }
+    let whole = running >= expected || (live_not_running == 0 && running + succeeded >= expected);
+    if expected > 0 && whole {
         Observed::Running { scheduled, running }
     } else {
         Observed::Starting { scheduled, running }
@@ -177,6 +191,40 @@ mod tests {
                 running: 3
             }
         );
+    }
+
+    #[test]
+    fn succeeded_pods_are_progress_not_loss() {
+        let copy = json!({"status": {}});
+        let done = pod(Some("n"), "Succeeded");
+        let run = pod(Some("n"), "Running");
+        let pending = pod(None, "Pending");
+        // Workers that finished before their master: still running.
+        assert!(matches!(
+            observe(JobKind::PyTorchJob, &copy, &[&run, &done, &done, &done], 4),
+            Observed::Running { running: 1, .. }
+        ));
+        // The last wave of a batch Job (parallelism 2, one pod left to run).
+        assert!(matches!(
+            observe(JobKind::Job, &copy, &[&done, &done, &done, &done, &run], 2),
+            Observed::Running { .. }
+        ));
+        // A live pod that does not run is not hidden by the ones that succeeded.
+        assert!(matches!(
+            observe(JobKind::Job, &copy, &[&done, &run, &pending], 2),
+            Observed::Starting { .. }
+        ));
+        // Every pod succeeded, the member's controller has not said so yet: nothing was lost.
+        assert!(matches!(
+            observe(JobKind::Job, &copy, &[&done, &done], 2),
+            Observed::Running { running: 0, .. }
+        ));
+        // A failed pod is not progress.
+        let failed = pod(Some("n"), "Failed");
+        assert!(matches!(
+            observe(JobKind::Job, &copy, &[&done, &failed], 2),
+            Observed::Starting { .. }
+        ));
     }
 
     #[test]
