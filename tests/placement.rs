@@ -163,6 +163,27 @@ async fn wait_running_on_plan(hub: &Client, ns: &str, kind: &str, name: &str) ->
     .await
 }
 
+/// Waits until the PyTorchJob `research/<name>` is Running.
+async fn running(hub: &Client, name: &str) -> QueuedJob {
+    hub::wait_queued_state(
+        hub,
+        "research",
+        "PyTorchJob",
+        name,
+        QueuedJobState::Running,
+        T,
+    )
+    .await
+}
+
+/// Whether the plan puts the master on a node that also has a worker.
+fn master_shares_a_node(st: &muster::controller::crd::QueuedJobStatus) -> bool {
+    let workers = st.placement.get("worker");
+    st.placement
+        .get("master")
+        .is_some_and(|m| m.keys().any(|n| workers.is_some_and(|w| w.contains_key(n))))
+}
+
 /// The per-pod record agrees with the plan: per component and node, as many pods as planned.
 fn assert_exact(q: &QueuedJob) {
     let st = q.status.clone().unwrap_or_default();
@@ -321,10 +342,7 @@ async fn shared_nodes_uneven_counts_jobsets_and_pods_deleted_by_hand() {
         let q = wait_running_on_plan(&hub, "research", "PyTorchJob", &name).await;
         assert_exact(&q);
         let st = q.status.clone().unwrap_or_default();
-        let shared = st.placement.get("master").is_some_and(|m| {
-            m.keys().any(|n| st.placement.get("worker").is_some_and(|w| w.contains_key(n)))
-        });
-        if !shared {
+        if !master_shares_a_node(&st) {
             return Err(format!("expected master and workers to share a node: {:?}", st.placement));
         }
         audit.check(&uid, 6, &[])?;
@@ -483,26 +501,9 @@ async fn a_pinned_member_gets_only_plans_that_start_under_any_arrangement() {
         // components keep to separate nodes, no gate on any pod, every pod Running.
         let name = unique_name("pinned");
         let uid = create(&hub, &shared_pytorchjob("research", &name, 3)).await;
-        let q = hub::wait_queued_state(
-            &hub,
-            "research",
-            "PyTorchJob",
-            &name,
-            QueuedJobState::Running,
-            T,
-        )
-        .await;
+        let q = running(&hub, &name).await;
         let st = q.status.clone().unwrap_or_default();
-        let master: Vec<&String> = st
-            .placement
-            .get("master")
-            .map(|m| m.keys().collect())
-            .unwrap_or_default();
-        let shared = st
-            .placement
-            .get("worker")
-            .is_some_and(|w| master.iter().any(|n| w.contains_key(*n)));
-        if shared || st.requeues != 0 {
+        if master_shares_a_node(&st) || st.requeues != 0 {
             return Err(format!(
                 "pinned plan shares a node or was taken back: {st:?}"
             ));
@@ -705,15 +706,7 @@ async fn a_member_that_strips_gates_is_noticed_and_placed_by_node_set() {
         }
         // Whatever the first plan, the job runs whole on member-b in the end, and a plan made
         // from now on keeps the components on separate nodes.
-        let q = hub::wait_queued_state(
-            &hub,
-            "research",
-            "PyTorchJob",
-            &name,
-            QueuedJobState::Running,
-            T,
-        )
-        .await;
+        let q = running(&hub, &name).await;
         let st = q.status.unwrap_or_default();
         if st.cluster.as_deref() != Some("member-b") {
             return Err(format!("ran on {:?}", st.cluster));
@@ -721,27 +714,9 @@ async fn a_member_that_strips_gates_is_noticed_and_placed_by_node_set() {
         delete_and_wait(&hub, "kubeflow.org/v1", "PyTorchJob", "research", &name).await;
         let next = unique_name("stripped-next");
         create(&hub, &shared_pytorchjob("research", &next, 3)).await;
-        let q = hub::wait_queued_state(
-            &hub,
-            "research",
-            "PyTorchJob",
-            &next,
-            QueuedJobState::Running,
-            T,
-        )
-        .await;
+        let q = running(&hub, &next).await;
         let st = q.status.unwrap_or_default();
-        let master: Vec<&String> = st
-            .placement
-            .get("master")
-            .map(|m| m.keys().collect())
-            .unwrap_or_default();
-        if st
-            .placement
-            .get("worker")
-            .is_some_and(|w| master.iter().any(|n| w.contains_key(*n)))
-            || st.requeues != 0
-        {
+        if master_shares_a_node(&st) || st.requeues != 0 {
             return Err(format!("the plan after the gates were dropped: {st:?}"));
         }
         delete_and_wait(&hub, "kubeflow.org/v1", "PyTorchJob", "research", &next).await;

@@ -1197,10 +1197,9 @@ proptest! {
     }
 }
 
-/// The brute force itself: a known fit and a known misfit.
-#[test]
-fn brute_force_sanity() {
-    let node = |cpu2, gpu| SmallNode {
+/// An untainted, schedulable, ready node with nothing else on it.
+fn plain_node(cpu2: u32, gpu: u32) -> SmallNode {
+    SmallNode {
         cpu2,
         gpu,
         pods: None,
@@ -1209,7 +1208,13 @@ fn brute_force_sanity() {
         unschedulable: false,
         not_ready: false,
         external: (0, 0, 0),
-    };
+    }
+}
+
+/// The brute force itself: a known fit and a known misfit.
+#[test]
+fn brute_force_sanity() {
+    let node = plain_node;
     let group = |pods, gpu| SmallGroup {
         pods,
         cpu2: 0,
@@ -1420,16 +1425,7 @@ proptest! {
 /// per pod they cannot.
 #[test]
 fn the_adversary_breaks_a_shared_node() {
-    let node = SmallNode {
-        cpu2: 4,
-        gpu: 2,
-        pods: None,
-        zone: None,
-        tainted: false,
-        unschedulable: false,
-        not_ready: false,
-        external: (0, 0, 0),
-    };
+    let node = plain_node(4, 2);
     let group = |pods| SmallGroup {
         pods,
         cpu2: 0,

@@ -395,6 +395,13 @@ struct Tracked {
 }
 
 impl Tracked {
+    /// A new admission (or none): the per-pod placement of the last dispatch no longer holds.
+    fn forget_placement(&mut self) {
+        self.status.pod_placement.clear();
+        self.released.clear();
+        self.mismatched.clear();
+    }
+
     fn label(&self) -> String {
         format!("{} {}/{}", self.kind, self.namespace, self.name)
     }
@@ -1371,9 +1378,7 @@ impl Brain {
         t.status.cluster = None;
         t.status.placement.clear();
         t.status.pods = None;
-        t.status.pod_placement.clear();
-        t.released.clear();
-        t.mismatched.clear();
+        t.forget_placement();
         t.status.dispatched_at = None;
         t.status.requeues = requeues;
         t.queued_at = jiff::Timestamp::now();
@@ -1492,9 +1497,7 @@ impl Brain {
                 t.status.admitted_at = Some(now_rfc3339());
                 t.status.dispatched_at = None;
                 t.status.pods = None;
-                t.status.pod_placement.clear();
-                t.released.clear();
-                t.mismatched.clear();
+                t.forget_placement();
                 t.status.reason = Some(format!("admitted to {cluster}"));
                 // The admission is durable before anything is created on the member.
                 if let Err(e) = self.write_status(&uid).await {
@@ -1554,9 +1557,7 @@ impl Brain {
                     t.status.cluster = None;
                     t.status.placement.clear();
                     t.status.pods = None;
-                    t.status.pod_placement.clear();
-                    t.released.clear();
-                    t.mismatched.clear();
+                    t.forget_placement();
                     t.status.requeues += 1;
                     t.status.reason =
                         Some(format!("preempted so that {by_label} can run: {reason}"));
@@ -1696,7 +1697,7 @@ impl Brain {
                 self.sched.rebind(id, &plan);
             }
             // Each pod onto its planned node; why pods wait, in the member scheduler's words.
-            let placed = self.place_pods(&uid, &cluster, &copy_value).await;
+            let placed = self.place_pods(&uid, &cluster, &copy_value, &pods).await;
             let unschedulable = placed.pending.clone().or(placed.held.clone());
             let member_status = copy_value.get("status").cloned();
             let Some(t) = self.jobs.get_mut(&uid) else {

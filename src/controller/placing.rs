@@ -5,6 +5,9 @@
 //! drops muster's gate. Also the member's placement mode (gates or pinned) and why.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
 
 use futures::StreamExt;
 use kube::ResourceExt;
@@ -12,7 +15,6 @@ use serde_json::Value;
 
 use super::crd::{PlacementPolicy, PodPlacement};
 use super::gates;
-use super::members;
 use super::{Brain, Plan};
 use crate::fleet::PlacementMode as Mode;
 use crate::placement::{self, GATE};
@@ -68,7 +70,13 @@ impl Brain {
     }
 
     /// One placement pass for the dispatched job `uid` on `cluster` (its copy is `copy`).
-    pub(super) async fn place_pods(&mut self, uid: &str, cluster: &str, copy: &Value) -> Placed {
+    pub(super) async fn place_pods(
+        &mut self,
+        uid: &str,
+        cluster: &str,
+        copy: &Value,
+        pods: &[&Arc<Pod>],
+    ) -> Placed {
         let mut out = Placed::default();
         let (Some(t), Some(m)) = (self.jobs.get(uid), self.members.get(cluster)) else {
             return out;
@@ -107,8 +115,6 @@ impl Brain {
             .filter(|(c, _)| managed.contains(c))
             .collect();
         let staged = gates::staged(t.kind, copy, w);
-        let all = m.pods.state();
-        let pods = members::pods_of(&all, uid);
         let seen: Vec<placement::PodSeen> = pods.iter().map(|p| gates::seen(p)).collect();
         let step = placement::step(&plan, &staged, &seen, &t.released);
         let label = t.label();
@@ -131,7 +137,7 @@ impl Brain {
 
         // Releases: one write per pod, a few at a time.
         if self.leadership.is_leader() && !step.release.is_empty() {
-            let by_name = gates::by_name(&pods);
+            let by_name = gates::by_name(pods);
             let client = m.client.clone();
             let writes: Vec<_> = step
                 .release
