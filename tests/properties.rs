@@ -344,10 +344,18 @@ impl JobSpec {
     }
 
     fn pod_spec(&self, requests: Value) -> Value {
+        // Extended resources need a limit equal to the request (as the API server demands).
+        let limits: serde_json::Map<String, Value> = requests
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| k.contains('/'))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let mut spec = json!({
             "restartPolicy": "Never",
             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10.1",
-                            "resources": {"requests": requests}}]
+                            "resources": {"requests": requests, "limits": limits}}]
         });
         match self.prio {
             1 | 2 => spec["priorityClassName"] = json!("low"),

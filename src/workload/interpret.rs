@@ -258,12 +258,70 @@ fn container_requests(c: &Container, path: &str) -> Result<ResourceList, Interpr
         res.and_then(|r| r.limits.as_ref()),
         &format!("{path}.resources.limits"),
     )?;
+    check_requests_against_limits(&req, &lim, path)?;
     for (name, q) in lim.iter() {
         if !req.0.contains_key(name) {
             req.set(name, q);
         }
     }
     Ok(req)
+}
+
+/// Kubernetes' extended resources (`nvidia.com/gpu`, `example.com/foo`): a name with a domain
+/// other than `kubernetes.io`, not a quota `requests.` name.
+fn is_extended_resource(name: &str) -> bool {
+    name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
+}
+
+/// What the API server refuses in a container's resources, refused here first with the same
+/// words, so that a job whose pods can never be created is rejected with the field instead of
+/// being dispatched: a request above its limit; for an extended resource, a quantity that is
+/// not a whole number, or a request that is not equal to its limit (or has none).
+fn check_requests_against_limits(
+    req: &ResourceList,
+    lim: &ResourceList,
+    path: &str,
+) -> Result<(), InterpretError> {
+    for (name, q) in req.iter() {
+        let field = format!("{path}.resources.requests[{name}]");
+        let limit = lim.0.get(name);
+        if is_extended_resource(name) {
+            if q.milli() % 1000 != 0 {
+                return Err(err(&field, format!("{q}: must be an integer")));
+            }
+            match limit {
+                None => {
+                    return Err(err(
+                        format!("{path}.resources.limits[{name}]"),
+                        "Limit must be set for non overcommitable resources",
+                    ));
+                }
+                Some(l) if *l != q => {
+                    return Err(err(
+                        &field,
+                        format!("{q}: must be equal to {name} limit of {l}"),
+                    ));
+                }
+                _ => {}
+            }
+        } else if let Some(l) = limit
+            && q > *l
+        {
+            return Err(err(
+                &field,
+                format!("{q}: must be less than or equal to {name} limit of {l}"),
+            ));
+        }
+    }
+    for (name, q) in lim.iter() {
+        if is_extended_resource(name) && q.milli() % 1000 != 0 {
+            return Err(err(
+                format!("{path}.resources.limits[{name}]"),
+                format!("{q}: must be an integer"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// cpu, memory and hugepages-*: the resources pod-level `spec.resources` may set.
@@ -1125,6 +1183,44 @@ mod tests {
     }
 
     #[test]
+    fn what_the_api_server_refuses_is_refused_with_the_field() {
+        let e = |pod: &str| {
+            interpret(&pytorch_with_pod(pod))
+                .expect_err("refused")
+                .to_string()
+        };
+        // A fraction of a GPU (the member's API server refuses such pods).
+        let m = e("containers:\n- name: a\n  resources:\n    limits: {nvidia.com/gpu: 1500m}");
+        assert!(
+            m.contains("resources.limits[nvidia.com/gpu]") && m.contains("must be an integer"),
+            "{m}"
+        );
+        let m = e(
+            "containers:\n- name: a\n  resources:\n    requests: {nvidia.com/gpu: 1}\n    limits: {nvidia.com/gpu: 2}",
+        );
+        assert!(
+            m.contains("must be equal to nvidia.com/gpu limit of 2"),
+            "{m}"
+        );
+        let m = e("containers:\n- name: a\n  resources:\n    requests: {example.com/fpga: 1}");
+        assert!(
+            m.contains("Limit must be set for non overcommitable resources"),
+            "{m}"
+        );
+        let m =
+            e("containers:\n- name: a\n  resources:\n    requests: {cpu: 2}\n    limits: {cpu: 1}");
+        assert!(
+            m.contains("must be less than or equal to cpu limit of 1"),
+            "{m}"
+        );
+        // What the API server accepts still interprets.
+        let ok = worker_requests(
+            "containers:\n- name: a\n  resources:\n    requests: {cpu: 1, nvidia.com/gpu: 2}\n    limits: {cpu: 2, nvidia.com/gpu: 2, hugepages-2Mi: 1Gi}",
+        );
+        assert_eq!(ok.get("nvidia.com/gpu"), q("2"));
+    }
+
+    #[test]
     fn explicit_zero_request_is_not_replaced_by_the_limit() {
         let r = worker_requests(
             "containers:\n- name: a\n  resources:\n    requests: {cpu: 0, memory: 1Gi}\n    limits: {cpu: 2}",
@@ -1168,7 +1264,7 @@ mod tests {
     fn pod_level_resources_override() {
         // Pod-level request wins for cpu; gpu is not a pod-level resource; overhead on top.
         let r = worker_requests(
-            "resources: {requests: {cpu: 4, nvidia.com/gpu: 8}}\noverhead: {cpu: 100m}\ncontainers:\n- name: a\n  resources: {requests: {cpu: 1, memory: 1Gi, nvidia.com/gpu: 1}}",
+            "resources: {requests: {cpu: 4, nvidia.com/gpu: 8}}\noverhead: {cpu: 100m}\ncontainers:\n- name: a\n  resources: {requests: {cpu: 1, memory: 1Gi, nvidia.com/gpu: 1}, limits: {nvidia.com/gpu: 1}}",
         );
         assert_eq!(
             r,
