@@ -126,9 +126,8 @@ pub fn step(
         let Some(node) = p.bound.as_ref().or(p.assigned()) else {
             continue; // released without a node (gates stripped): the member decides
         };
-        let slots = free.get_mut(&p.component).and_then(|m| m.get_mut(node));
-        match slots {
-            Some(k) if *k > 0 => *k -= 1,
+        match free.get_mut(&p.component) {
+            Some(m) if m.get(node).is_some_and(|k| *k > 0) => take_slot(m, node),
             _ => {
                 let planned = plan.get(&p.component).and_then(|m| m.get(node)).copied();
                 out.mismatches.push(Mismatch {
@@ -182,9 +181,7 @@ pub fn step(
                     .map(|(n, _)| n.clone())
             };
             if let Some(n) = pick {
-                if let Some(k) = nodes.get_mut(&n) {
-                    *k -= 1;
-                }
+                take_slot(nodes, &n);
                 slot.insert(p.name.as_str(), n);
             }
         }
@@ -247,8 +244,9 @@ pub fn step(
             (Some(_), None) => {}
         }
     }
-    for (pod, _) in &out.release {
-        if let Some(p) = pods.iter().find(|p| &p.name == pod) {
+    let released_now: BTreeSet<&str> = out.release.iter().map(|(p, _)| p.as_str()).collect();
+    for p in &gated {
+        if released_now.contains(p.name.as_str()) {
             out.released.insert(p.component.clone());
         }
     }
@@ -264,10 +262,21 @@ pub fn step(
             component: p.component.clone(),
             planned,
             node: p.bound.clone(),
-            gated: p.gated && !out.release.iter().any(|(n, _)| n == &p.name),
+            gated: p.gated && !released_now.contains(p.name.as_str()),
         });
     }
     out
+}
+
+/// Takes one slot on `node`; a node with none left leaves the map (so that a search for a free
+/// slot does not walk the full ones again).
+fn take_slot(nodes: &mut BTreeMap<String, u32>, node: &str) {
+    if let Some(k) = nodes.get_mut(node) {
+        *k = k.saturating_sub(1);
+        if *k == 0 {
+            nodes.remove(node);
+        }
+    }
 }
 
 /// `b-0×1, b-1×2`.
