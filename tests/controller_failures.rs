@@ -156,6 +156,90 @@ async fn stuck_pods_are_taken_back_and_placed_elsewhere() {
     finish(&hub, &[&ns], vec![controller], outcome).await;
 }
 
+/// 1b. Avoiding a member is a preference, never a reason to reject: a job that only member-b can
+///    hold (4 pods × 4 cpu, 1 GPU) gets stuck there (member-b's scheduler paused), is taken back
+///    and avoids member-b; no other member can ever hold it, so it is queued for every member
+///    again and runs on member-b once its scheduler is back. A watch of its QueuedJob, from
+///    before the submission to the end, never sees it Rejected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_only_member_is_avoided_is_never_rejected() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("avoid");
+    let hub = setup(&[&ns], root(vec![leaf("avoid", &ns)])).await;
+    let controller = Controller::start(
+        "avoid",
+        &[
+            "--pods-ready-timeout-seconds",
+            "8",
+            "--requeue-backoff-seconds",
+            "1",
+        ],
+    )
+    .await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        let seen = std::sync::Arc::new(Mutex::new(Vec::<QueuedJobState>::new()));
+        let watcher = {
+            let (api, seen) = (Api::<QueuedJob>::namespaced(hub.clone(), &ns), seen.clone());
+            tokio::spawn(async move {
+                use futures::StreamExt;
+                let mut events = kube::runtime::watcher(api, Default::default())
+                    .applied_objects()
+                    .boxed();
+                use kube::runtime::WatchStreamExt;
+                while let Some(Ok(q)) = events.next().await {
+                    if let (Some(st), Ok(mut s)) = (q.status, seen.lock()) {
+                        s.push(st.state);
+                    }
+                }
+            })
+        };
+        let paused = Paused::new("member-b/kube-scheduler");
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "only-b", 3, 1, "4"))
+            .await
+            .expect("create");
+        wait_for("the job taken back from member-b", T, || async {
+            let st = status_of(&hub, &ns, "only-b").await;
+            if st.requeues >= 1 {
+                Ok(())
+            } else {
+                Err(format!("{st:?}"))
+            }
+        })
+        .await;
+        // Placed on member-b again (nothing else can hold it) before its scheduler returns.
+        wait_for("the job dispatched to member-b again", T, || async {
+            let st = status_of(&hub, &ns, "only-b").await;
+            match (st.state, st.cluster.as_deref()) {
+                (QueuedJobState::Dispatched, Some("member-b")) if st.requeues >= 1 => Ok(()),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        drop(paused);
+        let q = wait_for("the job running on member-b", T, || async {
+            let st = status_of(&hub, &ns, "only-b").await;
+            match (st.state, st.cluster.as_deref()) {
+                (QueuedJobState::Running, Some("member-b")) => Ok(st),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        assert!(q.requeues >= 1, "{q:?}");
+        watcher.abort();
+        let states = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        assert!(
+            !states.contains(&QueuedJobState::Rejected),
+            "states seen: {states:?}"
+        );
+        assert!(
+            states.contains(&QueuedJobState::Queued),
+            "states seen: {states:?}"
+        );
+    }))
+    .await;
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
 /// Cleans up, stops the controllers, and fails with the scenario's panic and their log tails.
 async fn finish(
     hub: &Client,

@@ -518,6 +518,7 @@ impl Brain {
         self.sync_dispatched().await;
         self.requeue_from_lost_members().await;
         self.collect_garbage().await;
+        self.forget_unkeepable_avoid();
         self.sync_reasons();
         self.write_statuses().await;
         self.write_tree_status().await;
@@ -1209,8 +1210,8 @@ impl Brain {
                         format!("muster cannot read this job: {e}"),
                     ));
                 }
-                Ok(w) => {
-                    let w = self.avoiding(w, &t.avoid);
+                Ok(full) => {
+                    let mut w = self.avoiding(full.clone(), &t.avoid);
                     let rec =
                         recorded.filter(|r| r.state.holds_capacity() || r.state.is_terminal());
                     match rec {
@@ -1228,7 +1229,7 @@ impl Brain {
                                 Submitted::Ignored(_) => {}
                             }
                         }
-                        None => match self.sched.submit(&w, submitted) {
+                        None => match self.submit_preferring(&mut t, &mut w, full, submitted) {
                             Submitted::Queued(id) => {
                                 t.id = Some(id);
                                 self.metrics.submitted(self.sched.queue_name(id));
@@ -1325,6 +1326,56 @@ impl Brain {
             w.candidates.names = Some(allowed);
         }
         w
+    }
+
+    /// Submits `w` (the job restricted to the members it does not avoid). Avoiding a member is a
+    /// preference: a job that could not run on the others is submitted again as `full`, judged
+    /// against every member, never rejected for the avoid list.
+    fn submit_preferring(
+        &mut self,
+        t: &mut Tracked,
+        w: &mut Workload,
+        full: Workload,
+        submitted: u64,
+    ) -> Submitted {
+        let s = self.sched.submit(w, submitted);
+        match &s {
+            Submitted::Inadmissible(id, _) if !t.avoid.is_empty() => {
+                self.sched.finish(*id);
+                t.avoid.clear();
+                *w = full;
+                self.sched.submit(w, submitted)
+            }
+            _ => s,
+        }
+    }
+
+    /// A job that became inadmissible while it avoids members (where its pods got stuck lately)
+    /// is queued again without avoiding them: "can never fit" is judged against every member.
+    fn forget_unkeepable_avoid(&mut self) {
+        let stuck: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, t)| {
+                !t.avoid.is_empty()
+                    && t.id
+                        .is_some_and(|id| matches!(self.sched.state(id), JobState::Inadmissible(_)))
+            })
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uid in stuck {
+            let Some(t) = self.jobs.get_mut(&uid) else {
+                continue;
+            };
+            if let Some(id) = t.id.take() {
+                self.sched.finish(id);
+                self.by_id.remove(&id);
+            }
+            tracing::info!(job = %t.label(), avoided = ?t.avoid, "no other member can hold it; no member avoided any more");
+            t.avoid.clear();
+            // Submitted again (to every member) on the next pass.
+            t.backoff_until = Some(Instant::now());
+        }
     }
 
     fn backoff(&self, requeues: u32) -> Duration {
