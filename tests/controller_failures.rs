@@ -589,3 +589,83 @@ async fn standby_takes_over_when_the_leader_dies() {
     .await;
     finish(&hub, &[&ns], replicas, outcome).await;
 }
+
+/// 6. A job submitted through the standby's webhook is suspended like any other: the standby
+///    (started second, so the webhook registration points at it) knows what the tree covers from
+///    its first answer. A batch Job also gets `managedBy`, which cannot be added later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standbys_webhook_suspends_too() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("standby");
+    let hub = setup(&[&ns], root(vec![leaf("standby", &ns)])).await;
+    let lease = [
+        "--lease-duration-seconds",
+        "15",
+        "--lease-retry-seconds",
+        "2",
+    ];
+    let leader = Controller::start("standby-leader", &lease).await;
+    wait_for(
+        "the first replica leads",
+        Duration::from_secs(30),
+        || async {
+            if leader.log_text().contains("acting as leader") {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        },
+    )
+    .await;
+    let standby = Controller::start("standby-webhook", &lease).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        assert!(
+            standby.log_text().contains("standing by"),
+            "{}",
+            standby.log_text()
+        );
+        assert!(
+            standby.log_text().contains("webhook registered"),
+            "{}",
+            standby.log_text()
+        );
+        let job = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "through-standby", "namespace": ns},
+            "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "100m"}}}]}}}
+        });
+        let created = fleet::create_json(&hub, "jobs", job).await.expect("job");
+        assert_eq!(
+            created.data["spec"]["suspend"],
+            json!(true),
+            "{:?}",
+            created.data["spec"]
+        );
+        assert_eq!(
+            created.data["spec"]["managedBy"],
+            json!(muster::controller::dispatch::MANAGED_BY),
+            "{:?}",
+            created.data["spec"]
+        );
+        let created = fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "pt", 0, 0, "100m"))
+            .await
+            .expect("pytorchjob");
+        assert_eq!(created.data["spec"]["runPolicy"]["suspend"], json!(true));
+        // And the leader runs them.
+        hub::wait_queued_state(
+            &hub,
+            &ns,
+            "Job",
+            "through-standby",
+            QueuedJobState::Finished,
+            T,
+        )
+        .await;
+        hub::wait_queued_state(&hub, &ns, "PyTorchJob", "pt", QueuedJobState::Running, T).await;
+    }))
+    .await;
+    finish(&hub, &[&ns], vec![leader, standby], outcome).await;
+}

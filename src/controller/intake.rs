@@ -188,13 +188,77 @@ impl ServingCert {
     }
 }
 
-/// Serves `/mutate` over TLS on `addr` until `shutdown` resolves.
+/// The namespaces a quota tree manifest lists on any node, read leniently (an invalid tree still
+/// says which namespaces its author meant muster to cover).
+pub fn tree_namespaces(spec: &Value) -> BTreeSet<String> {
+    fn walk(node: &Value, out: &mut BTreeSet<String>) {
+        for ns in node
+            .get("namespaces")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            out.insert(ns.to_string());
+        }
+        for child in node
+            .get("children")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            walk(child, out);
+        }
+    }
+    let mut out = BTreeSet::new();
+    if let Some(root) = spec.get("root") {
+        walk(root, &mut out);
+    }
+    out
+}
+
+/// What a replica that does not lead (a standby, or the leader before its first sync) counts as
+/// covered, from the trees it watches (the oldest is the one in force): a valid tree's
+/// namespaces; for an invalid one, what this replica counted before, else the namespaces it
+/// lists. No tree: nothing is covered.
+pub fn covered_by(
+    trees: &[(Option<jiff::Timestamp>, String, Value)],
+    before: &Option<BTreeSet<String>>,
+) -> BTreeSet<String> {
+    let Some((_, name, spec)) = trees.iter().min_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1))) else {
+        return BTreeSet::new();
+    };
+    let manifest = json!({
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+        "kind": "ElasticQuotaTree",
+        "metadata": {"name": name},
+        "spec": spec,
+    });
+    match crate::quota::QuotaTree::parse(&manifest) {
+        Ok(t) => t
+            .nodes
+            .iter()
+            .flat_map(|n| n.namespaces.iter().cloned())
+            .collect(),
+        Err(_) => before.clone().unwrap_or_else(|| tree_namespaces(spec)),
+    }
+}
+
+/// Serves `/mutate` over TLS on `addr` until `shutdown` resolves. Nothing is answered before the
+/// replica knows which namespaces are covered (the API server then applies the webhook's failure
+/// policy), so no job is ever let through unsuspended for want of a tree.
 pub async fn serve(
     addr: SocketAddr,
     cert: &ServingCert,
     covered: Covered,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    while covered.read().map(|c| c.is_none()).unwrap_or(true) {
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {}
+            _ = shutdown.cancelled() => return Ok(()),
+        }
+    }
     let app = Router::new()
         .route("/mutate", post(mutate))
         .with_state(covered);
@@ -309,6 +373,38 @@ mod tests {
         let mut out = v.clone();
         json_patch::patch(&mut out, &p).expect("applies");
         out
+    }
+
+    #[test]
+    fn a_replica_that_does_not_lead_knows_what_is_covered() {
+        let valid = json!({"root": {"name": "root", "max": {"cpu": "10"}, "children": [
+            {"name": "a", "namespaces": ["team-a"], "max": {"cpu": "5"}},
+            {"name": "b", "namespaces": ["team-b"], "max": {"cpu": "5"}}]}});
+        let invalid = json!({"root": {"name": "root", "max": {"cpu": "10"}, "children": [
+            {"name": "a", "namespaces": ["team-a", "team-c"], "min": {"cpu": "50"}, "max": {"cpu": "5"}}]}});
+        let t = |spec: &Value, name: &str, at: i64| {
+            (
+                jiff::Timestamp::from_second(at).ok(),
+                name.to_string(),
+                spec.clone(),
+            )
+        };
+        let both: BTreeSet<String> = ["team-a".to_string(), "team-b".to_string()].into();
+        // The oldest tree is the one in force.
+        assert_eq!(
+            covered_by(&[t(&invalid, "new", 20), t(&valid, "old", 10)], &None),
+            both
+        );
+        // An invalid tree: what was covered before stays; with nothing before, what it lists.
+        assert_eq!(
+            covered_by(&[t(&invalid, "x", 10)], &Some(both.clone())),
+            both
+        );
+        assert_eq!(
+            covered_by(&[t(&invalid, "x", 10)], &None),
+            ["team-a".to_string(), "team-c".to_string()].into()
+        );
+        assert!(covered_by(&[], &Some(both)).is_empty());
     }
 
     #[test]

@@ -211,6 +211,11 @@ impl<K: kube::Resource + 'static> Watched<K>
 where
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
+    /// The store and its readiness flag, for a task of its own.
+    pub fn clone_store(&self) -> (Store<K>, Arc<AtomicBool>) {
+        (self.store.clone(), self.ready.clone())
+    }
+
     /// Whether the first list completed (a view one may trust, though never complete).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)

@@ -165,6 +165,46 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         _tasks: tasks,
     };
     let covered: intake::Covered = Default::default();
+    // Every replica knows what is covered from its first answer, leader or not; once this one
+    // leads, its sync (which keeps the last valid tree in force) is the only writer.
+    let leading = Arc::new(AtomicBool::new(false));
+    {
+        let (trees, covered, leading, token) = (
+            stores.trees.clone_store(),
+            covered.clone(),
+            leading.clone(),
+            token.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                if leading.load(Ordering::Relaxed) {
+                    return;
+                }
+                if trees.1.load(Ordering::Relaxed) {
+                    let now: Vec<_> = trees
+                        .0
+                        .state()
+                        .iter()
+                        .map(|t| {
+                            (
+                                t.metadata.creation_timestamp.as_ref().map(|c| c.0),
+                                t.name_any(),
+                                serde_json::to_value(&t.spec).unwrap_or_default(),
+                            )
+                        })
+                        .collect();
+                    if let Ok(mut c) = covered.write() {
+                        let next = intake::covered_by(&now, &c);
+                        *c = Some(next);
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    _ = token.cancelled() => return,
+                }
+            }
+        });
+    }
     let ready = Arc::new(AtomicBool::new(false));
     let metrics = Arc::new(Metrics::new());
     let http = tokio::spawn(serve_http(
@@ -234,6 +274,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             instance: Some(opts.instance.clone()),
         },
     );
+    leading.store(true, Ordering::Relaxed);
     let mut brain = Brain::new(hub, opts, stores, covered, recorder, wake.clone(), metrics);
     brain.leadership = leadership.clone();
     tracing::info!("hub view synced; acting as leader");
