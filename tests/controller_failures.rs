@@ -14,87 +14,15 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kube::Client;
 use kube::api::Api;
 use muster::controller::crd::{QueuedJob, QueuedJobState};
-use serde_json::{Value, json};
-use support::fleet::{self, client_for, ensure_fleet_up, unique_name, wait_for};
+use serde_json::json;
+use support::failures::*;
+use support::fleet::{self, client_for, unique_name, wait_for};
 use support::hub::{self, Controller};
 use support::process::Paused;
-
-static HUB: Mutex<()> = Mutex::new(());
-const T: Duration = Duration::from_secs(120);
-
-fn pytorchjob(ns: &str, name: &str, workers: u32, gpus: u32, cpu: &str) -> Value {
-    let res = |gpu: u32| {
-        let mut r = json!({"cpu": cpu, "memory": "64Mi"});
-        if gpu > 0 {
-            r["nvidia.com/gpu"] = json!(gpu.to_string());
-        }
-        json!([{"name": "pytorch", "image": "registry.k8s.io/pause:3.10",
-                "resources": {"requests": r.clone(), "limits": r}}])
-    };
-    let mut specs = json!({
-        "Master": {"replicas": 1, "restartPolicy": "Never",
-                   "template": {"spec": {"containers": res(0)}}}
-    });
-    if workers > 0 {
-        specs["Worker"] = json!({"replicas": workers, "restartPolicy": "Never",
-                                 "template": {"spec": {"containers": res(gpus)}}});
-    }
-    json!({
-        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"runPolicy": {"cleanPodPolicy": "All"}, "pytorchReplicaSpecs": specs}
-    })
-}
-
-/// Fleet up, hub reset (no tree, no webhook, no lease), CRDs and members registered, the
-/// namespaces created on the hub and a tree written.
-async fn setup(namespaces: &[&str], tree: Value) -> Client {
-    ensure_fleet_up();
-    let hub = client_for("hub").await;
-    hub::reset_hub(&hub).await;
-    hub::install_crds(&hub).await;
-    hub::register_members(&hub).await;
-    for n in namespaces {
-        fleet::create_namespace(&hub, n).await;
-    }
-    hub::apply_tree(&hub, tree).await.expect("quota tree");
-    hub
-}
-
-async fn cleanup(hub: &Client, namespaces: &[&str]) {
-    for n in namespaces {
-        fleet::delete_namespace(hub, n).await;
-    }
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    for m in fleet::MEMBERS {
-        let c = client_for(m).await;
-        for n in namespaces {
-            fleet::delete_namespace(&c, n).await;
-        }
-    }
-    hub::delete_webhook(hub).await;
-}
-
-fn leaf(name: &str, ns: &str) -> Value {
-    json!({"name": name, "namespaces": [ns], "max": {"cpu": "100", "memory": "400Gi", "nvidia.com/gpu": "16"}})
-}
-
-fn root(children: Vec<Value>) -> Value {
-    json!({"name": "root", "max": {"cpu": "200", "memory": "800Gi", "nvidia.com/gpu": "24"}, "children": children})
-}
-
-async fn status_of(hub: &Client, ns: &str, name: &str) -> muster::controller::crd::QueuedJobStatus {
-    hub::queued_job(hub, ns, "PyTorchJob", name)
-        .await
-        .and_then(|q| q.status)
-        .unwrap_or_default()
-}
 
 /// 1. Capacity taken behind muster's back right after dispatch: member-a's training-operator is
 ///    paused, the job is dispatched there, a pod bound directly to node `a` takes its 2 GPUs, the
@@ -105,16 +33,7 @@ async fn stuck_pods_are_taken_back_and_placed_elsewhere() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("stuck");
     let hub = setup(&[&ns], root(vec![leaf("stuck", &ns)])).await;
-    let controller = Controller::start(
-        "stuck",
-        &[
-            "--pods-ready-timeout-seconds",
-            "8",
-            "--requeue-backoff-seconds",
-            "1",
-        ],
-    )
-    .await;
+    let controller = Controller::start("stuck", &QUICK_TAKE_BACK).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         let paused = Paused::new("member-a/training-operator");
         fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "squeezed", 1, 2, "1")).await.expect("create");
@@ -154,116 +73,6 @@ async fn stuck_pods_are_taken_back_and_placed_elsewhere() {
     }))
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
-}
-
-/// 1b. Avoiding a member is a preference, never a reason to reject: a job that only member-b can
-///    hold (4 pods × 4 cpu, 1 GPU) gets stuck there (member-b's scheduler paused), is taken back
-///    and avoids member-b; no other member can ever hold it, so it is queued for every member
-///    again and runs on member-b once its scheduler is back. A watch of its QueuedJob, from
-///    before the submission to the end, never sees it Rejected.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_whose_only_member_is_avoided_is_never_rejected() {
-    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
-    let ns = unique_name("avoid");
-    let hub = setup(&[&ns], root(vec![leaf("avoid", &ns)])).await;
-    let controller = Controller::start(
-        "avoid",
-        &[
-            "--pods-ready-timeout-seconds",
-            "8",
-            "--requeue-backoff-seconds",
-            "1",
-        ],
-    )
-    .await;
-    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
-        let seen = std::sync::Arc::new(Mutex::new(Vec::<QueuedJobState>::new()));
-        let watcher = {
-            let (api, seen) = (Api::<QueuedJob>::namespaced(hub.clone(), &ns), seen.clone());
-            tokio::spawn(async move {
-                use futures::StreamExt;
-                let mut events = kube::runtime::watcher(api, Default::default())
-                    .applied_objects()
-                    .boxed();
-                use kube::runtime::WatchStreamExt;
-                while let Some(Ok(q)) = events.next().await {
-                    if let (Some(st), Ok(mut s)) = (q.status, seen.lock()) {
-                        s.push(st.state);
-                    }
-                }
-            })
-        };
-        let paused = Paused::new("member-b/kube-scheduler");
-        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "only-b", 3, 1, "4"))
-            .await
-            .expect("create");
-        wait_for("the job taken back from member-b", T, || async {
-            let st = status_of(&hub, &ns, "only-b").await;
-            if st.requeues >= 1 {
-                Ok(())
-            } else {
-                Err(format!("{st:?}"))
-            }
-        })
-        .await;
-        // Placed on member-b again (nothing else can hold it) before its scheduler returns.
-        wait_for("the job dispatched to member-b again", T, || async {
-            let st = status_of(&hub, &ns, "only-b").await;
-            match (st.state, st.cluster.as_deref()) {
-                (QueuedJobState::Dispatched, Some("member-b")) if st.requeues >= 1 => Ok(()),
-                _ => Err(format!("{st:?}")),
-            }
-        })
-        .await;
-        drop(paused);
-        let q = wait_for("the job running on member-b", T, || async {
-            let st = status_of(&hub, &ns, "only-b").await;
-            match (st.state, st.cluster.as_deref()) {
-                (QueuedJobState::Running, Some("member-b")) => Ok(st),
-                _ => Err(format!("{st:?}")),
-            }
-        })
-        .await;
-        assert!(q.requeues >= 1, "{q:?}");
-        watcher.abort();
-        let states = seen.lock().map(|s| s.clone()).unwrap_or_default();
-        assert!(
-            !states.contains(&QueuedJobState::Rejected),
-            "states seen: {states:?}"
-        );
-        assert!(
-            states.contains(&QueuedJobState::Queued),
-            "states seen: {states:?}"
-        );
-    }))
-    .await;
-    finish(&hub, &[&ns], vec![controller], outcome).await;
-}
-
-/// Cleans up, stops the controllers, and fails with the scenario's panic and their log tails.
-async fn finish(
-    hub: &Client,
-    namespaces: &[&str],
-    controllers: Vec<Controller>,
-    outcome: std::thread::Result<()>,
-) {
-    let tail = controllers
-        .iter()
-        .map(|c| c.log_tail())
-        .collect::<Vec<_>>()
-        .join("\n---\n");
-    cleanup(hub, namespaces).await;
-    drop(controllers);
-    if let Err(e) = outcome {
-        panic!("{}\ncontroller log tail:\n{tail}", panic_text(&e));
-    }
-}
-
-fn panic_text(e: &Box<dyn std::any::Any + Send>) -> String {
-    e.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 /// 2. The controller SIGKILLed again and again while 50 jobs are submitted and dispatched: each
@@ -588,84 +397,4 @@ async fn standby_takes_over_when_the_leader_dies() {
     }))
     .await;
     finish(&hub, &[&ns], replicas, outcome).await;
-}
-
-/// 6. A job submitted through the standby's webhook is suspended like any other: the standby
-///    (started second, so the webhook registration points at it) knows what the tree covers from
-///    its first answer. A batch Job also gets `managedBy`, which cannot be added later.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_standbys_webhook_suspends_too() {
-    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
-    let ns = unique_name("standby");
-    let hub = setup(&[&ns], root(vec![leaf("standby", &ns)])).await;
-    let lease = [
-        "--lease-duration-seconds",
-        "15",
-        "--lease-retry-seconds",
-        "2",
-    ];
-    let leader = Controller::start("standby-leader", &lease).await;
-    wait_for(
-        "the first replica leads",
-        Duration::from_secs(30),
-        || async {
-            if leader.log_text().contains("acting as leader") {
-                Ok(())
-            } else {
-                Err("not yet".to_string())
-            }
-        },
-    )
-    .await;
-    let standby = Controller::start("standby-webhook", &lease).await;
-    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
-        assert!(
-            standby.log_text().contains("standing by"),
-            "{}",
-            standby.log_text()
-        );
-        assert!(
-            standby.log_text().contains("webhook registered"),
-            "{}",
-            standby.log_text()
-        );
-        let job = json!({
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "through-standby", "namespace": ns},
-            "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": "100m"}}}]}}}
-        });
-        let created = fleet::create_json(&hub, "jobs", job).await.expect("job");
-        assert_eq!(
-            created.data["spec"]["suspend"],
-            json!(true),
-            "{:?}",
-            created.data["spec"]
-        );
-        assert_eq!(
-            created.data["spec"]["managedBy"],
-            json!(muster::controller::dispatch::MANAGED_BY),
-            "{:?}",
-            created.data["spec"]
-        );
-        let created = fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "pt", 0, 0, "100m"))
-            .await
-            .expect("pytorchjob");
-        assert_eq!(created.data["spec"]["runPolicy"]["suspend"], json!(true));
-        // And the leader runs them.
-        hub::wait_queued_state(
-            &hub,
-            &ns,
-            "Job",
-            "through-standby",
-            QueuedJobState::Finished,
-            T,
-        )
-        .await;
-        hub::wait_queued_state(&hub, &ns, "PyTorchJob", "pt", QueuedJobState::Running, T).await;
-    }))
-    .await;
-    finish(&hub, &[&ns], vec![leader, standby], outcome).await;
 }

@@ -1,0 +1,178 @@
+//! The job's lifecycle on the local fleet, where earlier versions went wrong (issue "Never lose,
+//! never duplicate"): each test runs its own `muster controller` processes against the fleet's
+//! hub and watches what it asserts throughout.
+//!
+//! 1. Avoiding a member is a preference, never a reason to reject.
+//! 2. A job submitted through the standby's webhook is suspended like any other.
+
+// The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
+#![allow(clippy::await_holding_lock)]
+
+mod support;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kube::api::Api;
+use muster::controller::crd::{QueuedJob, QueuedJobState};
+use serde_json::json;
+use support::failures::*;
+use support::fleet::{self, unique_name, wait_for};
+use support::hub::{self, Controller};
+use support::process::Paused;
+
+/// 1. Avoiding a member is a preference, never a reason to reject: a job that only member-b can
+///    hold (4 pods × 4 cpu, 1 GPU) gets stuck there (member-b's scheduler paused), is taken back
+///    and avoids member-b; no other member can ever hold it, so it is queued for every member
+///    again and runs on member-b once its scheduler is back. A watch of its QueuedJob, from
+///    before the submission to the end, never sees it Rejected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_only_member_is_avoided_is_never_rejected() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("avoid");
+    let hub = setup(&[&ns], root(vec![leaf("avoid", &ns)])).await;
+    let controller = Controller::start("avoid", &QUICK_TAKE_BACK).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        let seen = std::sync::Arc::new(Mutex::new(Vec::<QueuedJobState>::new()));
+        let watcher = {
+            let (api, seen) = (Api::<QueuedJob>::namespaced(hub.clone(), &ns), seen.clone());
+            tokio::spawn(async move {
+                use futures::StreamExt;
+                let mut events = kube::runtime::watcher(api, Default::default())
+                    .applied_objects()
+                    .boxed();
+                use kube::runtime::WatchStreamExt;
+                while let Some(Ok(q)) = events.next().await {
+                    if let (Some(st), Ok(mut s)) = (q.status, seen.lock()) {
+                        s.push(st.state);
+                    }
+                }
+            })
+        };
+        let paused = Paused::new("member-b/kube-scheduler");
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "only-b", 3, 1, "4"))
+            .await
+            .expect("create");
+        wait_for("the job taken back from member-b", T, || async {
+            let st = status_of(&hub, &ns, "only-b").await;
+            if st.requeues >= 1 {
+                Ok(())
+            } else {
+                Err(format!("{st:?}"))
+            }
+        })
+        .await;
+        // Placed on member-b again (nothing else can hold it) before its scheduler returns.
+        wait_for("the job dispatched to member-b again", T, || async {
+            let st = status_of(&hub, &ns, "only-b").await;
+            match (st.state, st.cluster.as_deref()) {
+                (QueuedJobState::Dispatched, Some("member-b")) if st.requeues >= 1 => Ok(()),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        drop(paused);
+        let q = wait_for("the job running on member-b", T, || async {
+            let st = status_of(&hub, &ns, "only-b").await;
+            match (st.state, st.cluster.as_deref()) {
+                (QueuedJobState::Running, Some("member-b")) => Ok(st),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        assert!(q.requeues >= 1, "{q:?}");
+        watcher.abort();
+        let states = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        assert!(
+            !states.contains(&QueuedJobState::Rejected),
+            "states seen: {states:?}"
+        );
+        assert!(
+            states.contains(&QueuedJobState::Queued),
+            "states seen: {states:?}"
+        );
+    }))
+    .await;
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+/// Cleans up, stops the controllers, and fails with the scenario's panic and their log tails.
+/// 2. A job submitted through the standby's webhook is suspended like any other: the standby
+///    (started second, so the webhook registration points at it) knows what the tree covers from
+///    its first answer. A batch Job also gets `managedBy`, which cannot be added later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standbys_webhook_suspends_too() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("standby");
+    let hub = setup(&[&ns], root(vec![leaf("standby", &ns)])).await;
+    let lease = [
+        "--lease-duration-seconds",
+        "15",
+        "--lease-retry-seconds",
+        "2",
+    ];
+    let leader = Controller::start("standby-leader", &lease).await;
+    wait_for(
+        "the first replica leads",
+        Duration::from_secs(30),
+        || async {
+            if leader.log_text().contains("acting as leader") {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        },
+    )
+    .await;
+    let standby = Controller::start("standby-webhook", &lease).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        assert!(
+            standby.log_text().contains("standing by"),
+            "{}",
+            standby.log_text()
+        );
+        assert!(
+            standby.log_text().contains("webhook registered"),
+            "{}",
+            standby.log_text()
+        );
+        let job = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "through-standby", "namespace": ns},
+            "spec": {"parallelism": 1, "completions": 1, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "100m"}}}]}}}
+        });
+        let created = fleet::create_json(&hub, "jobs", job).await.expect("job");
+        assert_eq!(
+            created.data["spec"]["suspend"],
+            json!(true),
+            "{:?}",
+            created.data["spec"]
+        );
+        assert_eq!(
+            created.data["spec"]["managedBy"],
+            json!(muster::controller::dispatch::MANAGED_BY),
+            "{:?}",
+            created.data["spec"]
+        );
+        let created = fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "pt", 0, 0, "100m"))
+            .await
+            .expect("pytorchjob");
+        assert_eq!(created.data["spec"]["runPolicy"]["suspend"], json!(true));
+        // And the leader runs them.
+        hub::wait_queued_state(
+            &hub,
+            &ns,
+            "Job",
+            "through-standby",
+            QueuedJobState::Finished,
+            T,
+        )
+        .await;
+        hub::wait_queued_state(&hub, &ns, "PyTorchJob", "pt", QueuedJobState::Running, T).await;
+    }))
+    .await;
+    finish(&hub, &[&ns], vec![leader, standby], outcome).await;
+}

@@ -1,0 +1,122 @@
+//! Shared code of the failure tests on the fleet (`tests/controller_failures.rs`,
+//! `tests/controller_lifecycle.rs`): one lock so that no two controllers of different tests act
+//! on the hub at once, a hub set up with a fresh quota tree, a PyTorchJob builder, and a teardown
+//! that cleans up and fails with the scenario's panic and the controllers' log tails.
+#![allow(dead_code)]
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kube::Client;
+use serde_json::{Value, json};
+
+use super::fleet::{self, client_for, ensure_fleet_up};
+use super::hub::{self, Controller};
+
+pub static HUB: Mutex<()> = Mutex::new(());
+/// Controller flags for tests that take a job back: stuck after 8 s, queued again after 1 s.
+pub const QUICK_TAKE_BACK: [&str; 4] = [
+    "--pods-ready-timeout-seconds",
+    "8",
+    "--requeue-backoff-seconds",
+    "1",
+];
+
+pub const T: Duration = Duration::from_secs(120);
+
+pub fn pytorchjob(ns: &str, name: &str, workers: u32, gpus: u32, cpu: &str) -> Value {
+    let res = |gpu: u32| {
+        let mut r = json!({"cpu": cpu, "memory": "64Mi"});
+        if gpu > 0 {
+            r["nvidia.com/gpu"] = json!(gpu.to_string());
+        }
+        json!([{"name": "pytorch", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": r.clone(), "limits": r}}])
+    };
+    let mut specs = json!({
+        "Master": {"replicas": 1, "restartPolicy": "Never",
+                   "template": {"spec": {"containers": res(0)}}}
+    });
+    if workers > 0 {
+        specs["Worker"] = json!({"replicas": workers, "restartPolicy": "Never",
+                                 "template": {"spec": {"containers": res(gpus)}}});
+    }
+    json!({
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"runPolicy": {"cleanPodPolicy": "All"}, "pytorchReplicaSpecs": specs}
+    })
+}
+
+/// Fleet up, hub reset (no tree, no webhook, no lease), CRDs and members registered, the
+/// namespaces created on the hub and a tree written.
+pub async fn setup(namespaces: &[&str], tree: Value) -> Client {
+    ensure_fleet_up();
+    let hub = client_for("hub").await;
+    hub::reset_hub(&hub).await;
+    hub::install_crds(&hub).await;
+    hub::register_members(&hub).await;
+    for n in namespaces {
+        fleet::create_namespace(&hub, n).await;
+    }
+    hub::apply_tree(&hub, tree).await.expect("quota tree");
+    hub
+}
+
+pub async fn cleanup(hub: &Client, namespaces: &[&str]) {
+    for n in namespaces {
+        fleet::delete_namespace(hub, n).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for m in fleet::MEMBERS {
+        let c = client_for(m).await;
+        for n in namespaces {
+            fleet::delete_namespace(&c, n).await;
+        }
+    }
+    hub::delete_webhook(hub).await;
+}
+
+pub fn leaf(name: &str, ns: &str) -> Value {
+    json!({"name": name, "namespaces": [ns], "max": {"cpu": "100", "memory": "400Gi", "nvidia.com/gpu": "16"}})
+}
+
+pub fn root(children: Vec<Value>) -> Value {
+    json!({"name": "root", "max": {"cpu": "200", "memory": "800Gi", "nvidia.com/gpu": "24"}, "children": children})
+}
+
+pub async fn status_of(
+    hub: &Client,
+    ns: &str,
+    name: &str,
+) -> muster::controller::crd::QueuedJobStatus {
+    hub::queued_job(hub, ns, "PyTorchJob", name)
+        .await
+        .and_then(|q| q.status)
+        .unwrap_or_default()
+}
+
+pub async fn finish(
+    hub: &Client,
+    namespaces: &[&str],
+    controllers: Vec<Controller>,
+    outcome: std::thread::Result<()>,
+) {
+    let tail = controllers
+        .iter()
+        .map(|c| c.log_tail())
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    cleanup(hub, namespaces).await;
+    drop(controllers);
+    if let Err(e) = outcome {
+        panic!("{}\ncontroller log tail:\n{tail}", panic_text(&e));
+    }
+}
+
+pub fn panic_text(e: &Box<dyn std::any::Any + Send>) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
