@@ -79,7 +79,7 @@ struct ControllerArgs {
     /// This hub's identity, written on member copies (label muster.dev/origin).
     #[arg(long, default_value = "hub")]
     origin: String,
-    /// Name of this replica (Events, leader election); default: the host name.
+    /// Name of this replica (Events, leader election); default: the host name and process id.
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
     /// Address of /healthz and /readyz.
@@ -296,10 +296,22 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
         }
         (None, None) => None,
     };
+    if let Err(e) = muster::controller::check_flags(
+        &a.origin,
+        a.leader_elect,
+        a.lease_duration_seconds,
+        a.lease_retry_seconds,
+    ) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    // Out of a cluster two replicas may share a host: the process id keeps their identities
+    // (and so their leases) apart.
     let instance = a.instance.clone().unwrap_or_else(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "muster".to_string())
+            .unwrap_or_else(|_| "muster".to_string());
+        format!("{host}-{}", std::process::id())
     });
     let opts = muster::controller::Options {
         hub_kubeconfig: a.kubeconfig,

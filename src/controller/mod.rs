@@ -394,10 +394,50 @@ fn now_rfc3339() -> String {
 pub fn queued_job_name(kind: JobKind, name: &str) -> String {
     let n = format!("{}-{name}", kind.as_str().to_lowercase());
     if n.len() <= 253 {
-        n
-    } else {
-        n[..253].trim_end_matches(['-', '.']).to_string()
+        return n;
     }
+    // Cut, then made unique again by a hash of the whole name (two long names that share their
+    // first 253 characters must not share a QueuedJob).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in n.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let cut: String = n.chars().take(253 - 11).collect();
+    format!(
+        "{}-{:010x}",
+        cut.trim_end_matches(['-', '.']),
+        h & 0xff_ffff_ffff
+    )
+}
+
+/// Flags checked before anything starts: `--origin` must be a label value (it labels every
+/// member copy), and a lease must be renewed at least twice within its duration.
+pub fn check_flags(
+    origin: &str,
+    leader_elect: bool,
+    lease_duration_seconds: u64,
+    lease_retry_seconds: u64,
+) -> Result<(), String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let edges = origin
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric())
+        && origin
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
+    if origin.is_empty() || origin.len() > 63 || !origin.chars().all(ok_char) || !edges {
+        return Err(format!(
+            "--origin {origin:?}: must be a label value (1-63 characters [A-Za-z0-9_.-], starting and ending with a letter or digit)"
+        ));
+    }
+    if leader_elect && lease_retry_seconds.max(1) * 2 > lease_duration_seconds.max(2) {
+        return Err(format!(
+            "--lease-retry-seconds {lease_retry_seconds}: must be at most half of --lease-duration-seconds ({lease_duration_seconds}), so that the leader renews before its lease can expire"
+        ));
+    }
+    Ok(())
 }
 
 /// One hub job muster is responsible for.
