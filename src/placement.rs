@@ -136,7 +136,7 @@ pub fn step(
                     node: node.clone(),
                     why: match planned {
                         None | Some(0) => {
-                            format!("{} planned no {} pod on {node}", "the plan", p.component)
+                            format!("the plan puts no {} pod on {node}", p.component)
                         }
                         Some(k) => format!(
                             "the plan holds {k} {} pod{} on {node}; more run there",
