@@ -70,10 +70,10 @@ fn main() {
     for (pods, nodes) in [(8, 4), (64, 8), (512, 64), (4096, 512)] {
         let (plan, gated, bound) = case(pods, nodes);
         time("release", pods, || {
-            step(&plan, &none, &gated, &none).release.len()
+            step(&plan, &none, &none, &gated, &none).release.len()
         });
         time("steady", pods, || {
-            step(&plan, &none, &bound, &none).pods.len()
+            step(&plan, &none, &none, &bound, &none).pods.len()
         });
     }
 }

@@ -144,8 +144,9 @@ fn tokenize(s: &str) -> Vec<Token> {
     out
 }
 
-/// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, at most 63 characters.
-fn is_label_name(s: &str) -> bool {
+/// `[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?`, at most 63 characters: the name part of a label
+/// key, and any non-empty label value.
+pub fn is_label_name(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63

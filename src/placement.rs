@@ -95,11 +95,14 @@ pub struct PodRecord {
 /// Decides assignments and releases for one job.
 ///
 /// `plan` covers the components whose pods muster can see (labelled templates); `staged` names
-/// the components created after the others; `released` are the components released before
-/// (from the record), to which every component with a pod that is no longer gated is added.
+/// the components created after the others; `pinned` the components dispatched without the gate
+/// (pinned mode: the member chooses among the planned nodes, so only a node outside the plan is
+/// a mismatch); `released` are the components released before (from the record), to which
+/// every component with a pod that is no longer gated is added.
 pub fn step(
     plan: &Plan,
     staged: &BTreeSet<String>,
+    pinned: &BTreeSet<String>,
     pods: &[PodSeen],
     released: &BTreeSet<String>,
 ) -> Step {
@@ -126,8 +129,12 @@ pub fn step(
         let Some(node) = p.bound.as_ref().or(p.assigned()) else {
             continue; // released without a node (gates stripped): the member decides
         };
+        let planned_there = plan
+            .get(&p.component)
+            .is_some_and(|m| m.get(node).is_some_and(|k| *k > 0));
         match free.get_mut(&p.component) {
             Some(m) if m.get(node).is_some_and(|k| *k > 0) => take_slot(m, node),
+            _ if planned_there && pinned.contains(&p.component) => {}
             _ => {
                 let planned = plan.get(&p.component).and_then(|m| m.get(node)).copied();
                 out.mismatches.push(Mismatch {

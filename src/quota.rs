@@ -4,7 +4,7 @@
 //! reported with its path), namespace → leaf mapping, and usage accounting against min/max at
 //! every node from a leaf to the root. Decides nothing about ordering or placement.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -119,6 +119,11 @@ impl QuotaTree {
             leaf_of_namespace,
             warnings: problems,
         })
+    }
+
+    /// Every namespace the tree covers (those its leaves list).
+    pub fn namespaces(&self) -> BTreeSet<String> {
+        self.leaf_of_namespace.keys().cloned().collect()
     }
 
     pub fn leaf_for(&self, namespace: &str) -> Option<usize> {

@@ -992,6 +992,12 @@ fn released_pods(plan: &crate::placement::Plan) -> u64 {
             })
         })
         .collect();
-    let step = crate::placement::step(plan, &Default::default(), &pods, &Default::default());
+    let step = crate::placement::step(
+        plan,
+        &Default::default(),
+        &Default::default(),
+        &pods,
+        &Default::default(),
+    );
     step.release.len() as u64
 }

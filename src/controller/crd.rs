@@ -251,6 +251,31 @@ pub struct ElasticQuotaTreeSpec {
     pub root: serde_json::Value,
 }
 
+impl ElasticQuotaTree {
+    /// The object as [`crate::quota::QuotaTree::parse`] reads it.
+    pub fn manifest(&self) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+            "kind": "ElasticQuotaTree",
+            "metadata": {"name": self.metadata.name, "namespace": self.metadata.namespace},
+            "spec": self.spec,
+        })
+    }
+}
+
+/// The tree in force among those in the quota namespace: the oldest (ties: the first by name).
+pub fn tree_in_force(trees: &[std::sync::Arc<ElasticQuotaTree>]) -> Option<&ElasticQuotaTree> {
+    trees
+        .iter()
+        .min_by_key(|t| {
+            (
+                t.metadata.creation_timestamp.as_ref().map(|c| c.0),
+                t.metadata.name.clone(),
+            )
+        })
+        .map(|t| t.as_ref())
+}
+
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ElasticQuotaTreeStatus {

@@ -7,6 +7,8 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 
 use super::crd::{MemberCluster, QueuedJob, QueuedJobState};
+use crate::fleet::PlacementMode;
+use crate::scheduler::explain::fmt_placement;
 
 /// The text for one job; `kind` narrows the search when several kinds share the name.
 pub async fn explain(
@@ -41,11 +43,11 @@ pub async fn explain(
             && let Some(st) = mc.status
             && let Some(mode) = st.placement
         {
-            let how = if mode == "gates" {
-                "each pod is released onto its planned node through a scheduling gate"
+            let how = fmt_placement(if mode == PlacementMode::Gates.as_str() {
+                PlacementMode::Gates
             } else {
-                "pods are pinned to their component's planned nodes (robust plans only)"
-            };
+                PlacementMode::Pinned
+            });
             let why = st.placement_reason.unwrap_or_default();
             let _ = writeln!(out, "  placement on {c}: {mode}: {how} ({why})");
         }

@@ -68,25 +68,22 @@ fn allowed_nodes(spec: &k8s_openapi::api::core::v1::PodSpec) -> Option<BTreeSet<
 /// an MPIJob's launcher, a RayJob's submitter, every replicated job but the first of a JobSet
 /// that starts in order.
 pub fn staged(kind: JobKind, spec: &Value, w: &Workload) -> BTreeSet<String> {
-    let names: BTreeSet<String> = w.components.iter().map(|c| c.name.clone()).collect();
-    let mut out = BTreeSet::new();
-    match kind {
-        JobKind::MPIJob => out.insert("launcher".to_string()),
-        JobKind::RayJob => out.insert("submitter".to_string()),
-        JobKind::JobSet => {
-            let in_order = spec
-                .pointer("/spec/startupPolicy/startupPolicyOrder")
-                .and_then(Value::as_str)
-                == Some("InOrder");
-            if in_order {
-                out.extend(w.components.iter().skip(1).map(|c| c.name.clone()));
-            }
-            true
-        }
-        _ => true,
+    let in_order = || {
+        spec.pointer("/spec/startupPolicy/startupPolicyOrder")
+            .and_then(Value::as_str)
+            == Some("InOrder")
     };
-    out.retain(|c| names.contains(c));
-    out
+    w.components
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| match kind {
+            JobKind::MPIJob => c.name == "launcher",
+            JobKind::RayJob => c.name == "submitter",
+            JobKind::JobSet => *i > 0 && in_order(),
+            _ => false,
+        })
+        .map(|(_, c)| c.name.clone())
+        .collect()
 }
 
 /// The merge patch that restricts a gated pod to exactly `node` and removes muster's gate, in

@@ -20,6 +20,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_util::sync::CancellationToken;
 
+use super::crd::ElasticQuotaTree;
 use super::dispatch::MANAGED_BY;
 use super::kinds;
 use crate::workload::JobKind;
@@ -188,9 +189,9 @@ impl ServingCert {
     }
 }
 
-/// The namespaces a quota tree manifest lists on any node, read leniently (an invalid tree still
-/// says which namespaces its author meant muster to cover).
-pub fn tree_namespaces(spec: &Value) -> BTreeSet<String> {
+/// The namespaces a quota tree lists on any node below `root`, read leniently (an invalid tree
+/// still says which namespaces its author meant muster to cover).
+pub fn tree_namespaces(root: &Value) -> BTreeSet<String> {
     fn walk(node: &Value, out: &mut BTreeSet<String>) {
         for ns in node
             .get("namespaces")
@@ -211,36 +212,25 @@ pub fn tree_namespaces(spec: &Value) -> BTreeSet<String> {
         }
     }
     let mut out = BTreeSet::new();
-    if let Some(root) = spec.get("root") {
-        walk(root, &mut out);
-    }
+    walk(root, &mut out);
     out
 }
 
 /// What a replica that does not lead (a standby, or the leader before its first sync) counts as
-/// covered, from the trees it watches (the oldest is the one in force): a valid tree's
-/// namespaces; for an invalid one, what this replica counted before, else the namespaces it
-/// lists. No tree: nothing is covered.
+/// covered, from the tree in force: a valid tree's namespaces; for an invalid one, what this
+/// replica counted before, else the namespaces it lists. No tree: nothing is covered.
 pub fn covered_by(
-    trees: &[(Option<jiff::Timestamp>, String, Value)],
+    tree: Option<&ElasticQuotaTree>,
     before: &Option<BTreeSet<String>>,
 ) -> BTreeSet<String> {
-    let Some((_, name, spec)) = trees.iter().min_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1))) else {
+    let Some(tree) = tree else {
         return BTreeSet::new();
     };
-    let manifest = json!({
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": name},
-        "spec": spec,
-    });
-    match crate::quota::QuotaTree::parse(&manifest) {
-        Ok(t) => t
-            .nodes
-            .iter()
-            .flat_map(|n| n.namespaces.iter().cloned())
-            .collect(),
-        Err(_) => before.clone().unwrap_or_else(|| tree_namespaces(spec)),
+    match crate::quota::QuotaTree::parse(&tree.manifest()) {
+        Ok(t) => t.namespaces(),
+        Err(_) => before
+            .clone()
+            .unwrap_or_else(|| tree_namespaces(&tree.spec.root)),
     }
 }
 
@@ -377,34 +367,30 @@ mod tests {
 
     #[test]
     fn a_replica_that_does_not_lead_knows_what_is_covered() {
-        let valid = json!({"root": {"name": "root", "max": {"cpu": "10"}, "children": [
+        use super::super::crd::{ElasticQuotaTreeSpec, tree_in_force};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let valid = json!({"name": "root", "max": {"cpu": "10"}, "children": [
             {"name": "a", "namespaces": ["team-a"], "max": {"cpu": "5"}},
-            {"name": "b", "namespaces": ["team-b"], "max": {"cpu": "5"}}]}});
-        let invalid = json!({"root": {"name": "root", "max": {"cpu": "10"}, "children": [
-            {"name": "a", "namespaces": ["team-a", "team-c"], "min": {"cpu": "50"}, "max": {"cpu": "5"}}]}});
-        let t = |spec: &Value, name: &str, at: i64| {
-            (
-                jiff::Timestamp::from_second(at).ok(),
-                name.to_string(),
-                spec.clone(),
-            )
+            {"name": "b", "namespaces": ["team-b"], "max": {"cpu": "5"}}]});
+        let invalid = json!({"name": "root", "max": {"cpu": "10"}, "children": [
+            {"name": "a", "namespaces": ["team-a", "team-c"], "min": {"cpu": "50"}, "max": {"cpu": "5"}}]});
+        let t = |root: &Value, name: &str, at: i64| {
+            let mut t = ElasticQuotaTree::new(name, ElasticQuotaTreeSpec { root: root.clone() });
+            t.metadata.creation_timestamp = jiff::Timestamp::from_second(at).ok().map(Time);
+            Arc::new(t)
         };
         let both: BTreeSet<String> = ["team-a".to_string(), "team-b".to_string()].into();
         // The oldest tree is the one in force.
-        assert_eq!(
-            covered_by(&[t(&invalid, "new", 20), t(&valid, "old", 10)], &None),
-            both
-        );
+        let trees = [t(&invalid, "new", 20), t(&valid, "old", 10)];
+        assert_eq!(covered_by(tree_in_force(&trees), &None), both);
         // An invalid tree: what was covered before stays; with nothing before, what it lists.
+        let trees = [t(&invalid, "x", 10)];
+        assert_eq!(covered_by(tree_in_force(&trees), &Some(both.clone())), both);
         assert_eq!(
-            covered_by(&[t(&invalid, "x", 10)], &Some(both.clone())),
-            both
-        );
-        assert_eq!(
-            covered_by(&[t(&invalid, "x", 10)], &None),
+            covered_by(tree_in_force(&trees), &None),
             ["team-a".to_string(), "team-c".to_string()].into()
         );
-        assert!(covered_by(&[], &Some(both)).is_empty());
+        assert!(covered_by(tree_in_force(&[]), &Some(both)).is_empty());
     }
 
     #[test]

@@ -176,27 +176,24 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             token.clone(),
         );
         tokio::spawn(async move {
+            let mut seen = None;
             loop {
                 if leading.load(Ordering::Relaxed) {
                     return;
                 }
-                if trees.1.load(Ordering::Relaxed) {
-                    let now: Vec<_> = trees
-                        .0
-                        .state()
-                        .iter()
-                        .map(|t| {
-                            (
-                                t.metadata.creation_timestamp.as_ref().map(|c| c.0),
-                                t.name_any(),
-                                serde_json::to_value(&t.spec).unwrap_or_default(),
-                            )
-                        })
-                        .collect();
+                let (store, ready) = &trees;
+                let now = store.state();
+                // Read again only when a tree changed.
+                let key: Vec<_> = now
+                    .iter()
+                    .map(|t| (t.metadata.uid.clone(), t.metadata.resource_version.clone()))
+                    .collect();
+                if ready.load(Ordering::Relaxed) && seen.as_ref() != Some(&key) {
                     if let Ok(mut c) = covered.write() {
-                        let next = intake::covered_by(&now, &c);
+                        let next = intake::covered_by(crd::tree_in_force(&now), &c);
                         *c = Some(next);
                     }
+                    seen = Some(key);
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(200)) => {}
@@ -418,16 +415,7 @@ pub fn check_flags(
     lease_duration_seconds: u64,
     lease_retry_seconds: u64,
 ) -> Result<(), String> {
-    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-    let edges = origin
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphanumeric())
-        && origin
-            .chars()
-            .last()
-            .is_some_and(|c| c.is_ascii_alphanumeric());
-    if origin.is_empty() || origin.len() > 63 || !origin.chars().all(ok_char) || !edges {
+    if !crate::labels::is_label_name(origin) {
         return Err(format!(
             "--origin {origin:?}: must be a label value (1-63 characters [A-Za-z0-9_.-], starting and ending with a letter or digit)"
         ));
@@ -624,18 +612,10 @@ impl Brain {
     // ----- quota tree ------------------------------------------------------------------------
 
     async fn sync_tree(&mut self) {
-        let mut trees = self.stores.trees.state();
-        trees.sort_by(|a, b| {
-            (
-                a.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                a.name_any(),
-            )
-                .cmp(&(
-                    b.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    b.name_any(),
-                ))
-        });
-        let Some(tree) = trees.first() else { return };
+        let trees = self.stores.trees.state();
+        let Some(tree) = crd::tree_in_force(&trees) else {
+            return;
+        };
         let key = (
             tree.uid().unwrap_or_default(),
             tree.metadata.generation.unwrap_or(0),
@@ -645,21 +625,11 @@ impl Brain {
         }
         self.tree_seen = Some(key);
         self.tree_ref = Some((tree.namespace().unwrap_or_default(), tree.name_any()));
-        let manifest = json!({
-            "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-            "kind": "ElasticQuotaTree",
-            "metadata": {"name": tree.name_any(), "namespace": tree.namespace()},
-            "spec": tree.spec,
-        });
         let oref = tree.object_ref(&());
         let now = Time(jiff::Timestamp::now());
-        match QuotaTree::parse(&manifest) {
+        match QuotaTree::parse(&tree.manifest()) {
             Ok(t) => {
-                let ns: BTreeSet<String> = t
-                    .nodes
-                    .iter()
-                    .flat_map(|n| n.namespaces.iter().cloned())
-                    .collect();
+                let ns = t.namespaces();
                 tracing::info!(tree = %tree.name_any(), leaves = ns.len(), "quota tree applied");
                 self.sched.set_quota_tree(Some(t));
                 if let Ok(mut c) = self.covered.write() {
@@ -1814,7 +1784,7 @@ impl Brain {
             };
             let observed = status::observe(kind, &copy_value, &pods, expected);
             // Once every pod is bound, the reservation becomes where the pods really are.
-            let (scheduled, _) = status::pod_counts(&pods);
+            let scheduled = status::tally(&pods).scheduled;
             if expected > 0
                 && scheduled == expected
                 && let Some(id) = t.id
@@ -1830,7 +1800,7 @@ impl Brain {
             }
             // Each pod onto its planned node; why pods wait, in the member scheduler's words.
             let placed = self.place_pods(&uid, &cluster, &copy_value, &pods).await;
-            let unschedulable = placed.pending.clone().or(placed.held.clone());
+            let unschedulable = placed.pending.or(placed.held);
             let member_status = copy_value.get("status").cloned();
             let Some(t) = self.jobs.get_mut(&uid) else {
                 continue;

@@ -116,7 +116,8 @@ impl Brain {
             .collect();
         let staged = gates::staged(t.kind, copy, w);
         let seen: Vec<placement::PodSeen> = pods.iter().map(|p| gates::seen(p)).collect();
-        let step = placement::step(&plan, &staged, &seen, &t.released);
+        let pinned: BTreeSet<String> = managed.difference(&gated_copy).cloned().collect();
+        let step = placement::step(&plan, &staged, &pinned, &seen, &t.released);
         let label = t.label();
 
         // A member that drops the gate: pinned mode from now on (said once, loudly).
@@ -171,16 +172,6 @@ impl Brain {
         let mut new_mismatches = Vec::new();
         if let Some(t) = self.jobs.get_mut(uid) {
             for mm in &step.mismatches {
-                // Without the gate (pinned mode) the member chooses inside the component's node
-                // set: only a node outside the set is off the plan.
-                let pinned = !gated_copy.contains(&mm.component);
-                if pinned
-                    && plan
-                        .get(&mm.component)
-                        .is_some_and(|n| n.contains_key(&mm.node))
-                {
-                    continue;
-                }
                 if t.mismatched.insert(mm.pod.clone()) {
                     new_mismatches.push(format!("pod {} on {}: {}", mm.pod, mm.node, mm.why));
                 }

@@ -82,27 +82,45 @@ pub fn outcome(kind: JobKind, copy: &Value) -> Option<Observed> {
     }
 }
 
-/// Pods bound to a node and pods Running, among a job's pods.
-pub fn pod_counts(pods: &[&Arc<Pod>]) -> (u32, u32) {
-    let mut scheduled = 0;
-    let mut running = 0;
+/// A job's pods, counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Live pods bound to a node.
+    pub scheduled: u32,
+    /// Pods Running and not being deleted.
+    pub running: u32,
+    pub succeeded: u32,
+    /// Live pods that do not run (Pending, or Running but being deleted).
+    pub waiting: u32,
+}
+
+/// Counts a job's pods in one pass.
+pub fn tally(pods: &[&Arc<Pod>]) -> Tally {
+    let mut t = Tally::default();
     for p in pods {
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-        if matches!(phase, Some("Succeeded") | Some("Failed")) {
-            continue;
+        match phase {
+            Some("Succeeded") => {
+                t.succeeded += 1;
+                continue;
+            }
+            Some("Failed") => continue,
+            _ => {}
         }
         if p.spec
             .as_ref()
             .and_then(|s| s.node_name.as_deref())
             .is_some_and(|n| !n.is_empty())
         {
-            scheduled += 1;
+            t.scheduled += 1;
         }
         if phase == Some("Running") && p.metadata.deletion_timestamp.is_none() {
-            running += 1;
+            t.running += 1;
+        } else {
+            t.waiting += 1;
         }
     }
-    (scheduled, running)
+    t
 }
 
 /// The state of a dispatched job from its member copy and its pods (`expected` pods in all).
@@ -110,21 +128,16 @@ pub fn observe(kind: JobKind, copy: &Value, pods: &[&Arc<Pod>], expected: u32) -
     if let Some(o) = outcome(kind, copy) {
         return o;
     }
-    let (scheduled, running) = pod_counts(pods);
+    let Tally {
+        scheduled,
+        running,
+        succeeded,
+        waiting,
+    } = tally(pods);
     // Succeeded pods are progress, not loss: workers that finish before their master, the last
     // wave of a batch Job with completions > parallelism. The job runs while every live pod runs
     // and those with the ones that succeeded make up the whole job.
-    let mut succeeded = 0u32;
-    let mut live_not_running = 0u32;
-    for p in pods {
-        match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
-            Some("Succeeded") => succeeded += 1,
-            Some("Failed") => {}
-            Some("Running") if p.metadata.deletion_timestamp.is_none() => {}
-            _ => live_not_running += 1,
-        }
-    }
-    let whole = running >= expected || (live_not_running == 0 && running + succeeded >= expected);
+    let whole = running >= expected || (waiting == 0 && running + succeeded >= expected);
     if expected > 0 && whole {
         Observed::Running { scheduled, running }
     } else {

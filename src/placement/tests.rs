@@ -35,6 +35,17 @@ fn running(name: &str, component: &str, node: &str) -> PodSeen {
     }
 }
 
+/// One step for a job with no staged or pinned component and nothing released before.
+fn fresh(plan: &Plan, pods: &[PodSeen]) -> Step {
+    step(
+        plan,
+        &BTreeSet::new(),
+        &BTreeSet::new(),
+        pods,
+        &BTreeSet::new(),
+    )
+}
+
 fn readme_plan() -> Plan {
     plan(&[
         ("master", &[("b-0", 1)]),
@@ -62,7 +73,7 @@ fn readme_example_gets_exactly_its_plan() {
         gated("pt-worker-1", "worker"),
         gated("pt-worker-2", "worker"),
     ];
-    let s = step(&readme_plan(), &BTreeSet::new(), &pods, &BTreeSet::new());
+    let s = fresh(&readme_plan(), &pods);
     assert_eq!(s.release.len(), 4, "{s:?}");
     assert!(s.held.is_empty());
     assert_eq!(per_node(&s, &pods), readme_plan());
@@ -81,7 +92,7 @@ fn nothing_is_released_before_every_pod_exists() {
         gated("pt-worker-0", "worker"),
         gated("pt-worker-2", "worker"),
     ];
-    let s = step(&readme_plan(), &BTreeSet::new(), &pods, &BTreeSet::new());
+    let s = fresh(&readme_plan(), &pods);
     assert!(s.release.is_empty(), "{s:?}");
     assert_eq!(s.held.len(), 3);
     assert_eq!(s.held[0].1, "held until every pod exists: 3 of 4 created");
@@ -97,13 +108,13 @@ fn a_recreated_pod_gets_the_free_slot_at_once() {
         // worker-2 was on b-0, deleted; its replacement arrives alone.
         gated("pt-worker-2", "worker"),
     ];
-    let s = step(&readme_plan(), &BTreeSet::new(), &pods, &BTreeSet::new());
+    let s = fresh(&readme_plan(), &pods);
     assert_eq!(s.release, vec![("pt-worker-2".into(), "b-0".into())]);
     // A terminating pod frees its slot for its replacement.
     let mut pods2 = pods.clone();
     pods2[1].deleting = true;
     pods2.push(gated("pt-worker-9", "worker"));
-    let s2 = step(&readme_plan(), &BTreeSet::new(), &pods2, &BTreeSet::new());
+    let s2 = fresh(&readme_plan(), &pods2);
     let nodes: BTreeSet<&str> = s2.release.iter().map(|(_, n)| n.as_str()).collect();
     assert_eq!(s2.release.len(), 2);
     assert_eq!(nodes, ["b-0", "b-1"].into());
@@ -118,10 +129,16 @@ fn a_staged_launcher_waits_for_the_workers_then_goes_alone() {
     let staged: BTreeSet<String> = ["launcher".to_string()].into();
     // Workers first, launcher not created yet: the workers go.
     let pods = vec![gated("w-0", "worker"), gated("w-1", "worker")];
-    let s = step(&p, &staged, &pods, &BTreeSet::new());
+    let s = step(&p, &staged, &BTreeSet::new(), &pods, &BTreeSet::new());
     assert_eq!(s.release.len(), 2);
     // The launcher alone before the workers: held.
-    let s = step(&p, &staged, &[gated("l", "launcher")], &BTreeSet::new());
+    let s = step(
+        &p,
+        &staged,
+        &BTreeSet::new(),
+        &[gated("l", "launcher")],
+        &BTreeSet::new(),
+    );
     assert!(s.release.is_empty());
     assert_eq!(
         s.held[0].1,
@@ -133,7 +150,7 @@ fn a_staged_launcher_waits_for_the_workers_then_goes_alone() {
         running("w-1", "worker", "n2"),
         gated("l", "launcher"),
     ];
-    let s = step(&p, &staged, &pods, &BTreeSet::new());
+    let s = step(&p, &staged, &BTreeSet::new(), &pods, &BTreeSet::new());
     assert_eq!(s.release, vec![("l".into(), "n1".into())]);
     // Created at startup together: all three released in one step.
     let pods = vec![
@@ -141,7 +158,12 @@ fn a_staged_launcher_waits_for_the_workers_then_goes_alone() {
         gated("w-1", "worker"),
         gated("l", "launcher"),
     ];
-    assert_eq!(step(&p, &staged, &pods, &BTreeSet::new()).release.len(), 3);
+    assert_eq!(
+        step(&p, &staged, &BTreeSet::new(), &pods, &BTreeSet::new())
+            .release
+            .len(),
+        3
+    );
 }
 
 #[test]
@@ -152,11 +174,12 @@ fn the_last_wave_of_a_batch_job_is_released_pod_by_pod() {
     let mut done2 = running("j-b", "job", "n1");
     done2.finished = true;
     let pods = vec![done, done2, gated("j-c", "job")];
-    let s = step(&p, &BTreeSet::new(), &pods, &BTreeSet::new());
+    let s = fresh(&p, &pods);
     assert_eq!(s.release, vec![("j-c".into(), "n1".into())]);
     // Even when the finished pods are gone, the record says the job was released.
     let s = step(
         &p,
+        &BTreeSet::new(),
         &BTreeSet::new(),
         &[gated("j-c", "job")],
         &["job".to_string()].into(),
@@ -177,7 +200,7 @@ fn a_restart_in_the_middle_of_a_release_places_nothing_twice() {
         gated("pt-worker-1", "worker"),
         gated("pt-worker-2", "worker"),
     ];
-    let s = step(&readme_plan(), &BTreeSet::new(), &pods, &BTreeSet::new());
+    let s = fresh(&readme_plan(), &pods);
     assert_eq!(
         s.release,
         vec![
@@ -198,7 +221,7 @@ fn a_gated_pod_keeps_the_node_it_is_already_restricted_to() {
         gated("w-1", "worker"),
         a,
     ];
-    let s = step(&readme_plan(), &BTreeSet::new(), &pods, &BTreeSet::new());
+    let s = fresh(&readme_plan(), &pods);
     assert!(s.release.contains(&("w-a".into(), "b-1".into())), "{s:?}");
     assert_eq!(per_node(&s, &pods), readme_plan());
 }
@@ -207,7 +230,7 @@ fn a_gated_pod_keeps_the_node_it_is_already_restricted_to() {
 fn extra_pods_wait_and_misplaced_pods_are_reported() {
     let p = plan(&[("worker", &[("n1", 1)])]);
     let pods = vec![running("w-0", "worker", "n1"), gated("w-1", "worker")];
-    let s = step(&p, &BTreeSet::new(), &pods, &BTreeSet::new());
+    let s = fresh(&p, &pods);
     assert!(s.release.is_empty());
     assert_eq!(s.held[0].0, "w-1");
     assert!(
@@ -218,24 +241,45 @@ fn extra_pods_wait_and_misplaced_pods_are_reported() {
 
     let mut stray = running("w-2", "worker", "n9");
     stray.allowed = None;
-    let s = step(
-        &p,
-        &BTreeSet::new(),
-        &[running("w-0", "worker", "n1"), stray],
-        &BTreeSet::new(),
-    );
+    let s = fresh(&p, &[running("w-0", "worker", "n1"), stray]);
     assert_eq!(s.mismatches.len(), 1);
     assert_eq!(s.mismatches[0].node, "n9");
 
     let mut moved = running("w-0", "worker", "n1");
     moved.bound = Some("n2".into());
-    let s = step(&p, &BTreeSet::new(), &[moved], &BTreeSet::new());
+    let s = fresh(&p, &[moved]);
     assert!(
         s.mismatches
             .iter()
             .any(|m| m.why == "assigned to n1, bound to n2"),
         "{s:?}"
     );
+}
+
+#[test]
+fn pinned_components_are_off_plan_only_outside_their_nodes() {
+    let p = plan(&[("worker", &[("n1", 1), ("n2", 1)])]);
+    let pinned: BTreeSet<String> = ["worker".to_string()].into();
+    let on = |name: &str, node: &str| PodSeen {
+        allowed: Some(["n1".to_string(), "n2".to_string()].into()),
+        ..running(name, "worker", node)
+    };
+    // Both on n1: the member chose within the set, as pinned mode lets it.
+    let both = [on("w-0", "n1"), on("w-1", "n1")];
+    let s = step(&p, &BTreeSet::new(), &pinned, &both, &BTreeSet::new());
+    assert!(s.mismatches.is_empty(), "{:?}", s.mismatches);
+    // Gated (exact) components: the same arrangement is off the plan.
+    let s = fresh(&p, &both);
+    assert_eq!(s.mismatches.len(), 1, "{:?}", s.mismatches);
+    // A node outside the plan is off it either way.
+    let s = step(
+        &p,
+        &BTreeSet::new(),
+        &pinned,
+        &[on("w-0", "n9")],
+        &BTreeSet::new(),
+    );
+    assert_eq!(s.mismatches.len(), 1, "{:?}", s.mismatches);
 }
 
 /// A small deterministic generator (no dependency on a crate's RNG for a test this size).
@@ -317,7 +361,7 @@ fn random_arrivals_and_restarts_end_exactly_on_the_plan() {
                     &gone.component,
                 ));
             }
-            let s = step(&p, &staged, &pods, &released);
+            let s = step(&p, &staged, &BTreeSet::new(), &pods, &released);
             let created_initial = pods
                 .iter()
                 .filter(|q| !staged.contains(&q.component))
