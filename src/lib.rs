@@ -7,6 +7,7 @@ pub mod controller;
 pub mod estimate;
 pub mod fleet;
 pub mod labels;
+pub mod lifecycle;
 pub mod metrics;
 pub mod placement;
 pub mod quantity;

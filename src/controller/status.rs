@@ -9,22 +9,8 @@ use serde_json::Value;
 
 use crate::workload::JobKind;
 
-/// A member copy as observed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Observed {
-    /// The copy exists; not every pod runs (yet).
-    Starting {
-        scheduled: u32,
-        running: u32,
-    },
-    /// Every expected pod is Running.
-    Running {
-        scheduled: u32,
-        running: u32,
-    },
-    Succeeded,
-    Failed(String),
-}
+/// A member copy as observed: the lifecycle's view of its progress.
+pub use crate::lifecycle::Progress as Observed;
 
 fn condition_true<'a>(status: &'a Value, types: &[&str]) -> Option<&'a Value> {
     status.get("conditions")?.as_array()?.iter().find(|c| {
@@ -134,15 +120,7 @@ pub fn observe(kind: JobKind, copy: &Value, pods: &[&Arc<Pod>], expected: u32) -
         succeeded,
         waiting,
     } = tally(pods);
-    // Succeeded pods are progress, not loss: workers that finish before their master, the last
-    // wave of a batch Job with completions > parallelism. The job runs while every live pod runs
-    // and those with the ones that succeeded make up the whole job.
-    let whole = running >= expected || (waiting == 0 && running + succeeded >= expected);
-    if expected > 0 && whole {
-        Observed::Running { scheduled, running }
-    } else {
-        Observed::Starting { scheduled, running }
-    }
+    Observed::judge(scheduled, running, succeeded, waiting, expected)
 }
 
 /// A JSON merge patch that turns `old` into exactly `new` (keys only in `old` become `null`, at

@@ -1,0 +1,443 @@
+//! The life of one job once muster is responsible for it: a pure state machine beside the
+//! scheduler. Input: the job's durable [`Record`] (what its QueuedJob status says), what was
+//! [`Seen`] (its member copies, the members' health, the hub job's generation, whether the record
+//! is durable, the outcome of a create just tried) and the time. Output: the new record and
+//! [`Intent`]s (create or delete a copy, free the job's quota, queue it again, an Event, wake me
+//! at). Every timer is a deadline kept in the record, so a restarted controller goes on where the
+//! last one stopped; every transition is named ([`Transition`]).
+//!
+//! Two rules keep a job in exactly one member: a copy is created only once the record placing it
+//! there is durable and no copy of the job may still run elsewhere (except on a member that does
+//! not answer: a declared partition); a running copy is deleted only once the record saying why
+//! is durable. Copies left behind are the record's `orphans` until a member confirms them gone.
+//! The drivers (the hub controller, the fault simulation in `sim::faults`) only observe and
+//! execute.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Milliseconds: since the Unix epoch in the controller, on the virtual clock in simulations.
+pub type Ms = u64;
+
+/// Pods per node per component (`{worker: {node-1: 2}}`).
+pub type Plan = BTreeMap<String, BTreeMap<String, u32>>;
+
+mod book;
+mod step;
+#[cfg(test)]
+mod tests;
+pub use book::{Book, Entry, Spec, spec_of};
+pub use step::{admitted, gone, preempted, step};
+
+/// Where a job stands (the QueuedJob's `state`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// Waiting for quota or capacity, or backing off after a take-back.
+    #[default]
+    Queued,
+    /// Capacity reserved on `cluster`; the copy there is being created.
+    Admitted,
+    /// The copy exists on `cluster`; not every pod runs (yet).
+    Dispatched,
+    /// Every pod of the job runs (or ran and succeeded) on `cluster`.
+    Running,
+    /// The member says the job succeeded.
+    Finished,
+    /// The member says the job failed.
+    Failed,
+    /// Can never run as written.
+    Rejected,
+}
+
+impl Phase {
+    /// Placed on a member: quota charged and capacity reserved there.
+    pub fn placed(self) -> bool {
+        matches!(self, Phase::Admitted | Phase::Dispatched | Phase::Running)
+    }
+
+    pub fn terminal(self) -> bool {
+        matches!(self, Phase::Finished | Phase::Failed | Phase::Rejected)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Queued => "Queued",
+            Phase::Admitted => "Admitted",
+            Phase::Dispatched => "Dispatched",
+            Phase::Running => "Running",
+            Phase::Finished => "Finished",
+            Phase::Failed => "Failed",
+            Phase::Rejected => "Rejected",
+        }
+    }
+}
+
+/// Why a job was taken back from its member (the `reason` label of `muster_requeues_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RequeueReason {
+    /// Its pods stayed unschedulable in the member for too long.
+    StuckPods,
+    /// Its pods disappeared from the member (deleted, node lost).
+    PodsLost,
+    /// The member it ran on became unreachable or was removed.
+    MemberLost,
+    /// Preempted to reclaim guaranteed quota.
+    Preempted,
+    /// Its copy could not be created there (no such kind, forbidden, refused).
+    CreateFailed,
+    /// Its copy disappeared from the member without muster deleting it.
+    CopyLost,
+    /// The hub job's spec (what it asks for) changed after admission.
+    SpecChanged,
+}
+
+impl RequeueReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequeueReason::StuckPods => "stuck_pods",
+            RequeueReason::PodsLost => "pods_lost",
+            RequeueReason::MemberLost => "member_lost",
+            RequeueReason::Preempted => "preempted",
+            RequeueReason::CreateFailed => "create_failed",
+            RequeueReason::CopyLost => "copy_lost",
+            RequeueReason::SpecChanged => "spec_changed",
+        }
+    }
+}
+
+/// What to do with a job whose member stops answering (`--partition-policy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Partition {
+    /// After the grace period the job is placed again elsewhere; its old copy may still run
+    /// unseen (the job is reported as possibly running twice) and is deleted the moment the
+    /// member answers again.
+    #[default]
+    Replace,
+    /// The job stays where it is, quota held, until the member answers: never two copies.
+    Wait,
+}
+
+impl Partition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Partition::Replace => "replace",
+            Partition::Wait => "wait",
+        }
+    }
+}
+
+/// Timeouts and policies (the controller's flags).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// A dispatched job whose pods do not all run this long after dispatch is taken back.
+    pub pods_ready_timeout: Ms,
+    /// A job that ran and lost pods for this long is taken back.
+    pub pods_lost_timeout: Ms,
+    /// A member silent for this long loses its jobs (with [`Partition::Replace`]).
+    pub member_lost_grace: Ms,
+    /// A dispatched copy absent from its answering member for this long was deleted by someone.
+    pub copy_missing_grace: Ms,
+    /// Creating the copy is retried at this interval ...
+    pub create_retry: Ms,
+    /// ... and given up (the job taken back, the member avoided) after failing this long.
+    pub create_give_up: Ms,
+    /// Backoff before a job taken back is queued again: base·2^(n-1), at most max.
+    pub backoff: Ms,
+    pub backoff_max: Ms,
+    pub partition: Partition,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            pods_ready_timeout: 300_000,
+            pods_lost_timeout: 120_000,
+            member_lost_grace: 300_000,
+            copy_missing_grace: 15_000,
+            create_retry: 5_000,
+            create_give_up: 60_000,
+            backoff: 10_000,
+            backoff_max: 600_000,
+            partition: Partition::Replace,
+        }
+    }
+}
+
+impl Settings {
+    /// The backoff before the `requeues`-th return to the queue.
+    pub fn backoff_for(&self, requeues: u32) -> Ms {
+        let factor = 1u64 << requeues.saturating_sub(1).min(20);
+        self.backoff.saturating_mul(factor).min(self.backoff_max)
+    }
+}
+
+/// Digest of what a job asks for: per component its name, pod count, requests and node
+/// selector, canonically written (independent of how the manifest was laid out, and of fields
+/// that do not change what is charged or where it may go, such as `suspend`). FNV-1a, hex.
+pub fn digest(w: &crate::workload::Workload) -> String {
+    let mut text = String::new();
+    for c in &w.components {
+        text.push_str(&c.name);
+        text.push('|');
+        text.push_str(&c.pods.to_string());
+        for (r, q) in c.requests.iter() {
+            text.push_str(&format!("|{r}={q}"));
+        }
+        for (k, v) in &c.node_selector {
+            text.push_str(&format!("|{k}:{v}"));
+        }
+        text.push(';');
+    }
+    for p in &w.priority_class_names {
+        text.push_str(&format!("pc={p};"));
+    }
+    digest_text(&text)
+}
+
+/// FNV-1a of `text`, hex.
+pub fn digest_text(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// A job's durable record: everything a restarted driver needs to go on (the QueuedJob status).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Record {
+    pub phase: Phase,
+    /// The member it is placed on (or finished on).
+    pub cluster: Option<String>,
+    /// The reserved plan on `cluster`.
+    pub placement: Plan,
+    /// Digest of the hub job's spec this record was made for ([`digest`]): what is dispatched
+    /// is what was admitted.
+    pub spec: String,
+    pub admitted_at: Option<Ms>,
+    pub dispatched_at: Option<Ms>,
+    /// UID of the copy muster created (only that object is the job's copy).
+    pub copy_uid: Option<String>,
+    /// Creating the copy has failed since (and last at).
+    pub create_failing_since: Option<Ms>,
+    pub create_failed_at: Option<Ms>,
+    /// Every pod ran at some point of this dispatch.
+    pub ran: bool,
+    /// Since when a job that ran has fewer live pods than it needs.
+    pub degraded_since: Option<Ms>,
+    /// Since when its copy is absent from its (answering) member.
+    pub missing_since: Option<Ms>,
+    /// Finished or failed, but pods still run: its quota stays charged until they end.
+    pub lingering: bool,
+    /// Taken back: queued again at this time.
+    pub backoff_until: Option<Ms>,
+    pub requeues: u32,
+    /// Members where its pods could not run lately: avoided while others remain.
+    pub avoid: BTreeSet<String>,
+    /// Members that may still hold a copy of it (taken back, preempted), since when: deleted
+    /// there, and forgotten once the member confirms it gone.
+    pub orphans: BTreeMap<String, Ms>,
+    /// One line: why it waits, or what happened last.
+    pub reason: String,
+}
+
+impl Record {
+    /// Charged to quota and holding capacity (what a restarted driver restores as admitted).
+    pub fn holds(&self) -> bool {
+        self.phase.placed() || self.lingering
+    }
+
+    /// This record, held by the hub, allows creating the copy on `cluster`.
+    pub fn places_on(&self, cluster: &str) -> bool {
+        self.phase.placed() && self.cluster.as_deref() == Some(cluster)
+    }
+
+    /// This record, held by the hub, says why the copy on `cluster` goes: the job is not placed
+    /// there, or an old copy there is listed to go.
+    pub fn removes_from(&self, cluster: &str) -> bool {
+        !(self.holds() && self.cluster.as_deref() == Some(cluster))
+            || self.orphans.contains_key(cluster)
+    }
+
+    /// Members where a copy may run while the job is placed elsewhere or waits: a declared
+    /// partition (the job may run twice until they answer).
+    pub fn maybe_twice<'a>(&'a self, seen: &'a Seen) -> impl Iterator<Item = &'a str> + 'a {
+        self.orphans.keys().map(String::as_str).filter(move |c| {
+            matches!(
+                seen.orphans.get(*c),
+                Some(Member::Silent { .. } | Member::Unconnected { .. })
+            )
+        })
+    }
+}
+
+/// The state of a member copy's job, from the copy and its pods.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Not every pod runs (yet).
+    Starting {
+        scheduled: u32,
+        running: u32,
+    },
+    /// Every pod needed runs (succeeded pods count as progress).
+    Running {
+        scheduled: u32,
+        running: u32,
+    },
+    Succeeded,
+    Failed(String),
+}
+
+impl Progress {
+    /// A job not over yet, from its live pods: `running` and `waiting` (Pending, or being
+    /// deleted) of them, `scheduled` bound to a node, and `succeeded` pods, against the
+    /// `expected` pods of the job. Succeeded pods are progress, not loss (workers that finish
+    /// before their master, the last wave of a batch Job with completions > parallelism): the job
+    /// runs while every live pod runs and those with the succeeded ones make up the whole job.
+    pub fn judge(
+        scheduled: u32,
+        running: u32,
+        succeeded: u32,
+        waiting: u32,
+        expected: u32,
+    ) -> Progress {
+        let whole = running >= expected || (waiting == 0 && running + succeeded >= expected);
+        if expected > 0 && whole {
+            Progress::Running { scheduled, running }
+        } else {
+            Progress::Starting { scheduled, running }
+        }
+    }
+}
+
+/// A copy of the job on a member, as observed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Copy {
+    pub uid: String,
+    pub progress: Progress,
+    /// Pods running (started and not finished): what still uses the member. Pending pods of a
+    /// job that ended hold nothing.
+    pub live_pods: u32,
+    /// Pods the job needs.
+    pub expected: u32,
+    /// Why pods wait, in the member scheduler's words.
+    pub waiting: Option<String>,
+}
+
+/// A member as one job sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Member {
+    /// Connected and in sync: the job's copy there, if any.
+    Answering(Option<Copy>),
+    /// Was connected; has not answered since.
+    Silent { since: Ms },
+    /// Known but never connected (credentials missing or refused), since.
+    Unconnected { since: Ms },
+    /// No such member any more.
+    Removed,
+}
+
+/// What a create just tried on the member returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Created {
+    Ok { uid: String },
+    Failed { message: String },
+}
+
+/// What the driver observed for one job.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub now: Ms,
+    /// Digest of the hub job's spec now.
+    pub spec: String,
+    /// What the hub holds of this job's record (None: nothing yet, or its QueuedJob was
+    /// deleted). A copy is created only where it places the job, deleted only where it says the
+    /// job is not.
+    pub hub: Option<Record>,
+    /// The member the record places it on.
+    pub here: Option<Member>,
+    /// Each orphan member of the record.
+    pub orphans: BTreeMap<String, Member>,
+    /// The outcome of a create on `here` since the last step.
+    pub created: Option<Created>,
+}
+
+/// Named transitions (each Event's reason).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transition {
+    Queued,
+    Rejected,
+    Admitted,
+    Dispatched,
+    DispatchFailed,
+    Running,
+    Degraded,
+    Finished,
+    Failed,
+    Requeued,
+    Preempted,
+    Resubmitted,
+    OldCopyGone,
+    OldCopyUnconfirmed,
+    MemberSilent,
+}
+
+impl Transition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transition::Queued => "Queued",
+            Transition::Rejected => "Inadmissible",
+            Transition::Admitted => "Admitted",
+            Transition::Dispatched => "Dispatched",
+            Transition::DispatchFailed => "DispatchFailed",
+            Transition::Running => "Running",
+            Transition::Degraded => "Degraded",
+            Transition::Finished => "Finished",
+            Transition::Failed => "Failed",
+            Transition::Requeued => "Requeued",
+            Transition::Preempted => "Preempted",
+            Transition::Resubmitted => "Resubmitted",
+            Transition::OldCopyGone => "OldCopyGone",
+            Transition::OldCopyUnconfirmed => "OldCopyUnconfirmed",
+            Transition::MemberSilent => "MemberSilent",
+        }
+    }
+
+    /// Shown as a Warning Event.
+    pub fn warning(self) -> bool {
+        matches!(
+            self,
+            Transition::Rejected
+                | Transition::DispatchFailed
+                | Transition::Degraded
+                | Transition::Failed
+                | Transition::Requeued
+                | Transition::Preempted
+                | Transition::OldCopyUnconfirmed
+                | Transition::MemberSilent
+        )
+    }
+}
+
+/// What the driver must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Intent {
+    /// Create the copy on the member (the record placing it there is durable).
+    Create { cluster: String },
+    /// Delete the job's copy on the member (the record saying why is durable).
+    Delete { cluster: String, why: String },
+    /// Free the job's quota and capacity in the scheduler; it stays tracked.
+    Release,
+    /// (Re)submit the job's current spec to the scheduler (backoff over, spec changed).
+    Submit,
+    /// Counted in `muster_requeues_total`.
+    Requeued(RequeueReason),
+    /// Counted in `muster_jobs_finished_total`.
+    Ended { succeeded: bool },
+    Event {
+        transition: Transition,
+        note: String,
+    },
+    /// Step this job again at (the earliest deadline in its record).
+    WakeAt(Ms),
+}

@@ -1,0 +1,434 @@
+//! The jobs a driver follows: each job's record, what the hub holds of it, and its entry in the
+//! scheduler. The glue between [`step`](super::step) and the scheduling core, shared by the hub
+//! controller and the fault simulation so that both do exactly the same: restore from durable
+//! records, submit (avoiding members as a preference), step every job, run a scheduling cycle,
+//! turn its decisions into records, and say which records to write, in a safe order.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::{
+    Created, Intent, Member, Ms, Phase, Record, Seen, Settings, Transition, admitted, gone,
+    preempted,
+};
+use crate::scheduler::{Decision, JobId, JobState, Scheduler, Submitted};
+use crate::workload::Workload;
+
+/// One followed job.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub record: Record,
+    /// What the hub holds (None: no QueuedJob yet, or it was deleted).
+    pub written: Option<Record>,
+    pub id: Option<JobId>,
+    /// `kind namespace/name`, for messages.
+    pub label: String,
+    /// Hub creation time, seconds (queue order).
+    pub submitted: u64,
+    /// The outcome of the last create, for the next step.
+    created: Option<Created>,
+}
+
+/// A job's spec as the driver reads it now: its workload (or why it cannot be read) and its
+/// digest ([`super::digest`]).
+pub type Spec = (Result<Workload, String>, String);
+
+/// The spec of a workload, or of a job that cannot be read.
+pub fn spec_of(w: Result<Workload, String>) -> Spec {
+    match w {
+        Ok(w) => {
+            let d = super::digest(&w);
+            (Ok(w), d)
+        }
+        Err(e) => {
+            let d = super::digest_text(&e);
+            (Err(e), d)
+        }
+    }
+}
+
+/// The followed jobs.
+#[derive(Default)]
+pub struct Book {
+    pub settings: Settings,
+    jobs: BTreeMap<String, Entry>,
+    by_id: HashMap<JobId, String>,
+}
+
+impl Book {
+    pub fn new(settings: Settings) -> Book {
+        Book {
+            settings,
+            ..Book::default()
+        }
+    }
+
+    pub fn get(&self, uid: &str) -> Option<&Entry> {
+        self.jobs.get(uid)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Entry)> {
+        self.jobs.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    pub fn uid_of(&self, id: JobId) -> Option<&str> {
+        self.by_id.get(&id).map(String::as_str)
+    }
+
+    /// Starts following a job: from its durable record (an earlier run's), or new. Returns the
+    /// intents of its intake (an Event), or None when the job is not muster's (outside the tree).
+    #[allow(clippy::too_many_arguments)]
+    pub fn track(
+        &mut self,
+        sched: &mut Scheduler,
+        uid: &str,
+        label: String,
+        spec: &Spec,
+        submitted: u64,
+        durable: Option<Record>,
+    ) -> Option<Vec<Intent>> {
+        let mut e = Entry {
+            record: durable.clone().unwrap_or_else(|| Record {
+                spec: spec.1.clone(),
+                ..Record::default()
+            }),
+            written: durable.clone(),
+            id: None,
+            label,
+            submitted,
+            created: None,
+        };
+        let mut out = Vec::new();
+        match (&durable, &spec.0) {
+            (Some(r), Ok(w)) if r.holds() => {
+                let c = r.cluster.clone().unwrap_or_default();
+                match sched.restore(w, submitted, &c, &r.placement) {
+                    Submitted::Queued(id) | Submitted::Inadmissible(id, _) => e.id = Some(id),
+                    // Outside the tree now: still followed (its copy runs), charged nowhere.
+                    Submitted::Ignored(why) => {
+                        e.record.reason = format!("{}; {why}", e.record.reason);
+                    }
+                }
+            }
+            // Not charged: ended, backing off, or placed but unreadable now (it runs; reported).
+            (Some(r), _) if r.phase.terminal() || r.backoff_until.is_some() || r.holds() => {}
+            _ => {
+                if !self.submit(sched, &mut e, spec) && durable.is_none() {
+                    return None;
+                }
+                if durable.is_none() {
+                    let transition = if e.record.phase == Phase::Rejected {
+                        Transition::Rejected
+                    } else {
+                        Transition::Queued
+                    };
+                    out.push(Intent::Event {
+                        transition,
+                        note: e.record.reason.clone(),
+                    });
+                }
+            }
+        }
+        if let Some(id) = e.id {
+            self.by_id.insert(id, uid.to_string());
+        }
+        self.jobs.insert(uid.to_string(), e);
+        Some(out)
+    }
+
+    /// (Re)submits the entry's current spec, avoiding members as a preference: a job that fits
+    /// nowhere else is judged against every member, never rejected for its avoid list. Returns
+    /// false when the job is not muster's.
+    fn submit(&mut self, sched: &mut Scheduler, e: &mut Entry, spec: &Spec) -> bool {
+        if let Some(id) = e.id.take() {
+            sched.finish(id);
+            self.by_id.remove(&id);
+        }
+        e.record.spec = spec.1.clone();
+        let w = match &spec.0 {
+            Err(msg) => {
+                e.record.phase = Phase::Rejected;
+                e.record.reason = format!("malformed: {msg}");
+                return true;
+            }
+            Ok(w) => w,
+        };
+        let mut s = sched.submit(&avoiding(sched, w, &e.record.avoid), e.submitted);
+        if let Submitted::Inadmissible(id, _) = &s
+            && !e.record.avoid.is_empty()
+        {
+            sched.finish(*id);
+            e.record.avoid.clear();
+            s = sched.submit(w, e.submitted);
+        }
+        match s {
+            Submitted::Queued(id) => {
+                e.id = Some(id);
+                e.record.phase = Phase::Queued;
+                e.record.reason = format!("queued in {}", sched.queue_name(id));
+            }
+            Submitted::Inadmissible(id, reason) => {
+                e.id = Some(id);
+                e.record.phase = Phase::Rejected;
+                e.record.reason = reason;
+            }
+            Submitted::Ignored(why) => {
+                // Muster does not queue it; known jobs stay followed (and say why they wait).
+                if e.record.phase == Phase::Queued {
+                    e.record.reason = why;
+                }
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The driver wrote `record` for `uid` (or learnt what the hub holds).
+    pub fn written(&mut self, uid: &str, record: Option<Record>) {
+        if let Some(e) = self.jobs.get_mut(uid) {
+            e.written = record;
+        }
+    }
+
+    /// The outcome of a create the driver tried for `uid`.
+    pub fn created(&mut self, uid: &str, c: Created) {
+        if let Some(e) = self.jobs.get_mut(uid) {
+            e.created = Some(c);
+        }
+    }
+
+    /// The hub job is gone: stop following it. Returns the deletes of its copies.
+    pub fn untrack(&mut self, sched: &mut Scheduler, uid: &str) -> Vec<Intent> {
+        let Some(e) = self.jobs.remove(uid) else {
+            return Vec::new();
+        };
+        if let Some(id) = e.id {
+            sched.finish(id);
+            self.by_id.remove(&id);
+        }
+        gone(&e.record)
+            .into_iter()
+            .filter(|i| !matches!(i, Intent::Release))
+            .collect()
+    }
+
+    /// One pass at `now`: every job stepped from what `seen` says of it (the driver fills in
+    /// `here` and `orphans`), then one scheduling cycle when `admit` (a quota tree is in force).
+    /// Returns the intents for the driver to carry out, per job, in order: deletes before
+    /// creates.
+    pub fn pass(
+        &mut self,
+        sched: &mut Scheduler,
+        spec: &mut dyn FnMut(&str) -> Option<Spec>,
+        seen: &mut dyn FnMut(&str, &Record) -> Seen,
+        now: Ms,
+        admit: bool,
+    ) -> Vec<(String, Intent)> {
+        let mut out: Vec<(String, Intent)> = Vec::new();
+        let uids: Vec<String> = self.jobs.keys().cloned().collect();
+        // 1. Observe every job first: a copy still being deleted anywhere holds back every
+        //    create (the capacity and quota it uses are not free until it is gone).
+        let mut views: Vec<(String, Seen)> = Vec::with_capacity(uids.len());
+        let mut draining = BTreeSet::new();
+        for uid in &uids {
+            let Some(e) = self.jobs.get_mut(uid) else {
+                continue;
+            };
+            let mut s = seen(uid, &e.record);
+            s.now = now;
+            s.hub = e.written.clone();
+            s.created = e.created.take();
+            for (c, m) in &s.orphans {
+                if matches!(m, Member::Answering(Some(_))) && e.record.cluster.as_deref() != Some(c)
+                {
+                    draining.insert(c.clone());
+                }
+            }
+            views.push((uid.clone(), s));
+        }
+        // 2. Step every job; quota freed and jobs queued again at once.
+        for (uid, s) in views {
+            let Some(mut e) = self.jobs.remove(&uid) else {
+                continue;
+            };
+            let (n, intents) = super::step(&e.record, &s, &self.settings);
+            e.record = n;
+            for i in intents {
+                match i {
+                    Intent::Release => {
+                        if let Some(id) = e.id.take() {
+                            sched.finish(id);
+                            self.by_id.remove(&id);
+                        }
+                    }
+                    Intent::Submit => {
+                        if let Some(sp) = spec(&uid) {
+                            self.submit(sched, &mut e, &sp);
+                        }
+                    }
+                    Intent::Create { cluster } if !draining.is_empty() => {
+                        let others: Vec<&str> = draining.iter().map(String::as_str).collect();
+                        e.record.reason = format!(
+                            "admitted to {cluster}; waiting until the copies muster deletes on {} are gone",
+                            others.join(", ")
+                        );
+                        out.push((uid.clone(), Intent::WakeAt(now + 1_000)));
+                    }
+                    other => out.push((uid.clone(), other)),
+                }
+            }
+            if let Some(id) = e.id {
+                self.by_id.insert(id, uid.clone());
+            }
+            self.jobs.insert(uid, e);
+        }
+        // 3. One scheduling cycle; admissions and preemptions become records.
+        let decisions = if admit { sched.cycle() } else { Vec::new() };
+        for d in decisions {
+            match d {
+                Decision::Admit { job, cluster, .. } => {
+                    let Some(uid) = self.by_id.get(&job).cloned() else {
+                        continue;
+                    };
+                    let plan = sched.plan(job).map(|(_, p)| p).unwrap_or_default();
+                    let Some(e) = self.jobs.get_mut(&uid) else {
+                        continue;
+                    };
+                    let (n, intents) = admitted(&e.record, &cluster, plan, now);
+                    e.record = n;
+                    out.extend(intents.into_iter().map(|i| (uid.clone(), i)));
+                }
+                Decision::Preempt { job, by, reason } => {
+                    let Some(uid) = self.by_id.get(&job).cloned() else {
+                        continue;
+                    };
+                    let by_label = sched.job_label(by);
+                    let Some(e) = self.jobs.get_mut(&uid) else {
+                        continue;
+                    };
+                    let (n, intents) = preempted(&e.record, &by_label, &reason, now);
+                    e.record = n;
+                    for i in intents {
+                        if i == Intent::Release {
+                            if let Some(id) = e.id.take() {
+                                sched.finish(id);
+                                self.by_id.remove(&id);
+                            }
+                        } else {
+                            out.push((uid.clone(), i));
+                        }
+                    }
+                }
+                Decision::Wait { job, reason } => {
+                    if let Some(uid) = self.by_id.get(&job)
+                        && let Some(e) = self.jobs.get_mut(uid)
+                        && e.record.phase == Phase::Queued
+                    {
+                        e.record.reason = reason;
+                    }
+                }
+            }
+        }
+        // 4. Waiting jobs follow the core: admissible again after a tree change, or not any
+        //    more; avoiding members never makes a job inadmissible.
+        let ids: Vec<(JobId, String)> = self.by_id.iter().map(|(i, u)| (*i, u.clone())).collect();
+        for (id, uid) in ids {
+            let Some(mut e) = self.jobs.remove(&uid) else {
+                continue;
+            };
+            match sched.state(id) {
+                JobState::Pending if e.record.phase == Phase::Rejected => {
+                    e.record.phase = Phase::Queued;
+                    e.record.reason = sched.reason(id).unwrap_or_default();
+                }
+                // Avoiding is a preference: dropped when it leaves the job nowhere to go (every
+                // other member unreachable now, or none could ever hold it).
+                JobState::Pending | JobState::Inadmissible(_)
+                    if !e.record.avoid.is_empty()
+                        && (matches!(sched.state(id), JobState::Inadmissible(_))
+                            || !sched
+                                .clusters()
+                                .iter()
+                                .any(|c| c.reachable && !e.record.avoid.contains(&c.name))) =>
+                {
+                    e.record.avoid.clear();
+                    if let Some(sp) = spec(&uid) {
+                        self.submit(sched, &mut e, &sp);
+                    }
+                }
+                JobState::Inadmissible(r) if e.record.phase == Phase::Queued => {
+                    e.record.phase = Phase::Rejected;
+                    e.record.reason = r.clone();
+                }
+                _ => {}
+            }
+            if let Some(id) = e.id {
+                self.by_id.insert(id, uid.clone());
+            }
+            self.jobs.insert(uid, e);
+        }
+        // Deletes first, then creates, whatever job they belong to.
+        out.sort_by_key(|(_, i)| match i {
+            Intent::Delete { .. } => 0,
+            Intent::Create { .. } => 2,
+            _ => 1,
+        });
+        out
+    }
+
+    /// The records to write, in a safe order: first those that free capacity (a job leaving its
+    /// member), then the rest, admissions last. A driver stops at the first failed write of a
+    /// record that frees capacity, so that a crash can never leave an admission durable while
+    /// the job it displaced is still recorded in place (both would be charged on restart).
+    pub fn to_write(&self) -> Vec<(String, Record)> {
+        let mut v: Vec<(u8, String, Record)> = self
+            .jobs
+            .iter()
+            .filter(|(_, e)| e.written.as_ref() != Some(&e.record))
+            .map(|(u, e)| {
+                let rank = if e.record.holds() {
+                    2
+                } else if e.written.as_ref().is_some_and(Record::holds) {
+                    0
+                } else {
+                    1
+                };
+                (rank, u.clone(), e.record.clone())
+            })
+            .collect();
+        v.sort_by_key(|(rank, u, _)| (*rank, u.clone()));
+        v.into_iter().map(|(_, u, r)| (u, r)).collect()
+    }
+}
+
+/// The workload restricted to the members it does not avoid (unless that leaves none: avoiding
+/// is a preference).
+fn avoiding(sched: &Scheduler, w: &Workload, avoid: &BTreeSet<String>) -> Workload {
+    let mut w = w.clone();
+    if avoid.is_empty() {
+        return w;
+    }
+    let allowed: BTreeSet<String> = sched
+        .clusters()
+        .iter()
+        .map(|c| c.name.clone())
+        .filter(|n| !avoid.contains(n))
+        .filter(|n| {
+            w.candidates
+                .names
+                .as_ref()
+                .is_none_or(|names| names.contains(n))
+        })
+        .collect();
+    if !allowed.is_empty() {
+        w.candidates.names = Some(allowed);
+    }
+    w
+}

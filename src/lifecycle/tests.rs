@@ -1,0 +1,377 @@
+//! Unit tests of the lifecycle's transitions, one per defect of issue 11 they close, written
+//! with small chainable builders: a record ([`rec`]) and an observation ([`Obs`]).
+
+use std::collections::BTreeMap;
+
+use super::*;
+
+const D: &str = "spec-1";
+
+fn s() -> Settings {
+    Settings {
+        pods_ready_timeout: 300_000,
+        pods_lost_timeout: 120_000,
+        member_lost_grace: 60_000,
+        copy_missing_grace: 15_000,
+        create_retry: 5_000,
+        create_give_up: 60_000,
+        backoff: 10_000,
+        backoff_max: 600_000,
+        partition: Partition::Replace,
+    }
+}
+
+/// A record of `phase` on member-a (no member when Queued).
+fn rec(phase: Phase) -> Record {
+    Record {
+        phase,
+        cluster: (phase != Phase::Queued).then(|| "member-a".to_string()),
+        spec: D.into(),
+        admitted_at: Some(0),
+        copy_uid: matches!(phase, Phase::Dispatched | Phase::Running).then(|| "copy-1".into()),
+        dispatched_at: matches!(phase, Phase::Dispatched | Phase::Running).then_some(1_000),
+        ran: phase == Phase::Running,
+        ..Record::default()
+    }
+}
+
+/// What a step sees; by default the hub holds `r` itself and the member answers with no copy.
+struct Obs(Seen);
+
+impl Obs {
+    fn of(r: &Record, now: Ms) -> Obs {
+        Obs(Seen {
+            now,
+            spec: r.spec.clone(),
+            hub: Some(r.clone()),
+            here: r.cluster.as_ref().map(|_| Member::Answering(None)),
+            orphans: r
+                .orphans
+                .keys()
+                .map(|c| (c.clone(), Member::Answering(None)))
+                .collect(),
+            created: None,
+        })
+    }
+    fn hub(mut self, h: Option<Record>) -> Obs {
+        self.0.hub = h;
+        self
+    }
+    fn here(mut self, m: Member) -> Obs {
+        self.0.here = Some(m);
+        self
+    }
+    fn copy(self, uid: &str, progress: Progress, live: u32) -> Obs {
+        self.here(Member::Answering(Some(Copy {
+            uid: uid.into(),
+            progress,
+            live_pods: live,
+            expected: 3,
+            waiting: None,
+        })))
+    }
+    fn orphan(mut self, c: &str, m: Member) -> Obs {
+        self.0.orphans.insert(c.into(), m);
+        self
+    }
+    fn spec(mut self, d: &str) -> Obs {
+        self.0.spec = d.into();
+        self
+    }
+    fn created(mut self, c: Created) -> Obs {
+        self.0.created = Some(c);
+        self
+    }
+    fn step(&self, r: &Record) -> (Record, Vec<Intent>) {
+        step(r, &self.0, &s())
+    }
+    fn step_with(&self, r: &Record, settings: &Settings) -> (Record, Vec<Intent>) {
+        step(r, &self.0, settings)
+    }
+}
+
+fn creates(out: &[Intent]) -> bool {
+    out.iter().any(|i| matches!(i, Intent::Create { .. }))
+}
+
+fn deletes(out: &[Intent]) -> Vec<String> {
+    out.iter()
+        .filter_map(|i| match i {
+            Intent::Delete { cluster, .. } => Some(cluster.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn requeued(out: &[Intent]) -> Option<RequeueReason> {
+    out.iter().find_map(|i| match i {
+        Intent::Requeued(r) => Some(*r),
+        _ => None,
+    })
+}
+
+const RUNNING: Progress = Progress::Running {
+    scheduled: 3,
+    running: 3,
+};
+const STARTING: Progress = Progress::Starting {
+    scheduled: 1,
+    running: 1,
+};
+
+#[test]
+fn the_copy_is_created_only_once_the_hub_holds_the_admission() {
+    // Defect 3: a copy created before its admission is durable is created again after a crash.
+    let r = rec(Phase::Admitted);
+    let (_, out) = Obs::of(&r, 1_000).hub(None).step(&r);
+    assert!(!creates(&out));
+    let (_, out) = Obs::of(&r, 1_000).hub(Some(rec(Phase::Queued))).step(&r);
+    assert!(!creates(&out));
+    let (_, out) = Obs::of(&r, 1_000).step(&r);
+    assert!(creates(&out));
+}
+
+#[test]
+fn a_copy_found_after_a_lost_create_answer_is_adopted() {
+    let r = rec(Phase::Admitted);
+    let (n, out) = Obs::of(&r, 2_000).copy("copy-9", STARTING, 1).step(&r);
+    assert_eq!(n.phase, Phase::Dispatched);
+    assert_eq!(n.copy_uid.as_deref(), Some("copy-9"));
+    assert!(!creates(&out));
+}
+
+#[test]
+fn failing_creates_are_retried_then_given_up_and_the_member_avoided() {
+    // Defect 6: a member that can never create the job held its quota forever.
+    let failed = Created::Failed {
+        message: "the server could not find the requested resource".into(),
+    };
+    let r = rec(Phase::Admitted);
+    let (r, out) = Obs::of(&r, 1_000).created(failed.clone()).step(&r);
+    assert!(!creates(&out), "retried only after the retry interval");
+    assert!(r.reason.contains("could not find"));
+    let (r, out) = Obs::of(&r, 6_000).step(&r);
+    assert!(creates(&out));
+    let (r, _) = Obs::of(&r, 6_500).created(failed.clone()).step(&r);
+    assert_eq!(r.phase, Phase::Admitted);
+    let (n, out) = Obs::of(&r, 61_000).step(&r);
+    assert_eq!(n.phase, Phase::Queued);
+    assert_eq!(requeued(&out), Some(RequeueReason::CreateFailed));
+    assert!(out.contains(&Intent::Release));
+    assert!(n.avoid.contains("member-a"));
+    assert!(
+        n.orphans.contains_key("member-a"),
+        "a lost create may have made a copy"
+    );
+    assert!(n.backoff_until.is_some());
+}
+
+#[test]
+fn stuck_pods_are_timed_from_dispatch_even_without_a_dispatch_time() {
+    // Defect 6: jobs whose dispatchedAt was never written were never taken back.
+    let mut r = rec(Phase::Dispatched);
+    r.dispatched_at = None;
+    let (r, out) = Obs::of(&r, 10_000).copy("copy-1", STARTING, 1).step(&r);
+    assert_eq!(r.dispatched_at, Some(10_000));
+    assert!(out.contains(&Intent::WakeAt(310_000)));
+    let (n, out) = Obs::of(&r, 310_000).copy("copy-1", STARTING, 1).step(&r);
+    assert_eq!(requeued(&out), Some(RequeueReason::StuckPods));
+    assert!(n.avoid.contains("member-a"));
+}
+
+#[test]
+fn succeeded_pods_are_progress_not_loss() {
+    // Defect 7: the last wave of a batch Job, workers done before their master.
+    assert!(matches!(
+        Progress::judge(1, 1, 2, 0, 3),
+        Progress::Running { .. }
+    ));
+    assert!(matches!(
+        Progress::judge(3, 1, 2, 0, 3),
+        Progress::Running { .. }
+    ));
+    assert!(matches!(
+        Progress::judge(2, 1, 1, 1, 3),
+        Progress::Starting { .. }
+    ));
+    assert!(matches!(
+        Progress::judge(0, 0, 0, 0, 3),
+        Progress::Starting { .. }
+    ));
+    let r = rec(Phase::Running);
+    let p = Progress::judge(1, 1, 2, 0, 3);
+    let (n, out) = Obs::of(&r, 500_000).copy("copy-1", p, 1).step(&r);
+    assert_eq!(n.phase, Phase::Running);
+    assert_eq!(n.degraded_since, None);
+    assert_eq!(requeued(&out), None);
+}
+
+#[test]
+fn an_ended_job_keeps_its_quota_while_pods_still_run() {
+    // Defect 8: cleanPodPolicy None, RayCluster kept after its job.
+    let r = rec(Phase::Running);
+    let (r, out) = Obs::of(&r, 5_000)
+        .copy("copy-1", Progress::Succeeded, 2)
+        .step(&r);
+    assert_eq!(r.phase, Phase::Finished);
+    assert!(r.lingering && r.holds());
+    assert!(!out.contains(&Intent::Release));
+    assert!(out.contains(&Intent::Ended { succeeded: true }));
+    let silent = Member::Silent { since: 6_000 };
+    let (r, out) = Obs::of(&r, 7_000).here(silent).step(&r);
+    assert!(r.lingering && !out.contains(&Intent::Release));
+    let (r, out) = Obs::of(&r, 8_000)
+        .copy("copy-1", Progress::Succeeded, 0)
+        .step(&r);
+    assert!(!r.lingering && !r.holds());
+    assert!(out.contains(&Intent::Release));
+    assert_eq!(r.reason, "succeeded on member-a");
+}
+
+#[test]
+fn a_silent_member_loses_its_job_after_the_grace_and_the_old_copy_is_deleted_when_it_answers() {
+    // Defect 9 (policy Replace) and defect 16.
+    let r = rec(Phase::Running);
+    let silent = Member::Silent { since: 10_000 };
+    let (r, out) = Obs::of(&r, 20_000).here(silent.clone()).step(&r);
+    assert_eq!(r.phase, Phase::Running);
+    assert!(out.contains(&Intent::WakeAt(70_000)));
+    let (q, out) = Obs::of(&r, 70_000).here(silent).step(&r);
+    assert_eq!(q.phase, Phase::Queued);
+    assert_eq!(requeued(&out), Some(RequeueReason::MemberLost));
+    assert!(
+        out.contains(&Intent::Submit),
+        "no backoff for a lost member"
+    );
+    assert_eq!(q.orphans.get("member-a"), Some(&70_000));
+    assert!(q.avoid.is_empty());
+    // Placed on member-b meanwhile; member-a answers with the old copy: deleted, but only
+    // once the hub holds a record saying it goes.
+    let mut b = q.clone();
+    b.phase = Phase::Running;
+    b.cluster = Some("member-b".into());
+    b.copy_uid = Some("copy-b".into());
+    let old = Member::Answering(Some(Copy {
+        uid: "copy-1".into(),
+        progress: RUNNING,
+        live_pods: 3,
+        expected: 3,
+        waiting: None,
+    }));
+    let obs = Obs::of(&b, 80_000)
+        .copy("copy-b", RUNNING, 3)
+        .orphan("member-a", old);
+    let (_, out) = obs.step(&b);
+    assert_eq!(deletes(&out), vec!["member-a".to_string()]);
+    let (_, out) = Obs(Seen {
+        hub: Some(rec(Phase::Running)),
+        ..obs.0.clone()
+    })
+    .step(&b);
+    assert!(
+        deletes(&out).is_empty(),
+        "the hub still places it on member-a"
+    );
+    let (n, _) = Obs::of(&b, 90_000).copy("copy-b", RUNNING, 3).step(&b);
+    assert!(n.orphans.is_empty(), "confirmed gone");
+    // A removed member takes its job with it at once.
+    let (n, out) = Obs::of(&r, 20_000).here(Member::Removed).step(&r);
+    assert_eq!(
+        (n.phase, requeued(&out)),
+        (Phase::Queued, Some(RequeueReason::MemberLost))
+    );
+}
+
+#[test]
+fn with_policy_wait_a_silent_member_keeps_its_job_and_blocks_a_second_copy() {
+    let mut st = s();
+    st.partition = Partition::Wait;
+    let r = rec(Phase::Running);
+    let silent = Member::Silent { since: 0 };
+    let (n, out) = Obs::of(&r, 10_000_000)
+        .here(silent.clone())
+        .step_with(&r, &st);
+    assert_eq!(n.phase, Phase::Running);
+    assert_eq!(requeued(&out), None);
+    // An old copy on a silent member keeps a new admission from creating.
+    let mut a = rec(Phase::Admitted);
+    a.cluster = Some("member-b".into());
+    a.orphans.insert("member-a".into(), 0);
+    let obs = Obs::of(&a, 1_000).orphan("member-a", silent);
+    let (n, out) = obs.step_with(&a, &st);
+    assert!(!creates(&out));
+    assert!(n.reason.contains("may still run"), "{}", n.reason);
+    let (_, out) = obs.step(&a);
+    assert!(creates(&out), "policy Replace accepts the risk");
+}
+
+#[test]
+fn an_edited_job_is_taken_back_and_submitted_as_it_is_now() {
+    // Defect 10.
+    for phase in [Phase::Admitted, Phase::Running] {
+        let r = rec(phase);
+        let (n, out) = Obs::of(&r, 1_000).spec("spec-2").step(&r);
+        assert_eq!(n.phase, Phase::Queued);
+        assert_eq!(n.spec, "spec-2");
+        assert!(!creates(&out));
+        assert!(out.contains(&Intent::Release) && out.contains(&Intent::Submit));
+        assert_eq!(requeued(&out), Some(RequeueReason::SpecChanged));
+    }
+}
+
+#[test]
+fn an_object_muster_did_not_create_is_not_the_jobs_copy() {
+    // Defect 11: a spoofed copy that reaches Complete must not finish the job.
+    let r = rec(Phase::Running);
+    let (n, out) = Obs::of(&r, 1_000)
+        .copy("someone-else", Progress::Succeeded, 0)
+        .step(&r);
+    assert_eq!(n.phase, Phase::Running);
+    assert!(!out.contains(&Intent::Ended { succeeded: true }));
+    assert_eq!(n.missing_since, Some(1_000));
+    let (n, out) = Obs::of(&n, 16_000).step(&n);
+    assert_eq!(
+        (n.phase, requeued(&out)),
+        (Phase::Queued, Some(RequeueReason::CopyLost))
+    );
+}
+
+#[test]
+fn preemption_forgets_the_timers_of_the_placement() {
+    // Defect 17.
+    let mut r = rec(Phase::Running);
+    r.degraded_since = Some(5_000);
+    r.missing_since = Some(6_000);
+    let (n, out) = preempted(&r, "team-b/job-0", "reclaim", 7_000);
+    assert_eq!(n.phase, Phase::Queued);
+    assert!(!n.ran && n.degraded_since.is_none() && n.missing_since.is_none());
+    assert!(n.dispatched_at.is_none() && n.copy_uid.is_none() && n.cluster.is_none());
+    assert_eq!(n.orphans.get("member-a"), Some(&7_000));
+    assert_eq!(requeued(&out), Some(RequeueReason::Preempted));
+}
+
+#[test]
+fn a_deleted_hub_job_deletes_every_copy_and_frees_its_quota() {
+    let mut r = rec(Phase::Running);
+    r.orphans = BTreeMap::from([("member-c".to_string(), 1)]);
+    let out = gone(&r);
+    assert!(out.contains(&Intent::Release));
+    assert_eq!(
+        deletes(&out),
+        vec!["member-a".to_string(), "member-c".to_string()]
+    );
+}
+
+#[test]
+fn the_spec_digest_ignores_layout_and_suspend() {
+    let job = |suspend: bool, cpu: &str| {
+        serde_json::json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "team-a"},
+            "spec": {"suspend": suspend, "parallelism": 2, "template": {"spec": {"containers": [
+                {"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}}})
+    };
+    let d =
+        |v: serde_json::Value| spec_of(crate::workload::interpret(&v).map_err(|e| e.to_string())).1;
+    assert_eq!(d(job(true, "1")), d(job(false, "1000m")));
+    assert_ne!(d(job(true, "1")), d(job(true, "2")));
+}
