@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use muster::lifecycle::Partition;
 use muster::metrics::Metrics;
 use muster::sim;
 
@@ -42,6 +43,24 @@ enum Command {
         /// Take the metrics at this virtual time (e.g. 10m) instead of at the end.
         #[arg(long, value_name = "DURATION", requires = "metrics")]
         metrics_at: Option<String>,
+        /// Instead of a scenario: the deterministic simulation with faults, seeds
+        /// FROM..FROM+N (see --faults-from); prints each broken invariant with its replay command.
+        #[arg(long, value_name = "N", conflicts_with_all = ["scenario", "faults_seed", "metrics"])]
+        faults: Option<u64>,
+        /// First seed of --faults.
+        #[arg(long, value_name = "FROM", default_value_t = 0, requires = "faults")]
+        faults_from: u64,
+        /// Replay one seed of the simulation with faults and print its whole trace.
+        #[arg(long, value_name = "SEED", conflicts_with_all = ["scenario", "metrics"])]
+        faults_seed: Option<u64>,
+        /// Partition policy of the simulation with faults (as the controller's
+        /// --partition-policy); `both` runs every seed under each.
+        #[arg(long, value_enum, default_value_t = PolicyArg::Both)]
+        partition_policy: PolicyArg,
+        /// Re-introduce a defect of earlier controllers into the simulated controller, to see
+        /// the invariants catch it.
+        #[arg(long, value_enum)]
+        faults_defect: Option<DefectArg>,
     },
     /// Run the hub controller (suspend, queue, admit, dispatch, sync status).
     Controller(Box<ControllerArgs>),
@@ -145,6 +164,41 @@ enum LogFormat {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum DefectArg {
+    CollectUnknown,
+    Unfenced,
+    WritesUnordered,
+}
+
+impl DefectArg {
+    fn defect(self) -> muster::sim::faults::Defect {
+        use muster::sim::faults::Defect;
+        match self {
+            DefectArg::CollectUnknown => Defect::CollectUnknown,
+            DefectArg::Unfenced => Defect::Unfenced,
+            DefectArg::WritesUnordered => Defect::WritesUnordered,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum PolicyArg {
+    Replace,
+    Wait,
+    Both,
+}
+
+impl PolicyArg {
+    fn policies(self) -> Vec<Partition> {
+        match self {
+            PolicyArg::Replace => vec![Partition::Replace],
+            PolicyArg::Wait => vec![Partition::Wait],
+            PolicyArg::Both => vec![Partition::Replace, Partition::Wait],
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum Output {
     Json,
     Table,
@@ -176,6 +230,23 @@ fn main() -> ExitCode {
             explain,
             metrics,
             metrics_at,
+            faults,
+            faults_from,
+            faults_seed,
+            partition_policy,
+            faults_defect,
+        } if faults.is_some() || faults_seed.is_some() => {
+            let _ = (scenario, output, explain, metrics, metrics_at);
+            let defect = faults_defect.map(DefectArg::defect);
+            run_faults(faults_from, faults, faults_seed, partition_policy, defect)
+        }
+        Command::Sim {
+            scenario,
+            output,
+            explain,
+            metrics,
+            metrics_at,
+            ..
         } => run_sim(
             scenario.as_deref(),
             output,
@@ -365,6 +436,75 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
 enum MetricsOut {
     Stdout,
     File(String, std::fs::File),
+}
+
+/// `muster sim --faults N` / `--faults-seed SEED`.
+fn run_faults(
+    from: u64,
+    n: Option<u64>,
+    one: Option<u64>,
+    policy: PolicyArg,
+    defect: Option<muster::sim::faults::Defect>,
+) -> ExitCode {
+    use muster::sim::faults::{Options, run};
+    if let Some(seed) = one {
+        let mut broken = false;
+        for partition in policy.policies() {
+            let o = run(&Options {
+                seed,
+                partition,
+                defect,
+                ..Options::default()
+            });
+            println!("# seed {seed}, partition policy {}", partition.as_str());
+            for line in &o.trace {
+                println!("{line}");
+            }
+            println!("{}", o.summary());
+            broken |= o.violation.is_some();
+        }
+        return if broken {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let n = n.unwrap_or(0);
+    let (mut runs, mut faults, mut crashes, mut requeues, mut bad) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let started = Instant::now();
+    for seed in from..from.saturating_add(n) {
+        for partition in policy.policies() {
+            let o = run(&Options {
+                seed,
+                partition,
+                defect,
+                ..Options::default()
+            });
+            runs += 1;
+            faults += u64::from(o.faults);
+            crashes += u64::from(o.crashes);
+            requeues += u64::from(o.requeues);
+            if o.violation.is_some() {
+                bad += 1;
+                println!("{}", o.summary());
+            }
+        }
+    }
+    println!(
+        "{runs} runs ({n} seeds from {from}, partition policy {}): {bad} broke an invariant; \
+         {faults} faults, {crashes} controller crashes, {requeues} requeues; {:.1} s",
+        match policy {
+            PolicyArg::Replace => "replace",
+            PolicyArg::Wait => "wait",
+            PolicyArg::Both => "replace and wait",
+        },
+        started.elapsed().as_secs_f64()
+    );
+    if bad > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn run_sim(

@@ -5,6 +5,8 @@
 //! report, and optionally the metrics a controller would record. It never decides anything itself:
 //! every decision comes from [`Scheduler::cycle`].
 
+pub mod faults;
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::fmt::Write as _;

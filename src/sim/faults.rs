@@ -1,0 +1,585 @@
+//! `muster sim --faults`: deterministic simulation with faults. A seeded run drives the real
+//! scheduler and the real lifecycle ([`Book`], the same glue the controller uses) against
+//! simulated members and a simulated hub, injects faults at any step (members partitioned,
+//! removed or stuck, pods lost or finishing in any order, batch Jobs' last waves, failed, lost
+//! and fenced status writes, failed creates, controller crashes and leader changes, spec and
+//! tree edits valid and invalid, QueuedJobs and hub jobs deleted), and checks the invariants of
+//! [`check`] after every step. A failing seed prints its trace; the same seed replays it.
+
+mod check;
+mod inject;
+mod world;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::lifecycle::{Book, Created, Intent, Member, Ms, Partition, Record, Seen, Settings};
+use crate::quota::QuotaTree;
+use crate::scheduler::{Config, Scheduler};
+use check::Checker;
+pub use world::Rng;
+use world::{HubJob, Shape, SimMember, Store, cluster_info, tree};
+
+/// One run's settings.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub seed: u64,
+    /// Virtual seconds with faults; then every fault heals and the run goes on until every job
+    /// ended (or a limit).
+    pub ticks: u32,
+    pub jobs: u32,
+    pub partition: Partition,
+    /// Re-introduce a known defect into the controller's glue (to show the checker catches it).
+    pub defect: Option<Defect>,
+}
+
+/// Defects of earlier controllers, re-introduced on demand into the simulated controller to
+/// show that the invariants catch them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Defect {
+    /// Without a valid tree nothing is followed, and garbage collection deletes every copy it
+    /// does not follow (issue 11, defect 1).
+    CollectUnknown,
+    /// A replaced leader goes on writing and acting (defect 4).
+    Unfenced,
+    /// Records are written in any order and a failed write does not stop the rest (defect 3).
+    WritesUnordered,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            seed: 1,
+            ticks: 300,
+            jobs: 14,
+            partition: Partition::Replace,
+            defect: None,
+        }
+    }
+}
+
+/// What a run saw.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub seed: u64,
+    pub partition: Partition,
+    /// The first invariant broken, if any.
+    pub violation: Option<String>,
+    /// Everything that happened, one line per event (kept whole for replay).
+    pub trace: Vec<String>,
+    pub faults: u32,
+    pub crashes: u32,
+    pub requeues: u32,
+    pub finished: u32,
+}
+
+impl Outcome {
+    /// One line: the seed, what broke (or that nothing did), and how to replay it.
+    pub fn summary(&self) -> String {
+        let policy = self.partition.as_str();
+        match &self.violation {
+            Some(v) => format!(
+                "seed {} ({policy}): {v}\n  replay: cargo run --release -- sim --faults-seed {} --partition-policy {policy}",
+                self.seed, self.seed
+            ),
+            None => format!(
+                "seed {} ({policy}): every invariant held; {} faults, {} crashes, {} requeues, {} jobs ended",
+                self.seed, self.faults, self.crashes, self.requeues, self.finished
+            ),
+        }
+    }
+}
+
+pub const TICK: Ms = 1_000;
+const MEMBERS: [&str; 3] = ["member-a", "member-b", "member-c"];
+pub const TREE_MAX: (u64, u64) = (16, 12);
+
+/// The settings of a fault run: the controller's timeouts, scaled to a short virtual run.
+pub fn settings(partition: Partition) -> Settings {
+    Settings {
+        pods_ready_timeout: 30_000,
+        pods_lost_timeout: 20_000,
+        member_lost_grace: 30_000,
+        copy_missing_grace: 5_000,
+        create_retry: 2_000,
+        create_give_up: 15_000,
+        backoff: 5_000,
+        backoff_max: 40_000,
+        partition,
+    }
+}
+
+/// The controller process: all it has is memory, lost on a crash.
+struct Process {
+    sched: Scheduler,
+    book: Book,
+    term: u64,
+    /// The tree in force (None: none valid seen since the start).
+    tree: Option<u64>,
+    /// Copies of deleted hub jobs still to delete: (job, member).
+    doomed: BTreeSet<(String, String)>,
+    defect: Option<Defect>,
+    /// Crashed in the middle of its writes.
+    crashed: bool,
+}
+
+/// The whole simulated world.
+pub struct World {
+    pub rng: Rng,
+    pub now: Ms,
+    pub members: BTreeMap<String, SimMember>,
+    pub jobs: BTreeMap<String, HubJob>,
+    pub store: Store,
+    /// Root max of the tree on the hub, and whether it is valid.
+    pub tree: (u64, bool),
+    pub settings: Settings,
+    pub trace: Vec<String>,
+    /// Faults happen before this time only.
+    pub fault_end: Ms,
+}
+
+impl World {
+    fn log(&mut self, line: String) {
+        self.trace.push(format!("{:>5}s {line}", self.now / 1000));
+    }
+
+    fn expected(&self, uid: &str) -> u32 {
+        self.jobs.get(uid).map_or(0, |j| j.expected)
+    }
+
+    fn seen(&self, uid: &str, r: &Record) -> Seen {
+        let expected = self.expected(uid);
+        let member = |c: &str| {
+            self.members
+                .get(c)
+                .map_or(Member::Removed, |m| m.seen(uid, expected))
+        };
+        Seen {
+            now: self.now,
+            spec: String::new(),
+            hub: None,
+            here: r.cluster.as_deref().map(member),
+            orphans: r.orphans.keys().map(|c| (c.clone(), member(c))).collect(),
+            created: None,
+        }
+    }
+}
+
+impl Process {
+    /// A (re)started controller: everything it knows it reads from the hub and the members.
+    fn start(w: &mut World, term: u64, defect: Option<Defect>) -> Process {
+        let mut p = Process {
+            sched: Scheduler::new(Config::default()),
+            book: Book::new(w.settings.clone()),
+            term,
+            tree: None,
+            doomed: BTreeSet::new(),
+            defect,
+            crashed: false,
+        };
+        for name in MEMBERS {
+            p.sched.set_cluster(&cluster_info(name));
+        }
+        w.store.term = w.store.term.max(term);
+        w.log(format!("controller starts (term {term})"));
+        p
+    }
+
+    /// One pass of the controller, as `controller::Brain::sync` does it.
+    fn pass(&mut self, w: &mut World, ck: &mut Checker) {
+        if self.fenced(w) {
+            return;
+        }
+        // The tree in force: a valid one replaces it; an invalid one leaves it.
+        if w.tree.1
+            && self.tree != Some(w.tree.0)
+            && let Ok(t) = QuotaTree::parse(&tree(w.tree.0))
+        {
+            self.sched.set_quota_tree(Some(t));
+            self.tree = Some(w.tree.0);
+        }
+        for (name, m) in w.members.iter_mut() {
+            self.sched.set_reachable(name, m.up());
+            m.back_unseen &= !m.up();
+        }
+        // Intake: jobs of covered namespaces, from their durable records if any.
+        let visible: Vec<String> = w
+            .jobs
+            .values()
+            .filter(|j| !j.deleted && j.submitted * 1000 <= w.now)
+            .map(|j| j.uid.clone())
+            .collect();
+        for uid in visible {
+            // Without a tree in force only the jobs muster already knows (a QueuedJob) are
+            // followed, and nothing is admitted.
+            let known =
+                w.store.records.contains_key(&uid) && self.defect != Some(Defect::CollectUnknown);
+            if (self.tree.is_none() && !known) || self.book.get(&uid).is_some() {
+                continue;
+            }
+            let Some(j) = w.jobs.get(&uid) else { continue };
+            let spec = j.spec.clone();
+            let label = format!("{} {}/{}", "job", j.namespace, j.name);
+            let durable = w.store.records.get(&uid).cloned();
+            let submitted = j.submitted;
+            if self
+                .book
+                .track(&mut self.sched, &uid, label, &spec, submitted, durable)
+                .is_some()
+            {
+                w.log(format!("track {uid}"));
+            }
+        }
+        // Deleted hub jobs: every copy goes.
+        let gone: Vec<String> = self
+            .book
+            .iter()
+            .filter(|(u, _)| w.jobs.get(*u).is_none_or(|j| j.deleted))
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uid in gone {
+            for i in self.book.untrack(&mut self.sched, &uid) {
+                if let Intent::Delete { cluster, .. } = i {
+                    self.doomed.insert((uid.clone(), cluster));
+                }
+            }
+        }
+        // The garbage collection: copies of hub jobs known deleted, and only those.
+        for (name, m) in &w.members {
+            if !m.up() {
+                continue;
+            }
+            for uid in m.copies.keys() {
+                if w.jobs.get(uid).is_some_and(|j| j.deleted) {
+                    self.doomed.insert((uid.clone(), name.clone()));
+                }
+            }
+        }
+        if self.defect == Some(Defect::CollectUnknown) {
+            for (name, m) in &w.members {
+                for uid in m.copies.keys() {
+                    if m.up() && self.book.get(uid).is_none() {
+                        self.doomed.insert((uid.clone(), name.clone()));
+                    }
+                }
+            }
+        }
+        for (uid, c) in std::mem::take(&mut self.doomed) {
+            if !delete(w, ck, &uid, &c, "the hub job was deleted") {
+                self.doomed.insert((uid, c));
+            }
+        }
+        // Every job stepped, one cycle.
+        let intents = {
+            let world: &World = w;
+            let spec = |uid: &str| world.jobs.get(uid).map(|j| j.spec.clone());
+            let mut seen = |uid: &str, r: &Record| {
+                let mut s = world.seen(uid, r);
+                s.spec = world
+                    .jobs
+                    .get(uid)
+                    .map(|j| j.spec.1.clone())
+                    .unwrap_or_default();
+                s
+            };
+            let mut specs = spec;
+            let admit = self.tree.is_some();
+            self.book
+                .pass(&mut self.sched, &mut specs, &mut seen, world.now, admit)
+        };
+        for (uid, i) in intents {
+            self.execute(w, ck, &uid, i);
+        }
+        self.write(w);
+    }
+
+    /// Another replica leads now: this one knows (its lease is over) and does nothing.
+    fn fenced(&self, w: &World) -> bool {
+        self.term < w.store.term && self.defect != Some(Defect::Unfenced)
+    }
+
+    fn execute(&mut self, w: &mut World, ck: &mut Checker, uid: &str, i: Intent) {
+        if self.fenced(w) {
+            return;
+        }
+        match i {
+            Intent::Delete { cluster, why } => {
+                delete(w, ck, uid, &cluster, &why);
+            }
+            Intent::Create { cluster } => {
+                let Some(j) = w.jobs.get(uid).cloned() else {
+                    return;
+                };
+                // What is dispatched is what was admitted.
+                let spec = j.spec.1.clone();
+                if self.book.get(uid).is_none_or(|e| e.record.spec != spec) {
+                    return;
+                }
+                let Some(m) = w.members.get_mut(&cluster) else {
+                    return;
+                };
+                let result = if !m.up() {
+                    Created::Failed {
+                        message: format!("{cluster} does not answer"),
+                    }
+                } else if m.fail_creates > 0 {
+                    m.fail_creates -= 1;
+                    Created::Failed {
+                        message: "the server could not find the requested resource".into(),
+                    }
+                } else if let Some(c) = m.copies.get(uid) {
+                    Created::Ok { uid: c.uid.clone() }
+                } else {
+                    m.next_uid += 1;
+                    let copy_uid = format!("{cluster}/{}", m.next_uid);
+                    let now = w.now;
+                    let copy = j.start(copy_uid.clone(), now, &mut w.rng);
+                    if let Some(m) = w.members.get_mut(&cluster) {
+                        m.copies.insert(uid.to_string(), copy);
+                    }
+                    Created::Ok { uid: copy_uid }
+                };
+                w.log(format!("create {uid} on {cluster}: {result:?}"));
+                // A lost answer: created, but the controller never hears of it.
+                if matches!(result, Created::Ok { .. }) && w.rng.chance(30) && ck.faulty(w.now) {
+                    w.log(format!("create answer for {uid} lost"));
+                    return;
+                }
+                self.book.created(uid, result);
+            }
+            Intent::Requeued(why) => {
+                ck.requeues += 1;
+                w.log(format!("requeue {uid}: {}", why.as_str()));
+            }
+            Intent::Event { transition, note } => {
+                w.log(format!("event {uid} {}: {note}", transition.as_str()));
+            }
+            Intent::Ended { .. } | Intent::WakeAt(_) | Intent::Release | Intent::Submit => {}
+        }
+    }
+
+    /// Writes the changed records in the order the book gives; a failed write of a record
+    /// that frees capacity stops the rest.
+    fn write(&mut self, w: &mut World) {
+        let mut order = self.book.to_write();
+        if self.defect == Some(Defect::WritesUnordered) {
+            order.reverse();
+        }
+        for (uid, r) in order {
+            if self.fenced(w) {
+                w.log(format!(
+                    "write {uid} refused: term {} < {}",
+                    self.term, w.store.term
+                ));
+                return;
+            }
+            let roll = w.rng.below(1000);
+            let failing = w.now < w.fault_end;
+            if failing && w.rng.chance(4) {
+                w.log(format!("controller crashes before writing {uid}"));
+                self.crashed = true;
+                return;
+            }
+            if failing && roll < 40 {
+                w.log(format!("write {uid} {} failed", r.phase.as_str()));
+                if !r.holds() && self.defect != Some(Defect::WritesUnordered) {
+                    return;
+                }
+                continue;
+            }
+            w.store.records.insert(uid.clone(), r.clone());
+            if failing && roll < 70 {
+                w.log(format!(
+                    "write {uid} {} applied, answer lost",
+                    r.phase.as_str()
+                ));
+                continue;
+            }
+            w.log(format!(
+                "write {uid} {} {}{}",
+                r.phase.as_str(),
+                r.cluster.as_deref().unwrap_or("-"),
+                if r.orphans.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (old copies: {:?})", r.orphans.keys().collect::<Vec<_>>())
+                }
+            ));
+            self.book.written(&uid, Some(r));
+        }
+    }
+}
+
+/// Deletes a job's copy on a member that answers; false when it does not.
+fn delete(w: &mut World, ck: &mut Checker, uid: &str, cluster: &str, why: &str) -> bool {
+    let Some(m) = w.members.get_mut(cluster) else {
+        return true;
+    };
+    if !m.up() {
+        return false;
+    }
+    if let Some(c) = m.copies.remove(uid) {
+        let live = world::cpu_used(&c) > 0 && c.outcome.is_none();
+        let line = format!("delete {uid} on {cluster} ({why})");
+        w.log(line);
+        ck.deleted(w, uid, cluster, live);
+    }
+    true
+}
+
+/// Runs one seed.
+pub fn run(o: &Options) -> Outcome {
+    let mut w = World {
+        rng: Rng::new(o.seed),
+        now: 0,
+        members: MEMBERS
+            .iter()
+            .map(|n| {
+                (
+                    n.to_string(),
+                    SimMember {
+                        name: n.to_string(),
+                        ..SimMember::default()
+                    },
+                )
+            })
+            .collect(),
+        jobs: BTreeMap::new(),
+        store: Store::default(),
+        tree: (TREE_MAX.0, true),
+        settings: settings(o.partition),
+        trace: Vec::new(),
+        fault_end: Ms::from(o.ticks) * TICK,
+    };
+    let fault_end = w.fault_end;
+    for i in 0..o.jobs {
+        let ns = if w.rng.chance(500) {
+            "team-a"
+        } else {
+            "team-b"
+        };
+        let shape = if w.rng.chance(500) {
+            let parallelism = 1 + w.rng.below(3) as u32;
+            Shape::Batch {
+                parallelism,
+                completions: parallelism + w.rng.below(4) as u32,
+            }
+        } else {
+            Shape::Torch {
+                workers: 1 + w.rng.below(3) as u32,
+                linger: w.rng.chance(250),
+            }
+        };
+        let mut job = HubJob {
+            uid: format!("j{i}"),
+            namespace: ns.into(),
+            name: format!("job-{i}"),
+            shape,
+            cpu: 1 + w.rng.below(2) as u32,
+            runs: (10 + w.rng.below(40)) * 1000,
+            generation: 1,
+            deleted: false,
+            submitted: w.rng.below(u64::from(o.ticks) / 2),
+            spec: (Err(String::new()), String::new()),
+            expected: 0,
+        };
+        job.read();
+        w.log(format!(
+            "job {} {}/{} {:?} cpu {} runs {}s at {}s",
+            job.uid,
+            job.namespace,
+            job.name,
+            job.shape,
+            job.cpu,
+            job.runs / 1000,
+            job.submitted
+        ));
+        w.jobs.insert(job.uid.clone(), job);
+    }
+    let mut ck = Checker::new(fault_end);
+    let mut term = 1;
+    let mut proc = Some(Process::start(&mut w, term, o.defect));
+    let mut restart_at: Option<Ms> = None;
+    let mut stale: Option<(Process, Ms)> = None;
+    let limit = fault_end + 1_200 * TICK;
+    let mut out = Outcome {
+        seed: o.seed,
+        partition: o.partition,
+        ..Outcome::default()
+    };
+    while w.now <= limit {
+        if w.now < fault_end {
+            out.faults += inject::faults(
+                &mut w,
+                &mut proc,
+                &mut restart_at,
+                &mut out.crashes,
+                &mut term,
+                &mut stale,
+            );
+        } else if w.now == fault_end {
+            inject::heal(&mut w);
+        }
+        if restart_at.is_some_and(|t| w.now >= t) {
+            restart_at = None;
+            term += 1;
+            proc = Some(Process::start(&mut w, term, o.defect));
+        }
+        let now = w.now;
+        let mut rng = Rng::new(o.seed ^ now);
+        for m in w.members.values_mut() {
+            m.advance(now, &mut rng);
+        }
+        if let Some((old, until)) = stale.as_mut() {
+            if w.now < *until {
+                old.pass(&mut w, &mut ck);
+            } else {
+                stale = None;
+            }
+        }
+        if let Some(p) = proc.as_mut() {
+            p.pass(&mut w, &mut ck);
+            if p.crashed {
+                proc = None;
+                out.crashes += 1;
+                let back = w.now + (1 + w.rng.below(8)) * TICK;
+                restart_at = Some(back);
+                w.log(format!("controller crashed; back at {}s", back / 1000));
+            }
+        }
+        if let Err(v) = ck.after_step(&w, proc.as_ref().map(|p| (&p.sched, &p.book))) {
+            out.violation = Some(v);
+            break;
+        }
+        if w.now > fault_end && proc.is_some() && ck.settled(&w) {
+            break;
+        }
+        w.now += TICK;
+    }
+    if out.violation.is_none() {
+        out.violation = ck.at_end(&w, proc.as_ref().map(|p| &p.book)).err();
+    }
+    if out.violation.is_some()
+        && let Some(p) = proc.as_ref()
+    {
+        // The controller's view at the end, for the replay.
+        for (uid, e) in p.book.iter() {
+            let state = e.id.map(|id| format!("{:?}", p.sched.state(id)));
+            let line = format!(
+                "end: {uid} {} on {:?}, scheduler: {}",
+                e.record.phase.as_str(),
+                e.record.cluster,
+                state.unwrap_or_else(|| "-".into())
+            );
+            w.log(line);
+        }
+    }
+    out.requeues = ck.requeues;
+    out.finished = w
+        .store
+        .records
+        .values()
+        .filter(|r| r.phase.terminal())
+        .count() as u32;
+    out.trace = std::mem::take(&mut w.trace);
+    out
+}

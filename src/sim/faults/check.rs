@@ -1,0 +1,228 @@
+//! The invariants of a fault run, checked after every step (and at the end):
+//! 1. never a job's copy running in two members, except on members of a declared partition
+//!    (silent, or answering again but not yet seen by a controller pass, and listed in the
+//!    job's durable record as possibly still holding a copy);
+//! 2. quota usage counted from the pods that really live on the members never above a max;
+//! 3. no running copy deleted without a durable reason (the hub job deleted, or its record
+//!    placing it elsewhere or listing that copy as one to go);
+//! 4. no job lost: once faults heal, every job ends Finished, Failed or Rejected;
+//! 5. no quota held beyond the timeouts by a job with nothing running on its answering member
+//!    (except, under policy Wait, while an old copy may still run on a silent member);
+//! 6. after restarts the records converge: what the hub holds is what the controller holds,
+//!    and copies exist only where records place them.
+
+use std::collections::BTreeMap;
+
+use super::world::{PodState, SimCopy, cpu_used};
+use super::{TICK, TREE_MAX, World};
+use crate::lifecycle::{Book, Ms, Partition};
+use crate::scheduler::{JobState, Scheduler};
+
+pub struct Checker {
+    fault_end: Ms,
+    /// Per job: how long it has held quota with nothing running.
+    idle: BTreeMap<String, Ms>,
+    broken: Option<String>,
+    pub requeues: u32,
+}
+
+fn alive(c: &SimCopy) -> bool {
+    cpu_used(c) > 0
+}
+
+impl Checker {
+    pub fn new(fault_end: Ms) -> Checker {
+        Checker {
+            fault_end,
+            idle: BTreeMap::new(),
+            broken: None,
+            requeues: 0,
+        }
+    }
+
+    /// Faults may still happen at `now`.
+    pub fn faulty(&self, now: Ms) -> bool {
+        now < self.fault_end
+    }
+
+    /// 3. A copy with live pods was deleted: only with a durable reason.
+    pub fn deleted(&mut self, w: &World, uid: &str, cluster: &str, live: bool) {
+        if !live || self.broken.is_some() {
+            return;
+        }
+        let hub_deleted = w.jobs.get(uid).is_none_or(|j| j.deleted);
+        let recorded_elsewhere = w
+            .store
+            .records
+            .get(uid)
+            .is_some_and(|r| r.removes_from(cluster));
+        if !hub_deleted && !recorded_elsewhere {
+            let held = w
+                .store
+                .records
+                .get(uid)
+                .map_or("no record".to_string(), |r| {
+                    format!("{} on {:?}", r.phase.as_str(), r.cluster)
+                });
+            self.broken = Some(format!(
+                "invariant 3: the running copy of {uid} on {cluster} was deleted while the hub records {held}"
+            ));
+        }
+    }
+
+    /// Declared partition: the member does not answer and the job's durable record lists it.
+    fn declared(w: &World, uid: &str, cluster: &str) -> bool {
+        let silent = w
+            .members
+            .get(cluster)
+            .is_some_and(|m| m.down_since.is_some() || m.back_unseen);
+        silent
+            && w.store
+                .records
+                .get(uid)
+                .is_some_and(|r| r.orphans.contains_key(cluster))
+    }
+
+    pub fn after_step(
+        &mut self,
+        w: &World,
+        proc: Option<(&Scheduler, &Book)>,
+    ) -> Result<(), String> {
+        if let Some(b) = self.broken.take() {
+            return Err(b);
+        }
+        // 1 and 2.
+        let mut per_job: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut used: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut users: Vec<String> = Vec::new();
+        for (name, m) in &w.members {
+            if m.removed {
+                continue;
+            }
+            for (uid, c) in &m.copies {
+                if !alive(c) || Self::declared(w, uid, name) {
+                    continue;
+                }
+                per_job.entry(uid).or_default().push(name);
+                let ns = w.jobs.get(uid).map_or("", |j| j.namespace.as_str());
+                *used.entry(ns).or_default() += cpu_used(c);
+                users.push(format!("{uid}@{name}:{}", cpu_used(c)));
+            }
+        }
+        if let Some((uid, ms)) = per_job.iter().find(|(_, ms)| ms.len() > 1) {
+            return Err(format!(
+                "invariant 1: {uid} runs on {} outside a declared partition",
+                ms.join(" and ")
+            ));
+        }
+        let total: u64 = used.values().sum();
+        if total > w.tree.0 {
+            return Err(format!(
+                "invariant 2: {total} cpu in use, above the root's max of {} ({})",
+                w.tree.0,
+                users.join(" ")
+            ));
+        }
+        if let Some((ns, u)) = used.iter().find(|(_, u)| **u > TREE_MAX.1) {
+            return Err(format!(
+                "invariant 2: {u} cpu in use in {ns}, above its max of {} ({})",
+                TREE_MAX.1,
+                users.join(" ")
+            ));
+        }
+        // 5.
+        let Some((sched, book)) = proc else {
+            return Ok(());
+        };
+        let s = &book.settings;
+        let bound = s.pods_ready_timeout + s.create_give_up + s.pods_lost_timeout + 10 * TICK;
+        for (uid, e) in book.iter() {
+            let charged =
+                e.id.is_some_and(|id| matches!(sched.state(id), JobState::Admitted { .. }));
+            let member = e.record.cluster.as_deref().and_then(|c| w.members.get(c));
+            // Under policy Wait a job whose old copy may still run on a silent member waits
+            // for it, quota held: what that policy promises.
+            let waits = s.partition == Partition::Wait
+                && e.record
+                    .orphans
+                    .keys()
+                    .any(|c| w.members.get(c).is_some_and(|m| !m.up()));
+            let watched = charged && !waits && member.is_some_and(|m| m.up());
+            let running = member
+                .and_then(|m| m.copies.get(uid))
+                .is_some_and(|c| c.pods.iter().any(|p| p.state == PodState::Running));
+            if !watched || running {
+                self.idle.remove(uid);
+                continue;
+            }
+            let idle = self.idle.entry(uid.clone()).or_default();
+            *idle += TICK;
+            if *idle > bound {
+                return Err(format!(
+                    "invariant 5: {uid} has held quota on {} for {}s with nothing running ({})",
+                    e.record.cluster.as_deref().unwrap_or("-"),
+                    *idle / 1000,
+                    e.record.reason
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every job has ended (the run may stop).
+    pub fn settled(&self, w: &World) -> bool {
+        w.jobs.values().filter(|j| !j.deleted).all(|j| {
+            w.store
+                .records
+                .get(&j.uid)
+                .is_some_and(|r| r.phase.terminal() && !r.lingering)
+        }) && w.members.values().all(|m| {
+            m.copies
+                .iter()
+                .all(|(uid, c)| !alive(c) || w.jobs.get(uid).is_none_or(|j| j.deleted))
+        })
+    }
+
+    /// 4 and 6, once every fault has healed and the run went on.
+    pub fn at_end(&self, w: &World, book: Option<&Book>) -> Result<(), String> {
+        for j in w.jobs.values().filter(|j| !j.deleted) {
+            match w.store.records.get(&j.uid) {
+                Some(r) if r.phase.terminal() => {}
+                Some(r) => {
+                    return Err(format!(
+                        "invariant 4: {} never ended: {} ({})",
+                        j.uid,
+                        r.phase.as_str(),
+                        r.reason
+                    ));
+                }
+                None => return Err(format!("invariant 4: {} has no record", j.uid)),
+            }
+        }
+        let Some(book) = book else {
+            return Err("invariant 6: no controller at the end".into());
+        };
+        for (uid, e) in book.iter() {
+            if w.store.records.get(uid) != Some(&e.record) {
+                return Err(format!(
+                    "invariant 6: the hub's record of {uid} differs from the controller's"
+                ));
+            }
+        }
+        for (name, m) in &w.members {
+            for (uid, c) in &m.copies {
+                let placed = w
+                    .store
+                    .records
+                    .get(uid)
+                    .is_some_and(|r| r.cluster.as_deref() == Some(name.as_str()));
+                if alive(c) && !placed && !m.removed {
+                    return Err(format!(
+                        "invariant 6: a live copy of {uid} is left on {name}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

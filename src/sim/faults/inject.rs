@@ -1,0 +1,145 @@
+//! The faults of a run: which member, controller, hub job, QueuedJob or tree goes wrong at
+//! each step (drawn from the run's seed), and the moment every fault heals.
+
+use super::world::Rng;
+use super::{MEMBERS, Process, TICK, World};
+use crate::lifecycle::Ms;
+
+/// Every fault heals: members answer and run pods again, the tree is valid.
+pub(super) fn heal(w: &mut World) {
+    for m in w.members.values_mut() {
+        m.back_unseen |= m.down_since.is_some();
+        m.down_since = None;
+        m.stuck_until = 0;
+        m.fail_creates = 0;
+    }
+    w.tree.1 = true;
+    w.log("every fault heals".into());
+}
+
+/// Injects this step's faults; returns how many.
+pub(super) fn faults(
+    w: &mut World,
+    proc: &mut Option<Process>,
+    restart_at: &mut Option<Ms>,
+    crashes: &mut u32,
+    term: &mut u64,
+    stale: &mut Option<(Process, Ms)>,
+) -> u32 {
+    let mut n = 0;
+    let now = w.now;
+    let names: Vec<String> = w.members.keys().cloned().collect();
+    for name in &names {
+        let r = w.rng.below(1000);
+        let Some(m) = w.members.get_mut(name) else {
+            continue;
+        };
+        let line = if m.removed {
+            None
+        } else if let Some(since) = m.down_since {
+            (now - since > 60_000 || r < 40).then(|| {
+                m.down_since = None;
+                m.back_unseen = true;
+                format!("{name} answers again")
+            })
+        } else if r < 6 {
+            m.down_since = Some(now);
+            Some(format!("{name} partitioned (its copies keep running)"))
+        } else if r < 10 {
+            m.stuck_until = now + 10_000 + (r as Ms) * 5_000;
+            Some(format!(
+                "{name}: pods cannot start until {}s",
+                m.stuck_until / 1000
+            ))
+        } else if r < 22 {
+            let delay = if r < 18 { Some(3_000) } else { None };
+            let mut rng = Rng::new(now ^ r);
+            m.lose_pod(&mut rng, now, delay)
+                .map(|j| format!("{name}: a pod of {j} lost (back: {delay:?})"))
+        } else if r < 25 {
+            m.fail_creates = 1 + (r as u32 % 20);
+            Some(format!("{name}: the next {} creates fail", m.fail_creates))
+        } else if r == 25 && !MEMBERS[..1].contains(&name.as_str()) {
+            m.removed = true;
+            Some(format!("{name} removed from the fleet"))
+        } else {
+            None
+        };
+        if let Some(l) = line {
+            n += 1;
+            w.log(l);
+        }
+    }
+    let r = w.rng.below(1000);
+    if proc.is_some() && r < 8 {
+        *proc = None;
+        *crashes += 1;
+        let back = now + (1 + w.rng.below(8)) * TICK;
+        *restart_at = Some(back);
+        w.log(format!("controller crashes; back at {}s", back / 1000));
+        n += 1;
+    } else if proc.is_some() && r < 12 {
+        // A leader change: a new leader takes over while the old one goes on for a few
+        // steps (its sync not over yet); fenced, it neither writes nor acts.
+        *term += 1;
+        w.store.term = *term;
+        let old = proc.take();
+        let defect = old.as_ref().and_then(|p| p.defect);
+        let until = now + (1 + w.rng.below(5)) * TICK;
+        *stale = old.map(|p| (p, until));
+        *proc = Some(Process::start(w, *term, defect));
+        w.log(format!(
+            "leader changes; the old leader goes on until {}s",
+            until / 1000
+        ));
+        n += 1;
+    } else if r < 16 {
+        let k = w.rng.below(w.jobs.len() as u64) as usize;
+        if let Some(j) = w.jobs.values_mut().nth(k) {
+            j.generation += 1;
+            if r < 14 {
+                j.cpu = 3 - j.cpu;
+            }
+            j.read();
+            let line = format!(
+                "{} edited (generation {}, cpu {})",
+                j.uid, j.generation, j.cpu
+            );
+            w.log(line);
+            n += 1;
+        }
+    } else if r < 18 {
+        w.tree.1 = !w.tree.1;
+        let line = format!(
+            "the tree is now {}",
+            if w.tree.1 { "valid" } else { "invalid" }
+        );
+        w.log(line);
+        n += 1;
+    } else if r < 19 {
+        w.tree.0 += 2;
+        let line = format!("the tree's root max is now {} cpu", w.tree.0);
+        w.log(line);
+        n += 1;
+    } else if r < 22 {
+        // Someone deletes a QueuedJob: its finalizer keeps it (and its record) until the hub
+        // job is gone; the controller goes on writing it.
+        let k = w.rng.below(w.jobs.len() as u64) as usize;
+        if let Some(uid) = w.store.records.keys().nth(k).cloned() {
+            w.log(format!("QueuedJob of {uid} deleted: kept by its finalizer"));
+            n += 1;
+        }
+    } else if r < 23 {
+        let k = w.rng.below(w.jobs.len() as u64) as usize;
+        if let Some(j) = w.jobs.values_mut().nth(k)
+            && !j.deleted
+        {
+            j.deleted = true;
+            let uid = j.uid.clone();
+            w.log(format!("hub job {uid} deleted (its QueuedJob with it)"));
+            w.store.records.remove(&uid);
+            n += 1;
+        }
+    }
+    n
+}

@@ -1,0 +1,376 @@
+//! The simulated world of a fault run: members whose job controllers run pods on a virtual
+//! clock (batch Jobs in waves, PyTorchJobs whose workers may finish before or after their
+//! master), and a hub that holds jobs and QueuedJob records. Faults are applied to it by the
+//! run; it never decides anything for muster.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::quantity::ResourceList;
+
+use super::TREE_MAX;
+use crate::fleet::{ClusterInfo, NodeInfo};
+use crate::lifecycle::{Copy, Member as Seen, Ms, Progress, Record, Spec, spec_of};
+use crate::workload::interpret;
+
+/// A seeded generator (splitmix64): the same seed gives the same run.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (0 when n is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next_u64() % n }
+    }
+
+    /// True with probability `per_mille`/1000.
+    pub fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodState {
+    Pending,
+    Running,
+    Succeeded,
+}
+
+/// A pod on a member: `role` 0 is the master (PyTorchJob) or any pod (batch Job).
+#[derive(Clone, Debug)]
+pub struct Pod {
+    pub role: u8,
+    pub state: PodState,
+    /// When it starts (Pending) or ends (Running).
+    pub at: Ms,
+    /// How long it runs once started.
+    pub runs: Ms,
+}
+
+/// A job's copy on a member.
+#[derive(Clone, Debug)]
+pub struct SimCopy {
+    pub uid: String,
+    pub generation: i64,
+    pub pods: Vec<Pod>,
+    /// Batch Job: pods at a time, and completions not started yet.
+    pub par: u32,
+    pub to_start: u32,
+    /// Whole CPUs per pod (as the copy's spec asks).
+    pub cpu: u32,
+    pub outcome: Option<bool>,
+}
+
+/// What a job is and how it runs.
+#[derive(Clone, Debug)]
+pub enum Shape {
+    /// A batch Job: `parallelism` pods at a time until `completions` succeeded.
+    Batch { parallelism: u32, completions: u32 },
+    /// A PyTorchJob: a master and `workers`; the job ends with its master. With `linger`,
+    /// workers outlive it (cleanPodPolicy None), else they finish first.
+    Torch { workers: u32, linger: bool },
+}
+
+#[derive(Clone, Debug)]
+pub struct HubJob {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub shape: Shape,
+    /// Whole CPUs per pod.
+    pub cpu: u32,
+    pub runs: Ms,
+    pub generation: i64,
+    pub deleted: bool,
+    /// Creation time, seconds.
+    pub submitted: u64,
+    /// Its spec as the controller reads it, and its pods (kept current by [`HubJob::read`]).
+    pub spec: Spec,
+    pub expected: u32,
+}
+
+impl HubJob {
+    /// Reads the manifest as the controller does (after every edit).
+    pub fn read(&mut self) {
+        let w = interpret(&self.manifest()).map_err(|e| e.to_string());
+        self.expected = w.as_ref().map_or(0, |w| w.pod_count() as u32);
+        self.spec = spec_of(w);
+    }
+
+    pub fn manifest(&self) -> Value {
+        let container = json!({"name": "main", "image": "busybox",
+            "resources": {"requests": {"cpu": self.cpu.to_string()}}});
+        let meta = json!({"name": self.name, "namespace": self.namespace, "uid": self.uid,
+            "generation": self.generation});
+        match self.shape {
+            Shape::Batch {
+                parallelism,
+                completions,
+            } => json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+                "spec": {"parallelism": parallelism, "completions": completions, "suspend": true,
+                    "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}}),
+            Shape::Torch { workers, .. } => {
+                let t = json!({"spec": {"containers": [container]}});
+                json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": meta,
+                    "spec": {"runPolicy": {"suspend": true}, "pytorchReplicaSpecs": {
+                        "Master": {"replicas": 1, "template": t},
+                        "Worker": {"replicas": workers, "template": t}}}})
+            }
+        }
+    }
+
+    /// The pods a new copy starts with, the first starting at `now + delay`.
+    pub fn start(&self, uid: String, now: Ms, rng: &mut Rng) -> SimCopy {
+        let mut pods = Vec::new();
+        let mut to_start = 0;
+        let at = |rng: &mut Rng| now + 1_000 + rng.below(3) * 1_000;
+        match self.shape {
+            Shape::Batch {
+                parallelism,
+                completions,
+            } => {
+                let first = parallelism.min(completions);
+                to_start = completions - first;
+                for _ in 0..first {
+                    let runs = self.runs / 2 + rng.below(self.runs / 2 + 1);
+                    pods.push(Pod {
+                        role: 0,
+                        state: PodState::Pending,
+                        at: at(rng),
+                        runs,
+                    });
+                }
+            }
+            Shape::Torch { workers, linger } => {
+                pods.push(Pod {
+                    role: 0,
+                    state: PodState::Pending,
+                    at: at(rng),
+                    runs: self.runs,
+                });
+                for _ in 0..workers {
+                    let runs = if linger {
+                        self.runs + 5_000 + rng.below(20) * 1_000
+                    } else {
+                        self.runs / 2 + rng.below(self.runs / 2)
+                    };
+                    pods.push(Pod {
+                        role: 1,
+                        state: PodState::Pending,
+                        at: at(rng),
+                        runs,
+                    });
+                }
+            }
+        }
+        let par = match self.shape {
+            Shape::Batch { parallelism, .. } => parallelism,
+            Shape::Torch { .. } => 0,
+        };
+        SimCopy {
+            uid,
+            generation: self.generation,
+            pods,
+            par,
+            to_start,
+            cpu: self.cpu,
+            outcome: None,
+        }
+    }
+}
+
+/// A member cluster.
+#[derive(Clone, Debug, Default)]
+pub struct SimMember {
+    pub name: String,
+    /// Does not answer (partitioned) since.
+    pub down_since: Option<Ms>,
+    /// Answers again, but no controller pass has seen it since: the partition is still
+    /// declared (a controller that is down cannot end it).
+    pub back_unseen: bool,
+    /// Its MemberCluster was deleted.
+    pub removed: bool,
+    /// Pods do not start until then (no node can take them).
+    pub stuck_until: Ms,
+    /// The next creates fail (no such kind, forbidden).
+    pub fail_creates: u32,
+    pub copies: BTreeMap<String, SimCopy>,
+    pub next_uid: u64,
+}
+
+impl SimMember {
+    pub fn up(&self) -> bool {
+        self.down_since.is_none() && !self.removed
+    }
+
+    /// Moves its pods to `now`: starts, ends, the next waves, the job's outcome.
+    pub fn advance(&mut self, now: Ms, rng: &mut Rng) {
+        let stuck = self.stuck_until > now;
+        for c in self.copies.values_mut() {
+            // Once the job ended, its operator starts no pod any more.
+            let ended = c.outcome.is_some();
+            for p in &mut c.pods {
+                match p.state {
+                    PodState::Pending if !stuck && !ended && p.at <= now => {
+                        p.state = PodState::Running;
+                        p.at = now + p.runs;
+                    }
+                    PodState::Running if p.at <= now => p.state = PodState::Succeeded,
+                    _ => {}
+                }
+            }
+            // A batch Job starts its next wave as pods of the last one succeed.
+            let live = c
+                .pods
+                .iter()
+                .filter(|p| p.state != PodState::Succeeded)
+                .count() as u32;
+            if c.outcome.is_none() && c.to_start > 0 && live < c.par {
+                let runs = c.pods.first().map_or(1_000, |p| p.runs);
+                for _ in 0..(c.par - live).min(c.to_start) {
+                    c.pods.push(Pod {
+                        role: 0,
+                        state: PodState::Pending,
+                        at: now + 1_000 + rng.below(2) * 1_000,
+                        runs,
+                    });
+                    c.to_start -= 1;
+                }
+            }
+            if c.outcome.is_none() {
+                let master_done = c
+                    .pods
+                    .iter()
+                    .any(|p| p.role == 0 && p.state == PodState::Succeeded);
+                let torch = c.pods.iter().any(|p| p.role == 1);
+                let all_done =
+                    c.to_start == 0 && c.pods.iter().all(|p| p.state == PodState::Succeeded);
+                if (torch && master_done) || (!torch && all_done) {
+                    c.outcome = Some(true);
+                }
+            }
+        }
+    }
+
+    /// A running pod of some copy vanishes (its node is lost); the job's controller replaces
+    /// it with a pod that starts after `delay` (never, if `delay` is None).
+    pub fn lose_pod(&mut self, rng: &mut Rng, now: Ms, delay: Option<Ms>) -> Option<String> {
+        let running: Vec<(String, usize)> = self
+            .copies
+            .iter()
+            .flat_map(|(j, c)| {
+                c.pods
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.state == PodState::Running)
+                    .map(move |(i, _)| (j.clone(), i))
+            })
+            .collect();
+        if running.is_empty() {
+            return None;
+        }
+        let (job, i) = running[rng.below(running.len() as u64) as usize].clone();
+        let c = self.copies.get_mut(&job)?;
+        let p = &mut c.pods[i];
+        p.state = PodState::Pending;
+        p.at = delay.map_or(Ms::MAX, |d| now + d);
+        Some(job)
+    }
+
+    /// How the member looks to muster for one job.
+    pub fn seen(&self, job: &str, expected: u32) -> Seen {
+        if self.removed {
+            return Seen::Removed;
+        }
+        if let Some(since) = self.down_since {
+            return Seen::Silent { since };
+        }
+        Seen::Answering(self.copies.get(job).map(|c| view(c, expected)))
+    }
+}
+
+/// A copy as the controller reads it: the outcome, else its pods judged like the real ones.
+pub fn view(c: &SimCopy, expected: u32) -> Copy {
+    let count = |s: PodState| c.pods.iter().filter(|p| p.state == s).count() as u32;
+    let (running, pending, succeeded) = (
+        count(PodState::Running),
+        count(PodState::Pending),
+        count(PodState::Succeeded),
+    );
+    let progress = match c.outcome {
+        Some(true) => Progress::Succeeded,
+        Some(false) => Progress::Failed("BackoffLimitExceeded".into()),
+        None => Progress::judge(running, running, succeeded, pending, expected),
+    };
+    Copy {
+        uid: c.uid.clone(),
+        progress,
+        live_pods: running,
+        expected,
+        waiting: (pending > 0).then(|| format!("{pending} pods pending")),
+    }
+}
+
+/// CPUs a copy uses now (its running pods: a pending pod holds nothing on a node).
+pub fn cpu_used(c: &SimCopy) -> u64 {
+    c.pods
+        .iter()
+        .filter(|p| p.state == PodState::Running)
+        .count() as u64
+        * u64::from(c.cpu)
+}
+
+/// The hub's QueuedJob records: a write carries the writer's leader term and is refused when a
+/// newer leader has written (the fencing the controller gets from the lease and
+/// resourceVersion preconditions).
+#[derive(Default)]
+pub struct Store {
+    pub records: BTreeMap<String, Record>,
+    pub term: u64,
+}
+
+/// The quota tree of a run: two leaves of min 6 and max 12 cpu under a root of `root_max`.
+pub fn tree(root_max: u64) -> serde_json::Value {
+    let leaf = |name: &str| {
+        json!({"name": name, "namespaces": [name], "min": {"cpu": "6"},
+            "max": {"cpu": TREE_MAX.1.to_string()}})
+    };
+    json!({"spec": {"root": {"name": "root", "max": {"cpu": root_max.to_string()},
+        "children": [leaf("team-a"), leaf("team-b")]}}})
+}
+
+/// A member of a run: two nodes of 4 cpu.
+pub fn cluster_info(name: &str) -> ClusterInfo {
+    let mut alloc = ResourceList::new();
+    for (r, q) in [("cpu", "4"), ("memory", "64Gi"), ("pods", "110")] {
+        if let Ok(q) = q.parse() {
+            alloc.0.insert(r.to_string(), q);
+        }
+    }
+    ClusterInfo {
+        name: name.to_string(),
+        nodes: (0..2)
+            .map(|i| NodeInfo {
+                name: format!("{name}-{i}"),
+                labels: BTreeMap::new(),
+                taints: Vec::new(),
+                allocatable: alloc.clone(),
+                unschedulable: false,
+                ready: true,
+            })
+            .collect(),
+        ..ClusterInfo::default()
+    }
+}
