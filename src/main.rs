@@ -133,6 +133,11 @@ struct ControllerArgs {
     /// How often the lease is renewed (or checked), in seconds.
     #[arg(long, default_value_t = 3)]
     lease_retry_seconds: u64,
+    /// Accept member kubeconfigs with exec, auth-provider, tokenFile or file paths (by default
+    /// only inline credentials: whoever writes a member Secret could otherwise run commands in
+    /// the controller or read its files).
+    #[arg(long)]
+    allow_kubeconfig_files_and_exec: bool,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -340,6 +345,7 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
                 duration: Duration::from_secs(a.lease_duration_seconds.max(2)),
                 retry: Duration::from_secs(a.lease_retry_seconds.max(1)),
             }),
+        allow_kubeconfig_files_and_exec: a.allow_kubeconfig_files_and_exec,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -13,6 +13,7 @@ pub mod explain;
 pub mod gates;
 pub mod intake;
 pub mod kinds;
+pub mod kubeconfig;
 pub mod leader;
 pub mod members;
 mod placing;
@@ -90,6 +91,8 @@ pub struct Options {
     pub requeue_backoff_max: Duration,
     /// Leader election (None: this replica always acts).
     pub lease: Option<leader::LeaseConfig>,
+    /// Accept member kubeconfigs that run programs or read files (`kubeconfig::check`).
+    pub allow_kubeconfig_files_and_exec: bool,
 }
 
 /// The hub objects muster watches.
@@ -803,6 +806,8 @@ impl Brain {
             .ok_or_else(|| format!("Secret {ns}/{} has no key {key:?}", r.name))?;
         let text = String::from_utf8(data.0.clone())
             .map_err(|_| format!("Secret {ns}/{} key {key:?} is not UTF-8", r.name))?;
+        let allow = self.opts.allow_kubeconfig_files_and_exec;
+        kubeconfig::check(&text, allow, &format!("{ns}/{}", r.name), &key)?;
         Ok((text, secret.resource_version().unwrap_or_default()))
     }
 
