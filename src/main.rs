@@ -88,7 +88,8 @@ struct ControllerArgs {
     /// Address of the admission webhook (TLS); omit to run without the webhook.
     #[arg(long)]
     webhook_addr: Option<std::net::SocketAddr>,
-    /// Directory with tls.crt, tls.key and ca.crt; created self-signed when empty.
+    /// Directory with tls.crt, tls.key and ca.crt (read again when they change); created
+    /// self-signed when empty.
     #[arg(long, default_value = "/tmp/muster-webhook")]
     webhook_cert_dir: std::path::PathBuf,
     /// Host names and IPs the self-signed certificate is made for.
@@ -279,18 +280,20 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
         LogFormat::Text => builder.init(),
     }
     let endpoint = match (&a.webhook_url, &a.webhook_service) {
-        (Some(u), _) => Some(muster::controller::intake::Endpoint::Url(u.clone())),
+        (Some(u), _) => Some(muster::controller::registration::Endpoint::Url(u.clone())),
         (None, Some(s)) => {
             let parsed = s.split_once('/').and_then(|(ns, rest)| {
                 let (name, port) = rest.split_once(':').unwrap_or((rest, "443"));
                 port.parse().ok().map(|p| (ns, name, p))
             });
             match parsed {
-                Some((ns, name, port)) => Some(muster::controller::intake::Endpoint::Service {
-                    namespace: ns.to_string(),
-                    name: name.to_string(),
-                    port,
-                }),
+                Some((ns, name, port)) => {
+                    Some(muster::controller::registration::Endpoint::Service {
+                        namespace: ns.to_string(),
+                        name: name.to_string(),
+                        port,
+                    })
+                }
                 None => {
                     eprintln!(
                         "error: --webhook-service: expected namespace/name[:port], got {s:?}"

@@ -17,7 +17,9 @@ pub mod kubeconfig;
 pub mod leader;
 pub mod members;
 mod placing;
+pub mod registration;
 pub mod status;
+pub mod tls;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -76,7 +78,7 @@ pub struct Options {
     /// DNS names / IPs the serving certificate is made for.
     pub webhook_hosts: Vec<String>,
     /// Register the MutatingWebhookConfiguration pointing here.
-    pub webhook_endpoint: Option<intake::Endpoint>,
+    pub webhook_endpoint: Option<registration::Endpoint>,
     pub webhook_failure_policy: String,
     /// Longest time between two syncs when nothing happens.
     pub resync: Duration,
@@ -214,24 +216,17 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         token.clone(),
     ));
     let mut webhook = None;
+    let mut registration = None;
     if let Some(addr) = opts.webhook_addr {
-        let cert =
-            intake::ServingCert::load_or_create(&opts.webhook_cert_dir, &opts.webhook_hosts)?;
-        if let Some(ep) = &opts.webhook_endpoint {
-            intake::register(
-                &hub,
-                "muster",
-                ep,
-                &cert.ca_pem,
-                &opts.webhook_failure_policy,
-                &["kube-system".to_string(), opts.namespace.clone()],
-            )
-            .await?;
-            tracing::info!(endpoint = ?ep, policy = %opts.webhook_failure_policy, "webhook registered");
-        }
+        let certs = tls::CertReloader::load_or_create(&opts.webhook_cert_dir, &opts.webhook_hosts)?;
+        let exclude = vec!["kube-system".to_string(), opts.namespace.clone()];
+        registration = opts.webhook_endpoint.clone().map(|ep| {
+            let policy = &opts.webhook_failure_policy;
+            registration::Registration::new(hub.clone(), ep, policy, exclude, certs.clone())
+        });
         let (c, t) = (covered.clone(), token.clone());
         webhook = Some(tokio::spawn(async move {
-            if let Err(e) = intake::serve(addr, &cert, c, t).await {
+            if let Err(e) = intake::serve(addr, certs, c, t).await {
                 tracing::error!(error = %e, "webhook server failed");
             }
         }));
@@ -242,6 +237,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             _ = token.cancelled() => return Ok(()),
         }
+    }
+    // Every replica registers the webhook for the namespaces it knows the tree covers.
+    if let Some(r) = registration.as_mut() {
+        r.register(&covered, &token).await?;
     }
     let mut elector = None;
     let leadership = match opts.lease.clone() {
@@ -275,6 +274,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         },
     );
     leading.store(true, Ordering::Relaxed);
+    if let Some(r) = registration {
+        tokio::spawn(r.keep(covered.clone(), token.clone()));
+    }
     let mut brain = Brain::new(hub, opts, stores, covered, recorder, wake.clone(), metrics);
     brain.leadership = leadership.clone();
     tracing::info!("hub view synced; acting as leader");
