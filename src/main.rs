@@ -134,6 +134,10 @@ struct ControllerArgs {
     /// How often the lease is renewed (or checked), in seconds.
     #[arg(long, default_value_t = 3)]
     lease_retry_seconds: u64,
+    /// After SIGTERM / SIGINT, how long /readyz answers 503 while the webhook still answers, so
+    /// that the Service stops sending calls here before the process exits.
+    #[arg(long, default_value_t = 5)]
+    shutdown_drain_seconds: u64,
     /// Accept member kubeconfigs with exec, auth-provider, tokenFile or file paths (by default
     /// only inline credentials: whoever writes a member Secret could otherwise run commands in
     /// the controller or read its files).
@@ -349,6 +353,7 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
                 retry: Duration::from_secs(a.lease_retry_seconds.max(1)),
             }),
         allow_kubeconfig_files_and_exec: a.allow_kubeconfig_files_and_exec,
+        shutdown_drain: Duration::from_secs(a.shutdown_drain_seconds),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -18,6 +18,7 @@ pub mod leader;
 pub mod members;
 mod placing;
 pub mod registration;
+pub mod shutdown;
 pub mod status;
 pub mod tls;
 
@@ -38,7 +39,6 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::fleet::ClusterInfo;
 use crate::metrics::{Metrics, Outcome, RequeueReason};
@@ -95,6 +95,8 @@ pub struct Options {
     pub lease: Option<leader::LeaseConfig>,
     /// Accept member kubeconfigs that run programs or read files (`kubeconfig::check`).
     pub allow_kubeconfig_files_and_exec: bool,
+    /// How long the webhook and health servers keep answering, not ready, after a stop.
+    pub shutdown_drain: Duration,
 }
 
 /// The hub objects muster watches.
@@ -124,8 +126,15 @@ impl HubStores {
     }
 }
 
-/// Runs the controller until SIGTERM / SIGINT.
+/// Runs the controller until SIGTERM / SIGINT (then drains: see `shutdown`).
 pub async fn run(opts: Options) -> anyhow::Result<()> {
+    let stop = shutdown::Stop::new(opts.shutdown_drain);
+    let result = run_until(opts, &stop).await;
+    stop.finish().await;
+    result
+}
+
+async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
     let hub = match &opts.hub_kubeconfig {
         Some(p) => {
             let text =
@@ -134,7 +143,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         }
         None => Client::try_default().await?,
     };
-    let token = CancellationToken::new();
+    let token = stop.token.clone();
     {
         let token = token.clone();
         tokio::spawn(async move {
@@ -213,7 +222,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         opts.http_addr,
         ready.clone(),
         metrics.clone(),
-        token.clone(),
+        stop.clone(),
     ));
     let mut webhook = None;
     let mut registration = None;
@@ -224,7 +233,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             let policy = &opts.webhook_failure_policy;
             registration::Registration::new(hub.clone(), ep, policy, exclude, certs.clone())
         });
-        let (c, t) = (covered.clone(), token.clone());
+        let (c, t) = (covered.clone(), stop.servers.clone());
         webhook = Some(tokio::spawn(async move {
             if let Err(e) = intake::serve(addr, certs, c, t).await {
                 tracing::error!(error = %e, "webhook server failed");
@@ -342,8 +351,9 @@ async fn serve_http(
     addr: SocketAddr,
     ready: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
-    token: CancellationToken,
+    stop: shutdown::Stop,
 ) {
+    let servers = stop.servers.clone();
     use axum::routing::get;
     let app = axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -365,9 +375,9 @@ async fn serve_http(
         .route(
             "/readyz",
             get(move || {
-                let ready = ready.clone();
+                let (ready, stop) = (ready.clone(), stop.clone());
                 async move {
-                    if ready.load(Ordering::Relaxed) {
+                    if stop.ready(&ready) {
                         (axum::http::StatusCode::OK, "ready")
                     } else {
                         (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready")
@@ -384,7 +394,7 @@ async fn serve_http(
     };
     tracing::info!(%addr, "health endpoints listening");
     let _ = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { token.cancelled().await })
+        .with_graceful_shutdown(async move { servers.cancelled().await })
         .await;
 }
 
