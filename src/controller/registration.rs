@@ -204,14 +204,17 @@ impl Registration {
         Ok(())
     }
 
-    /// The leader's part, until `shutdown`: writes the configuration again when the covered
-    /// namespaces or the CA changed, and every `RECHECK` reads it back and writes it again if its
-    /// selector is not this replica's (a `helm upgrade`, someone's edit, a replica that started
-    /// with another view of an invalid tree).
+    /// The leader's part, until `shutdown`: when the covered namespaces or the CA changed, and
+    /// every `RECHECK` in any case, reads the configuration and writes it again if it is not what
+    /// this replica would write (a tree edit, a rotated CA, a `helm upgrade` that reset the
+    /// selector, a replica that started with another view of an invalid tree). A configuration
+    /// that is gone is not recreated (someone removed it on purpose, and the chart's RBAC does
+    /// not allow creating it): a replica registers it again when it starts.
     pub async fn keep(mut self, covered: Covered, shutdown: CancellationToken) {
         let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
         let mut checked = Instant::now();
         let mut failed: Option<Instant> = None;
+        let mut gone = false;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
@@ -221,20 +224,35 @@ impl Registration {
                 continue;
             }
             let want = self.wanted(&covered);
-            let mut why = None;
-            if self.written.as_ref() != Some(&want) {
-                why = Some("the covered namespaces or the CA changed");
-            } else if checked.elapsed() >= RECHECK {
-                checked = Instant::now();
-                match api.get_opt(NAME).await {
-                    Ok(live) if !selector_holds(live.as_ref(), &want.0) => {
-                        why = Some("its namespace selector is not the tree's");
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "cannot read the webhook configuration"),
-                }
+            let changed = self.written.as_ref() != Some(&want);
+            if !changed && checked.elapsed() < RECHECK {
+                continue;
             }
-            let Some(why) = why else { continue };
+            checked = Instant::now();
+            let live = match api.get_opt(NAME).await {
+                Ok(Some(live)) => live,
+                Ok(None) => {
+                    if !gone {
+                        tracing::info!("the webhook configuration {NAME} is gone; not recreated");
+                    }
+                    gone = true;
+                    self.written = Some(want);
+                    continue;
+                }
+                Err(e) => {
+                    failed = Some(Instant::now());
+                    tracing::warn!(error = %e, "cannot read the webhook configuration");
+                    continue;
+                }
+            };
+            gone = false;
+            let why = if changed {
+                "the covered namespaces or the CA changed"
+            } else if !selector_holds(Some(&live), &want.0) {
+                "its namespace selector is not the tree's"
+            } else {
+                continue;
+            };
             let selector = want.0.clone();
             match self.write(want).await {
                 Ok(()) => {
