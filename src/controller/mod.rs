@@ -291,6 +291,11 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
     tracing::info!("hub view synced; acting as leader");
     let mut result = Ok(());
     loop {
+        // A stop asked during the last sync comes first: the elector has released the lease
+        // because of it, which is not a lost leadership.
+        if token.is_cancelled() {
+            break;
+        }
         if !leadership.is_leader() {
             // Everything is in the API: a fresh start (this process restarted, or the new
             // leader) rebuilds from it. Acting on without the lease could double-dispatch.
