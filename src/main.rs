@@ -107,7 +107,8 @@ struct ControllerArgs {
     /// Address of the admission webhook (TLS); omit to run without the webhook.
     #[arg(long)]
     webhook_addr: Option<std::net::SocketAddr>,
-    /// Directory with tls.crt, tls.key and ca.crt; created self-signed when empty.
+    /// Directory with tls.crt, tls.key and ca.crt (read again when they change); created
+    /// self-signed when empty.
     #[arg(long, default_value = "/tmp/muster-webhook")]
     webhook_cert_dir: std::path::PathBuf,
     /// Host names and IPs the self-signed certificate is made for.
@@ -152,6 +153,15 @@ struct ControllerArgs {
     /// How often the lease is renewed (or checked), in seconds.
     #[arg(long, default_value_t = 3)]
     lease_retry_seconds: u64,
+    /// After SIGTERM / SIGINT, how long /readyz answers 503 while the webhook still answers, so
+    /// that the Service stops sending calls here before the process exits.
+    #[arg(long, default_value_t = 5)]
+    shutdown_drain_seconds: u64,
+    /// Accept member kubeconfigs with exec, auth-provider, tokenFile or file paths (by default
+    /// only inline credentials: whoever writes a member Secret could otherwise run commands in
+    /// the controller or read its files).
+    #[arg(long)]
+    allow_kubeconfig_files_and_exec: bool,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -345,18 +355,20 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
         LogFormat::Text => builder.init(),
     }
     let endpoint = match (&a.webhook_url, &a.webhook_service) {
-        (Some(u), _) => Some(muster::controller::intake::Endpoint::Url(u.clone())),
+        (Some(u), _) => Some(muster::controller::registration::Endpoint::Url(u.clone())),
         (None, Some(s)) => {
             let parsed = s.split_once('/').and_then(|(ns, rest)| {
                 let (name, port) = rest.split_once(':').unwrap_or((rest, "443"));
                 port.parse().ok().map(|p| (ns, name, p))
             });
             match parsed {
-                Some((ns, name, port)) => Some(muster::controller::intake::Endpoint::Service {
-                    namespace: ns.to_string(),
-                    name: name.to_string(),
-                    port,
-                }),
+                Some((ns, name, port)) => {
+                    Some(muster::controller::registration::Endpoint::Service {
+                        namespace: ns.to_string(),
+                        name: name.to_string(),
+                        port,
+                    })
+                }
                 None => {
                     eprintln!(
                         "error: --webhook-service: expected namespace/name[:port], got {s:?}"
@@ -411,6 +423,8 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
                 duration: Duration::from_secs(a.lease_duration_seconds.max(2)),
                 retry: Duration::from_secs(a.lease_retry_seconds.max(1)),
             }),
+        allow_kubeconfig_files_and_exec: a.allow_kubeconfig_files_and_exec,
+        shutdown_drain: Duration::from_secs(a.shutdown_drain_seconds),
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -30,7 +30,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use kube::{Client, Config};
 use muster::controller::crd::QueuedJobState;
-use muster::controller::{intake, kinds};
+use muster::controller::{intake, kinds, registration, tls};
 use muster::workload::JobKind;
 use serde_json::{Value, json};
 use support::fleet::{self, client_for, ensure_fleet_up, repo_root, unique_name, wait_for};
@@ -453,7 +453,7 @@ fn rbac_is_exactly_what_the_controller_calls() {
     assert_eq!(all(&docs, "Role").len(), 2);
 }
 
-/// What `intake::register` writes for one kind (the chart must write the same).
+/// What `registration::configuration` writes for one kind (the chart must write the same).
 fn expected_webhook_rules() -> Value {
     Value::Array(
         JobKind::ALL
@@ -477,10 +477,16 @@ fn webhook_configuration_matches_the_controllers() {
     let w = &hooks[0];
     assert_eq!(w["name"], "suspend.muster.dev");
     assert_eq!(w["rules"], expected_webhook_rules());
+    // What the controller writes while the tree covers nothing: no namespace is intercepted
+    // until a replica registers the namespaces the tree covers.
     assert_eq!(
         w["namespaceSelector"],
-        json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                                     "values": ["kube-system", NAMESPACE]}]})
+        registration::namespace_selector(&BTreeSet::new(), &[])
+    );
+    assert_eq!(
+        w["namespaceSelector"],
+        json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                                     "operator": "DoesNotExist"}]})
     );
     for (k, v) in [
         ("failurePolicy", json!("Fail")),
@@ -559,7 +565,7 @@ async fn chart_certificate_serves_the_controllers_webhook() {
         annotations["checksum/webhook-cert"].is_string(),
         "{annotations}"
     );
-    let cert = intake::ServingCert {
+    let cert = tls::ServingCert {
         cert_pem: unb64(&secret["data"]["tls.crt"]),
         key_pem: unb64(&secret["data"]["tls.key"]),
         ca_pem: unb64(&secret["data"]["ca.crt"]),
@@ -575,7 +581,7 @@ async fn chart_certificate_serves_the_controllers_webhook() {
         tokio::spawn(async move {
             intake::serve(
                 format!("127.0.0.1:{port}").parse().expect("addr"),
-                &cert,
+                tls::CertReloader::fixed(&cert).expect("the chart's certificate loads"),
                 covered,
                 stop,
             )
@@ -1074,10 +1080,16 @@ async fn chart_installs_on_the_hub_and_its_rbac_is_enough() {
         })
         .await;
         let (w, c) = (&live["webhooks"][0], &chart_mwc["webhooks"][0]);
+        // The namespace selector is the controller's: exactly the namespaces the tree covers.
+        assert_eq!(
+            w["namespaceSelector"],
+            json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                         "values": [ns]}]}),
+            "the controller registers the tree's namespaces"
+        );
         for k in [
             "name",
             "rules",
-            "namespaceSelector",
             "failurePolicy",
             "sideEffects",
             "timeoutSeconds",

@@ -1,28 +1,25 @@
 //! Intake: every job of a supported kind in a namespace the quota tree covers is suspended from
 //! its first moment, by a mutating admission webhook served here over TLS (the controller's
-//! sync suspends anything the webhook missed). Owns the webhook's patch, its certificate and its
-//! registration; never queues or schedules.
+//! sync suspends anything the webhook missed). Owns the webhook's patch, its server and what a
+//! replica counts as covered; the certificate is `tls`'s, the registration `registration`'s.
+//! Never queues or schedules.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use kube::Client;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::{Value, json};
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::rustls;
 use tokio_util::sync::CancellationToken;
 
 use super::crd::ElasticQuotaTree;
 use super::dispatch::MANAGED_BY;
-use super::kinds;
+use super::tls::{CertReloader, RELOAD_EVERY};
 use crate::workload::JobKind;
 
 /// Namespaces the quota tree in force covers (`None` until a valid tree was seen). Shared by the
@@ -124,71 +121,6 @@ async fn mutate(
     axum::Json(resp.into_review())
 }
 
-/// The webhook's serving certificate: PEM chain, PEM key, and the CA bundle that verifies it.
-pub struct ServingCert {
-    pub cert_pem: String,
-    pub key_pem: String,
-    pub ca_pem: String,
-}
-
-impl ServingCert {
-    /// Reads `tls.crt`, `tls.key` and `ca.crt` from `dir` (cert-manager's layout) when present;
-    /// otherwise makes a self-signed CA and a serving certificate for `hosts` (DNS names or IPs)
-    /// and writes them there, so that a restart keeps the same CA.
-    pub fn load_or_create(dir: &Path, hosts: &[String]) -> anyhow::Result<ServingCert> {
-        let (c, k, a) = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
-        if c.exists() && k.exists() {
-            let cert_pem = std::fs::read_to_string(&c)?;
-            let ca_pem = std::fs::read_to_string(&a).unwrap_or_else(|_| cert_pem.clone());
-            return Ok(ServingCert {
-                cert_pem,
-                key_pem: std::fs::read_to_string(&k)?,
-                ca_pem,
-            });
-        }
-        let sc = Self::generate(hosts)?;
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(&c, &sc.cert_pem)?;
-        std::fs::write(&k, &sc.key_pem)?;
-        std::fs::write(&a, &sc.ca_pem)?;
-        Ok(sc)
-    }
-
-    pub fn generate(hosts: &[String]) -> anyhow::Result<ServingCert> {
-        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "muster webhook CA");
-        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
-        let leaf_key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(hosts.to_vec())?;
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "muster webhook");
-        let leaf = params.signed_by(&leaf_key, &ca)?;
-        Ok(ServingCert {
-            cert_pem: leaf.pem(),
-            key_pem: leaf_key.serialize_pem(),
-            ca_pem: ca.pem(),
-        })
-    }
-
-    fn server_config(&self) -> anyhow::Result<rustls::ServerConfig> {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-        let certs = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()?;
-        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())?;
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        Ok(rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_single_cert(certs, key)?)
-    }
-}
-
 /// The namespaces a quota tree lists on any node below `root`, read leniently (an invalid tree
 /// still says which namespaces its author meant muster to cover).
 pub fn tree_namespaces(root: &Value) -> BTreeSet<String> {
@@ -236,10 +168,11 @@ pub fn covered_by(
 
 /// Serves `/mutate` over TLS on `addr` until `shutdown` resolves. Nothing is answered before the
 /// replica knows which namespaces are covered (the API server then applies the webhook's failure
-/// policy), so no job is ever let through unsuspended for want of a tree.
+/// policy), so no job is ever let through unsuspended for want of a tree. The certificate is
+/// read again from its files every `RELOAD_EVERY`; each new connection gets the one in force.
 pub async fn serve(
     addr: SocketAddr,
-    cert: &ServingCert,
+    certs: Arc<CertReloader>,
     covered: Covered,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -252,12 +185,18 @@ pub async fn serve(
     let app = Router::new()
         .route("/mutate", post(mutate))
         .with_state(covered);
-    let acceptor = TlsAcceptor::from(Arc::new(cert.server_config()?));
+    let acceptor = TlsAcceptor::from(Arc::new(certs.server_config()?));
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "admission webhook listening (TLS)");
+    let mut reload = tokio::time::interval(RELOAD_EVERY);
+    reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
+            _ = reload.tick() => {
+                certs.reload_logged();
+                continue;
+            }
             _ = shutdown.cancelled() => return Ok(()),
         };
         let Ok((tcp, _)) = accepted else { continue };
@@ -280,78 +219,6 @@ pub async fn serve(
                     .await;
         });
     }
-}
-
-/// Where the API server reaches the webhook.
-#[derive(Clone, Debug)]
-pub enum Endpoint {
-    Url(String),
-    Service {
-        namespace: String,
-        name: String,
-        port: i32,
-    },
-}
-
-/// Creates or updates the MutatingWebhookConfiguration `name` for every supported kind.
-/// `failure_policy`: `Fail` (no job is created unsuspended while muster is down: submissions
-/// fail with an error instead) or `Ignore` (jobs are admitted as written; the controller
-/// suspends them when it is back).
-pub async fn register(
-    client: &Client,
-    name: &str,
-    endpoint: &Endpoint,
-    ca_pem: &str,
-    failure_policy: &str,
-    exclude_namespaces: &[String],
-) -> anyhow::Result<()> {
-    use base64::Engine;
-    let encode = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
-    let mut rules = Vec::new();
-    for k in JobKind::ALL {
-        let ar = kinds::api_resource(k);
-        rules.push(json!({
-            "apiGroups": [ar.group], "apiVersions": [ar.version], "resources": [ar.plural],
-            "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"
-        }));
-    }
-    let client_config = match endpoint {
-        Endpoint::Url(u) => json!({"url": u, "caBundle": encode(ca_pem.as_bytes())}),
-        Endpoint::Service {
-            namespace,
-            name,
-            port,
-        } => json!({
-            "service": {"namespace": namespace, "name": name, "path": "/mutate", "port": port},
-            "caBundle": encode(ca_pem.as_bytes())
-        }),
-    };
-    let mwc = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "muster"}},
-        "webhooks": [{
-            "name": "suspend.muster.dev",
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": client_config,
-            "rules": rules,
-            "failurePolicy": failure_policy,
-            "sideEffects": "None",
-            "timeoutSeconds": 5,
-            "reinvocationPolicy": "IfNeeded",
-            "namespaceSelector": {"matchExpressions": [{
-                "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": exclude_namespaces
-            }]}
-        }]
-    });
-    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    api.patch(
-        name,
-        &PatchParams::apply("muster").force(),
-        &Patch::Apply(&mwc),
-    )
-    .await?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -423,13 +290,5 @@ mod tests {
             suspend_merge_patch(JobKind::RayJob),
             json!({"spec": {"suspend": true}})
         );
-    }
-
-    #[test]
-    fn generated_certificate_is_usable() {
-        let c = ServingCert::generate(&["127.0.0.1".into(), "localhost".into()]).expect("cert");
-        assert!(c.ca_pem.contains("BEGIN CERTIFICATE"));
-        assert_ne!(c.ca_pem, c.cert_pem);
-        c.server_config().expect("rustls accepts it");
     }
 }

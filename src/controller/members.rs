@@ -100,6 +100,9 @@ impl Drop for Member {
 pub async fn client_from_kubeconfig(name: &str, text: &str) -> anyhow::Result<Client> {
     let kc = Kubeconfig::from_yaml(text)
         .map_err(|e| anyhow::anyhow!("member {name}: the kubeconfig does not parse: {e}"))?;
+    for cluster in super::kubeconfig::unverified_clusters(&kc) {
+        tracing::warn!(member = %name, %cluster, "insecure-skip-tls-verify: the API server's certificate is not verified");
+    }
     let mut cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| anyhow::anyhow!("member {name}: unusable kubeconfig: {e}"))?;

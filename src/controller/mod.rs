@@ -13,10 +13,14 @@ pub mod explain;
 pub mod gates;
 pub mod intake;
 pub mod kinds;
+pub mod kubeconfig;
 pub mod leader;
 pub mod members;
 mod placing;
+pub mod registration;
+pub mod shutdown;
 pub mod status;
+pub mod tls;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -35,7 +39,6 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::fleet::ClusterInfo;
 use crate::metrics::{Metrics, Outcome, RequeueReason};
@@ -75,7 +78,7 @@ pub struct Options {
     /// DNS names / IPs the serving certificate is made for.
     pub webhook_hosts: Vec<String>,
     /// Register the MutatingWebhookConfiguration pointing here.
-    pub webhook_endpoint: Option<intake::Endpoint>,
+    pub webhook_endpoint: Option<registration::Endpoint>,
     pub webhook_failure_policy: String,
     /// Longest time between two syncs when nothing happens.
     pub resync: Duration,
@@ -90,6 +93,10 @@ pub struct Options {
     pub requeue_backoff_max: Duration,
     /// Leader election (None: this replica always acts).
     pub lease: Option<leader::LeaseConfig>,
+    /// Accept member kubeconfigs that run programs or read files (`kubeconfig::check`).
+    pub allow_kubeconfig_files_and_exec: bool,
+    /// How long the webhook and health servers keep answering, not ready, after a stop.
+    pub shutdown_drain: Duration,
 }
 
 /// The hub objects muster watches.
@@ -119,8 +126,15 @@ impl HubStores {
     }
 }
 
-/// Runs the controller until SIGTERM / SIGINT.
+/// Runs the controller until SIGTERM / SIGINT (then drains: see `shutdown`).
 pub async fn run(opts: Options) -> anyhow::Result<()> {
+    let stop = shutdown::Stop::new(opts.shutdown_drain);
+    let result = run_until(opts, &stop).await;
+    stop.finish().await;
+    result
+}
+
+async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
     let hub = match &opts.hub_kubeconfig {
         Some(p) => {
             let text =
@@ -129,7 +143,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         }
         None => Client::try_default().await?,
     };
-    let token = CancellationToken::new();
+    let token = stop.token.clone();
     {
         let token = token.clone();
         tokio::spawn(async move {
@@ -208,27 +222,20 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         opts.http_addr,
         ready.clone(),
         metrics.clone(),
-        token.clone(),
+        stop.clone(),
     ));
     let mut webhook = None;
+    let mut registration = None;
     if let Some(addr) = opts.webhook_addr {
-        let cert =
-            intake::ServingCert::load_or_create(&opts.webhook_cert_dir, &opts.webhook_hosts)?;
-        if let Some(ep) = &opts.webhook_endpoint {
-            intake::register(
-                &hub,
-                "muster",
-                ep,
-                &cert.ca_pem,
-                &opts.webhook_failure_policy,
-                &["kube-system".to_string(), opts.namespace.clone()],
-            )
-            .await?;
-            tracing::info!(endpoint = ?ep, policy = %opts.webhook_failure_policy, "webhook registered");
-        }
-        let (c, t) = (covered.clone(), token.clone());
+        let certs = tls::CertReloader::load_or_create(&opts.webhook_cert_dir, &opts.webhook_hosts)?;
+        let exclude = vec!["kube-system".to_string(), opts.namespace.clone()];
+        registration = opts.webhook_endpoint.clone().map(|ep| {
+            let policy = &opts.webhook_failure_policy;
+            registration::Registration::new(hub.clone(), ep, policy, exclude, certs.clone())
+        });
+        let (c, t) = (covered.clone(), stop.servers.clone());
         webhook = Some(tokio::spawn(async move {
-            if let Err(e) = intake::serve(addr, &cert, c, t).await {
+            if let Err(e) = intake::serve(addr, certs, c, t).await {
                 tracing::error!(error = %e, "webhook server failed");
             }
         }));
@@ -239,6 +246,10 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             _ = token.cancelled() => return Ok(()),
         }
+    }
+    // Every replica registers the webhook for the namespaces it knows the tree covers.
+    if let Some(r) = registration.as_mut() {
+        r.register(&covered, &token).await?;
     }
     let mut elector = None;
     let leadership = match opts.lease.clone() {
@@ -272,11 +283,19 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         },
     );
     leading.store(true, Ordering::Relaxed);
+    if let Some(r) = registration {
+        tokio::spawn(r.keep(covered.clone(), token.clone()));
+    }
     let mut brain = Brain::new(hub, opts, stores, covered, recorder, wake.clone(), metrics);
     brain.leadership = leadership.clone();
     tracing::info!("hub view synced; acting as leader");
     let mut result = Ok(());
     loop {
+        // A stop asked during the last sync comes first: the elector has released the lease
+        // because of it, which is not a lost leadership.
+        if token.is_cancelled() {
+            break;
+        }
         if !leadership.is_leader() {
             // Everything is in the API: a fresh start (this process restarted, or the new
             // leader) rebuilds from it. Acting on without the lease could double-dispatch.
@@ -337,8 +356,9 @@ async fn serve_http(
     addr: SocketAddr,
     ready: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
-    token: CancellationToken,
+    stop: shutdown::Stop,
 ) {
+    let servers = stop.servers.clone();
     use axum::routing::get;
     let app = axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -360,9 +380,9 @@ async fn serve_http(
         .route(
             "/readyz",
             get(move || {
-                let ready = ready.clone();
+                let (ready, stop) = (ready.clone(), stop.clone());
                 async move {
-                    if ready.load(Ordering::Relaxed) {
+                    if stop.ready(&ready) {
                         (axum::http::StatusCode::OK, "ready")
                     } else {
                         (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready")
@@ -379,7 +399,7 @@ async fn serve_http(
     };
     tracing::info!(%addr, "health endpoints listening");
     let _ = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { token.cancelled().await })
+        .with_graceful_shutdown(async move { servers.cancelled().await })
         .await;
 }
 
@@ -803,6 +823,8 @@ impl Brain {
             .ok_or_else(|| format!("Secret {ns}/{} has no key {key:?}", r.name))?;
         let text = String::from_utf8(data.0.clone())
             .map_err(|_| format!("Secret {ns}/{} key {key:?} is not UTF-8", r.name))?;
+        let allow = self.opts.allow_kubeconfig_files_and_exec;
+        kubeconfig::check(&text, allow, &format!("{ns}/{}", r.name), &key)?;
         Ok((text, secret.resource_version().unwrap_or_default()))
     }
 

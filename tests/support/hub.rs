@@ -169,6 +169,35 @@ pub async fn delete_webhook(hub: &Client) {
     let _ = mwc.delete("muster", &DeleteParams::default()).await;
 }
 
+/// The namespaces the live webhook configuration `muster` intercepts, as its
+/// `namespaceSelector` says: the values of `kubernetes.io/metadata.name In [...]`, or none for
+/// `kubernetes.io/metadata.name DoesNotExist`; an error for anything else (or no configuration).
+pub async fn webhook_namespaces(hub: &Client) -> Result<Vec<String>, String> {
+    let mwc: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+        Api::all(hub.clone());
+    let live = mwc.get("muster").await.map_err(|e| e.to_string())?;
+    let live = serde_json::to_value(&live).map_err(|e| e.to_string())?;
+    let sel = &live["webhooks"][0]["namespaceSelector"];
+    let exprs = sel["matchExpressions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    match exprs.as_slice() {
+        [e] if e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "In" => {
+            Ok(e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect())
+        }
+        [e] if e["key"] == "kubernetes.io/metadata.name" && e["operator"] == "DoesNotExist" => {
+            Ok(Vec::new())
+        }
+        _ => Err(format!("namespaceSelector: {sel}")),
+    }
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -182,6 +211,8 @@ pub struct Controller {
     pub log: PathBuf,
     pub http: u16,
     pub webhook: u16,
+    /// Its `--webhook-cert-dir` (made self-signed at its start).
+    pub certs: PathBuf,
 }
 
 impl Controller {
@@ -239,6 +270,7 @@ impl Controller {
             log,
             http,
             webhook,
+            certs,
         };
         let url = format!("http://127.0.0.1:{http}/readyz");
         let log = c.log.clone();
@@ -262,6 +294,30 @@ impl Controller {
     /// The whole log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM (a graceful stop, as the kubelet asks) without waiting.
+    pub fn terminate(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "kill -TERM {}", self.child.id());
+    }
+
+    /// Waits up to `timeout` for the process to exit; its exit status, `None` if it still runs.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Some(st);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     pub fn log_tail(&self) -> String {
@@ -315,6 +371,14 @@ pub fn http_get(url: &str) -> String {
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
         .unwrap_or_default()
+}
+
+/// The status code of a plain HTTP GET; `None` when nothing answered.
+pub fn http_status(url: &str) -> Option<u16> {
+    http_raw(url)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
 }
 
 /// A plain HTTP GET that says whether the answer was 200.
