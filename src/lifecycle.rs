@@ -71,7 +71,7 @@ impl Phase {
     }
 }
 
-/// Why a job was taken back from its member (the `reason` label of `muster_requeues_total`).
+/// Why a job was taken back from its member (the `reason` label of `muster_requeued_jobs_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RequeueReason {
     /// Its pods stayed unschedulable in the member for too long.
@@ -430,9 +430,9 @@ pub enum Intent {
     Release,
     /// (Re)submit the job's current spec to the scheduler (backoff over, spec changed).
     Submit,
-    /// Counted in `muster_requeues_total`.
+    /// Counted in `muster_requeued_jobs_total`.
     Requeued(RequeueReason),
-    /// Counted in `muster_jobs_finished_total`.
+    /// Counted in `muster_finished_jobs_total`.
     Ended { succeeded: bool },
     Event {
         transition: Transition,

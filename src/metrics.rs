@@ -17,29 +17,8 @@ use prometheus::{
 
 use crate::scheduler::Scheduler;
 
-/// Why an admitted job went back to its queue (`reason` of `muster_requeued_jobs_total`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RequeueReason {
-    /// Its pods stayed unschedulable in the member for too long.
-    StuckPods,
-    /// Its pods disappeared from the member (deleted, node lost).
-    PodsLost,
-    /// The member it ran on became unreachable or was removed.
-    MemberLost,
-    /// Preempted to reclaim guaranteed quota.
-    Preempted,
-}
-
-impl RequeueReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RequeueReason::StuckPods => "stuck_pods",
-            RequeueReason::PodsLost => "pods_lost",
-            RequeueReason::MemberLost => "member_lost",
-            RequeueReason::Preempted => "preempted",
-        }
-    }
-}
+/// Why a job was taken back (`reason` of `muster_requeued_jobs_total`): the lifecycle's own reasons.
+pub use crate::lifecycle::RequeueReason;
 
 /// How a job ended (`outcome` of `muster_finished_jobs_total`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
