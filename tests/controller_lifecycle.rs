@@ -4,6 +4,7 @@
 //!
 //! 1. Avoiding a member is a preference, never a reason to reject.
 //! 2. A job submitted through the standby's webhook is suspended like any other.
+//! 3. An invalid tree followed by a restart deletes no running copy.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -16,6 +17,7 @@ use std::time::Duration;
 use kube::api::Api;
 use muster::controller::crd::{QueuedJob, QueuedJobState};
 use serde_json::json;
+use support::audit::Auditor;
 use support::failures::*;
 use support::fleet::{self, unique_name, wait_for};
 use support::hub::{self, Controller};
@@ -175,4 +177,88 @@ async fn the_standbys_webhook_suspends_too() {
     }))
     .await;
     finish(&hub, &[&ns], vec![leader, standby], outcome).await;
+}
+
+/// 3. An invalid tree followed by a restart deletes no running copy (earlier versions followed
+///    nothing without a valid tree, and their garbage collection deleted every copy they did not
+///    follow). A job runs; the controller stops; the tree becomes invalid (a leaf's min above its
+///    max); a new controller starts and goes through several passes. An auditor watching the
+///    member's pods throughout sees none of the job's pods deleted, and the copy still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_tree_and_a_restart_delete_no_running_copy() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("invalid");
+    let hub = setup(&[&ns], root(vec![leaf("invalid", &ns)])).await;
+    let mut first = Controller::start("invalid-first", &[]).await;
+    let mut second: Option<Controller> = None;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "keep", 1, 0, "1"))
+            .await
+            .expect("create");
+        let st = wait_for("the job running", T, || async {
+            let st = status_of(&hub, &ns, "keep").await;
+            match st.state {
+                QueuedJobState::Running => Ok(st),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        let member = st.cluster.clone().expect("a member");
+        let uid = hub::queued_job(&hub, &ns, "PyTorchJob", "keep")
+            .await
+            .map(|q| q.spec.job_ref.uid)
+            .expect("its QueuedJob");
+        let auditor = Auditor::start(&[&member]).await;
+        first.terminate();
+        assert!(
+            first.wait_exit(Duration::from_secs(30)).await.is_some(),
+            "first stops"
+        );
+        let mut bad = leaf("invalid", &ns);
+        bad["min"] = json!({"cpu": "8"});
+        bad["max"] = json!({"cpu": "1"});
+        hub::apply_tree(&hub, root(vec![bad]))
+            .await
+            .expect("apply the invalid tree");
+        // Never ready: a replica that never saw a valid tree does not know what it covers.
+        let next = Controller::start_unready("invalid-second", &[]);
+        // Several passes of the new leader with the invalid tree in force.
+        wait_for(
+            "the new controller to lead and read the tree",
+            T,
+            || async {
+                let log = next.log_text();
+                if log.contains("acting as leader") && log.contains("invalid quota tree") {
+                    Ok(())
+                } else {
+                    Err(next.log_tail())
+                }
+            },
+        )
+        .await;
+        second = Some(next);
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let seen = auditor.of(&uid);
+        assert!(!seen.is_empty(), "the auditor saw the job's pods");
+        let deleted: Vec<_> = seen
+            .iter()
+            .filter(|s| s.gone || s.pod.deleting)
+            .map(|s| s.pod.name.clone())
+            .collect();
+        assert!(
+            deleted.is_empty(),
+            "pods of the running job deleted: {deleted:?}"
+        );
+        let client = fleet::client_for(&member).await;
+        let pods = fleet::list_pods(&client, &ns, &format!("muster.dev/job-uid={uid}")).await;
+        let running = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        assert_eq!(running, 2, "{}", fleet::describe_pods(&pods));
+    }))
+    .await;
+    let mut controllers = vec![first];
+    controllers.extend(second);
+    finish(&hub, &[&ns], controllers, outcome).await;
 }

@@ -1554,9 +1554,12 @@ impl Brain {
         }
     }
 
-    /// Deletes member copies no job should have there: the hub job is gone, or it now runs (or
-    /// waits) elsewhere. Level-triggered from what the members and the hub say, so it also
-    /// cleans up after a member that was lost and came back, and after a restart.
+    /// Deletes member copies no job should have there: the hub job is gone (known deleted: not in
+    /// the synced hub store, or there under another UID), or a job muster follows now runs (or
+    /// waits) elsewhere. A copy of a job muster does not follow (no valid tree in force, its
+    /// namespace no longer covered, its kind not watched) is never touched. Level-triggered from
+    /// what the members and the hub say, so it also cleans up after a member that was lost and
+    /// came back, and after a restart.
     async fn collect_garbage(&mut self) {
         if !self.leadership.is_leader() {
             return;
@@ -1575,18 +1578,24 @@ impl Brain {
                     let Some(uid) = labels.get(members::JOB_UID_LABEL) else {
                         continue;
                     };
-                    let keep = self.jobs.get(uid).is_some_and(|t| {
-                        t.status.cluster.as_deref() == Some(cluster.as_str())
-                            && (t.status.state.holds_capacity() || t.status.state.is_terminal())
-                    });
+                    let (ns, name) = (copy.namespace().unwrap_or_default(), copy.name_any());
+                    let keep = match self.jobs.get(uid) {
+                        Some(t) => {
+                            t.status.cluster.as_deref() == Some(cluster.as_str())
+                                && (t.status.state.holds_capacity() || t.status.state.is_terminal())
+                        }
+                        // Not followed (no valid tree in force, its namespace left the tree):
+                        // never touched while its hub job exists; only the copy of a hub job
+                        // known deleted goes.
+                        None => {
+                            !self.stores.jobs.contains_key(&kind)
+                                || self.stores.job(kind, &ns, &name).is_some_and(|hub| {
+                                    hub.metadata.uid.as_deref() == Some(uid.as_str())
+                                })
+                        }
+                    };
                     if !keep && copy.metadata.deletion_timestamp.is_none() {
-                        doomed.push((
-                            cluster.clone(),
-                            kind,
-                            copy.namespace().unwrap_or_default(),
-                            copy.name_any(),
-                            uid.clone(),
-                        ));
+                        doomed.push((cluster.clone(), kind, ns, name, uid.clone()));
                     }
                 }
             }

@@ -231,6 +231,18 @@ impl Controller {
         webhook: u16,
         extra: &[&str],
     ) -> Controller {
+        let c = Self::launch(tag, kubeconfig, webhook, extra);
+        c.wait_ready().await;
+        c
+    }
+
+    /// Starts the controller without waiting for /readyz (which a replica that never saw a
+    /// valid tree does not answer).
+    pub fn start_unready(tag: &str, extra: &[&str]) -> Controller {
+        Self::launch(tag, &kubeconfig_path("hub"), free_port(), extra)
+    }
+
+    fn launch(tag: &str, kubeconfig: &std::path::Path, webhook: u16, extra: &[&str]) -> Controller {
         let http = free_port();
         let dir = fleet::repo_root().join("target").join("e2e");
         std::fs::create_dir_all(&dir).expect("target/e2e");
@@ -265,15 +277,18 @@ impl Controller {
             .stderr(Stdio::from(err))
             .spawn()
             .expect("starting muster controller");
-        let c = Controller {
+        Controller {
             child,
             log,
             http,
             webhook,
             certs,
-        };
-        let url = format!("http://127.0.0.1:{http}/readyz");
-        let log = c.log.clone();
+        }
+    }
+
+    async fn wait_ready(&self) {
+        let url = format!("http://127.0.0.1:{}/readyz", self.http);
+        let log = self.log.clone();
         wait_for(
             &format!("controller ready (log {})", log.display()),
             Duration::from_secs(60),
@@ -288,7 +303,6 @@ impl Controller {
             },
         )
         .await;
-        c
     }
 
     /// The whole log so far.
