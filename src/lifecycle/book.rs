@@ -52,6 +52,10 @@ pub struct Book {
     pub settings: Settings,
     jobs: BTreeMap<String, Entry>,
     by_id: HashMap<JobId, String>,
+    /// Hub jobs deleted while a copy may still run on a member that does not answer: their
+    /// quota stays charged (the last record, with its member and orphans) until every such
+    /// member confirms the copy gone.
+    deleted: BTreeMap<String, (Option<JobId>, Record)>,
 }
 
 impl Book {
@@ -209,14 +213,65 @@ impl Book {
         let Some(e) = self.jobs.remove(uid) else {
             return Vec::new();
         };
-        if let Some(id) = e.id {
-            sched.finish(id);
-            self.by_id.remove(&id);
-        }
-        gone(&e.record)
+        let deletes: Vec<Intent> = gone(&e.record)
             .into_iter()
             .filter(|i| !matches!(i, Intent::Release))
-            .collect()
+            .collect();
+        match e.id {
+            // Charged, with copies that may remain: charged until they are confirmed gone.
+            Some(id) if !deletes.is_empty() && e.record.holds() => {
+                self.deleted.insert(uid.to_string(), (Some(id), e.record));
+            }
+            Some(id) => {
+                sched.finish(id);
+                self.by_id.remove(&id);
+            }
+            None => {}
+        }
+        deletes
+    }
+
+    /// Deleted jobs still charged (see [`Book::untrack`]).
+    pub fn deleted(&self) -> impl Iterator<Item = &String> {
+        self.deleted.keys()
+    }
+
+    /// Frees the quota of deleted jobs whose members all confirm their copies gone.
+    fn settle_deleted(
+        &mut self,
+        sched: &mut Scheduler,
+        seen: &mut dyn FnMut(&str, &Record) -> Seen,
+    ) {
+        let uids: Vec<String> = self.deleted.keys().cloned().collect();
+        for uid in uids {
+            let Some((id, r)) = self.deleted.get(&uid) else {
+                continue;
+            };
+            let s = seen(&uid, r);
+            let gone = |m: Option<&Member>| {
+                matches!(m, None | Some(Member::Removed | Member::Answering(None)))
+            };
+            if gone(s.here.as_ref()) && s.orphans.values().all(|m| gone(Some(m))) {
+                if let Some(id) = id {
+                    sched.finish(*id);
+                    self.by_id.remove(id);
+                }
+                self.deleted.remove(&uid);
+            }
+        }
+    }
+
+    /// The scheduler took back or admitted a deleted job: it leaves the scheduler.
+    fn drop_deleted(&mut self, sched: &mut Scheduler, job: JobId) -> bool {
+        let Some(uid) = self.by_id.get(&job).cloned() else {
+            return false;
+        };
+        if self.deleted.remove(&uid).is_none() {
+            return false;
+        }
+        sched.finish(job);
+        self.by_id.remove(&job);
+        true
     }
 
     /// One pass at `now`: every job stepped from what `seen` says of it (the driver fills in
@@ -232,6 +287,7 @@ impl Book {
         admit: bool,
     ) -> Vec<(String, Intent)> {
         let mut out: Vec<(String, Intent)> = Vec::new();
+        self.settle_deleted(sched, seen);
         let uids: Vec<String> = self.jobs.keys().cloned().collect();
         // 1. Observe every job first: a copy still being deleted anywhere holds back every
         //    create (the capacity and quota it uses are not free until it is gone).
@@ -293,6 +349,8 @@ impl Book {
         let decisions = if admit { sched.cycle() } else { Vec::new() };
         for d in decisions {
             match d {
+                Decision::Admit { job, .. } | Decision::Preempt { job, .. }
+                    if self.drop_deleted(sched, job) => {}
                 Decision::Admit { job, cluster, .. } => {
                     let Some(uid) = self.by_id.get(&job).cloned() else {
                         continue;
