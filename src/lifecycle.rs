@@ -193,6 +193,32 @@ pub fn digest(w: &crate::workload::Workload) -> String {
     digest_text(&text)
 }
 
+/// `w` restricted to those of `members` it does not avoid (unless that leaves none: avoiding is
+/// a preference, never a reason to wait).
+pub fn avoiding(
+    mut w: crate::workload::Workload,
+    members: impl IntoIterator<Item = String>,
+    avoid: &BTreeSet<String>,
+) -> crate::workload::Workload {
+    if avoid.is_empty() {
+        return w;
+    }
+    let allowed: BTreeSet<String> = members
+        .into_iter()
+        .filter(|n| !avoid.contains(n))
+        .filter(|n| {
+            w.candidates
+                .names
+                .as_ref()
+                .is_none_or(|names| names.contains(n))
+        })
+        .collect();
+    if !allowed.is_empty() {
+        w.candidates.names = Some(allowed);
+    }
+    w
+}
+
 /// FNV-1a of `text`, hex.
 pub fn digest_text(text: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

@@ -235,18 +235,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Sim {
-            scenario,
-            output,
-            explain,
-            metrics,
-            metrics_at,
             faults,
             faults_from,
             faults_seed,
             partition_policy,
             faults_defect,
+            ..
         } if faults.is_some() || faults_seed.is_some() => {
-            let _ = (scenario, output, explain, metrics, metrics_at);
             let defect = faults_defect.map(DefectArg::defect);
             run_faults(faults_from, faults, faults_seed, partition_policy, defect)
         }

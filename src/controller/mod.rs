@@ -1377,28 +1377,15 @@ impl Brain {
 
     /// The workload restricted to members where its pods did not get stuck lately (unless that
     /// leaves none).
-    fn avoiding(&self, mut w: Workload, avoid: &BTreeSet<String>) -> Workload {
-        if avoid.is_empty() {
-            return w;
-        }
-        let allowed: BTreeSet<String> = self
+    fn avoiding(&self, w: Workload, avoid: &BTreeSet<String>) -> Workload {
+        let members = self
             .stores
             .members
             .state()
             .iter()
             .map(|m| m.name_any())
-            .filter(|n| !avoid.contains(n))
-            .filter(|n| {
-                w.candidates
-                    .names
-                    .as_ref()
-                    .is_none_or(|names| names.contains(n))
-            })
-            .collect();
-        if !allowed.is_empty() {
-            w.candidates.names = Some(allowed);
-        }
-        w
+            .collect::<Vec<_>>();
+        crate::lifecycle::avoiding(w, members, avoid)
     }
 
     /// Submits `w` (the job restricted to the members it does not avoid). Avoiding a member is a

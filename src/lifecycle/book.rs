@@ -466,27 +466,8 @@ impl Book {
     }
 }
 
-/// The workload restricted to the members it does not avoid (unless that leaves none: avoiding
-/// is a preference).
+/// The workload restricted to the scheduler's members it does not avoid.
 fn avoiding(sched: &Scheduler, w: &Workload, avoid: &BTreeSet<String>) -> Workload {
-    let mut w = w.clone();
-    if avoid.is_empty() {
-        return w;
-    }
-    let allowed: BTreeSet<String> = sched
-        .clusters()
-        .iter()
-        .map(|c| c.name.clone())
-        .filter(|n| !avoid.contains(n))
-        .filter(|n| {
-            w.candidates
-                .names
-                .as_ref()
-                .is_none_or(|names| names.contains(n))
-        })
-        .collect();
-    if !allowed.is_empty() {
-        w.candidates.names = Some(allowed);
-    }
-    w
+    let members = sched.clusters().iter().map(|c| c.name.clone());
+    super::avoiding(w.clone(), members, avoid)
 }

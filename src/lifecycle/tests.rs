@@ -9,15 +9,8 @@ const D: &str = "spec-1";
 
 fn s() -> Settings {
     Settings {
-        pods_ready_timeout: 300_000,
-        pods_lost_timeout: 120_000,
         member_lost_grace: 60_000,
-        copy_missing_grace: 15_000,
-        create_retry: 5_000,
-        create_give_up: 60_000,
-        backoff: 10_000,
-        backoff_max: 600_000,
-        partition: Partition::Replace,
+        ..Settings::default()
     }
 }
 
