@@ -393,6 +393,8 @@ pub struct Seen {
 pub enum Transition {
     Queued,
     Rejected,
+    /// Rejected because muster cannot read the job (the note names the field).
+    Malformed,
     Admitted,
     Dispatched,
     DispatchFailed,
@@ -413,6 +415,7 @@ impl Transition {
         match self {
             Transition::Queued => "Queued",
             Transition::Rejected => "Inadmissible",
+            Transition::Malformed => "Malformed",
             Transition::Admitted => "Admitted",
             Transition::Dispatched => "Dispatched",
             Transition::DispatchFailed => "DispatchFailed",
@@ -434,6 +437,7 @@ impl Transition {
         matches!(
             self,
             Transition::Rejected
+                | Transition::Malformed
                 | Transition::DispatchFailed
                 | Transition::Degraded
                 | Transition::Failed

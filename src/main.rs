@@ -141,6 +141,18 @@ struct ControllerArgs {
     /// ... at most this many.
     #[arg(long, default_value_t = 1800)]
     requeue_backoff_max_seconds: u64,
+    /// What to do with a job whose member stops answering: `replace` places it elsewhere after
+    /// --member-lost-grace-seconds (its old copy may still run unseen until the member answers
+    /// again; the QueuedJob says so), `wait` keeps it there, quota held, until the member answers
+    /// (never two copies).
+    #[arg(long, value_enum, default_value_t = ControllerPolicy::Replace)]
+    partition_policy: ControllerPolicy,
+    /// Take a job back when its copy stays absent from its (answering) member this many seconds.
+    #[arg(long, default_value_t = 15)]
+    copy_missing_grace_seconds: u64,
+    /// Take a job back (avoiding that member) when creating its copy fails this many seconds.
+    #[arg(long, default_value_t = 60)]
+    create_give_up_seconds: u64,
     /// Elect a leader with a Lease so that only one replica acts.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
@@ -206,6 +218,12 @@ impl PolicyArg {
             PolicyArg::Both => vec![Partition::Replace, Partition::Wait],
         }
     }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ControllerPolicy {
+    Replace,
+    Wait,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -409,6 +427,12 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
         member_lost_grace: Duration::from_secs(a.member_lost_grace_seconds),
         requeue_backoff: Duration::from_secs(a.requeue_backoff_seconds),
         requeue_backoff_max: Duration::from_secs(a.requeue_backoff_max_seconds),
+        partition: match a.partition_policy {
+            ControllerPolicy::Replace => Partition::Replace,
+            ControllerPolicy::Wait => Partition::Wait,
+        },
+        copy_missing_grace: Duration::from_secs(a.copy_missing_grace_seconds),
+        create_give_up: Duration::from_secs(a.create_give_up_seconds),
         lease: a
             .leader_elect
             .then(|| muster::controller::leader::LeaseConfig {

@@ -89,6 +89,7 @@ pub struct Metrics {
     cluster_reachable: IntGaugeVec,
     cluster_nodes: IntGaugeVec,
     cluster_schedulable_nodes: IntGaugeVec,
+    maybe_twice: IntGaugeVec,
     submitted: IntCounterVec,
     admitted: IntCounterVec,
     dispatched: IntCounterVec,
@@ -196,6 +197,11 @@ impl Metrics {
             cluster_schedulable_nodes: int_gauge(
                 "muster_cluster_schedulable_nodes",
                 "Nodes of a member cluster that take new pods (neither unschedulable nor NotReady).",
+                &["cluster"],
+            ),
+            maybe_twice: int_gauge(
+                "muster_jobs_maybe_running_twice",
+                "Jobs placed again (or waiting) while a member that does not answer may still run an old copy (partition policy Replace), per silent member.",
                 &["cluster"],
             ),
             submitted: counter(
@@ -422,6 +428,16 @@ impl Metrics {
     }
 
     /// A pod was found where its job's plan does not put it.
+    /// Jobs that may run twice, per silent member holding an old copy (the whole set: members
+    /// not named have none).
+    pub fn maybe_running_twice(&self, per_cluster: &std::collections::BTreeMap<String, i64>) {
+        let _g = self.gauges.lock().unwrap_or_else(|e| e.into_inner());
+        self.maybe_twice.reset();
+        for (c, n) in per_cluster {
+            self.maybe_twice.with_label_values(&[c]).set(*n);
+        }
+    }
+
     pub fn placement_mismatch(&self, cluster: &str) {
         self.placement_mismatches
             .with_label_values(&[cluster])

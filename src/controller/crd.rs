@@ -204,6 +204,55 @@ pub struct QueuedJobStatus {
     /// Last change of `state` (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition: Option<String>,
+    /// The rest of the job's durable lifecycle record: what a restarted controller (or a new
+    /// leader) goes on from. Every timer is a deadline here, never only in memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<LifecycleStatus>,
+}
+
+/// The durable part of a job's lifecycle beyond its state (times are RFC 3339).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleStatus {
+    /// Digest of the hub job's spec this record was made for: what is dispatched is what was
+    /// admitted.
+    #[serde(default)]
+    pub spec: String,
+    /// UID of the member copy muster created (only that object is the job's copy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_uid: Option<String>,
+    /// Creating the copy has failed since (and last at).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_failing_since: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_failed_at: Option<String>,
+    /// Every pod ran at some point of this dispatch.
+    #[serde(default)]
+    pub ran: bool,
+    /// Since when a job that ran has fewer live pods than it needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded_since: Option<String>,
+    /// Since when its copy is absent from its member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_since: Option<String>,
+    /// Ended, but pods still run: its quota stays charged until they end.
+    #[serde(default)]
+    pub lingering: bool,
+    /// Taken back: queued again at this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_until: Option<String>,
+    /// Members avoided while others remain (its pods could not run there lately).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub avoid: Vec<String>,
+    /// Members that may still hold a copy of the job, since when: deleted there, and forgotten
+    /// once the member confirms it gone. While such a member does not answer, the job may run
+    /// twice (condition-like: see `mayRunTwiceOn`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub orphans: BTreeMap<String, String>,
+    /// Members that do not answer and may still run an old copy while the job is placed
+    /// elsewhere (the partition policy Replace): the job may be running twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub may_run_twice_on: Vec<String>,
 }
 
 /// One pod of a dispatched job: where the plan puts it and where it is.

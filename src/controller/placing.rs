@@ -13,11 +13,12 @@ use futures::StreamExt;
 use kube::ResourceExt;
 use serde_json::Value;
 
+use super::brain::Brain;
 use super::crd::{PlacementPolicy, PodPlacement};
 use super::gates;
-use super::{Brain, Plan};
 use crate::fleet::PlacementMode as Mode;
 use crate::placement::{self, GATE};
+use crate::scheduler::Plan;
 
 /// Pods listed in a QueuedJob's status at most (the counts stay exact beyond that).
 const MAX_LISTED: usize = 500;
@@ -81,7 +82,7 @@ impl Brain {
         let (Some(t), Some(m)) = (self.jobs.get(uid), self.members.get(cluster)) else {
             return out;
         };
-        let (Some(w), Some(id)) = (t.workload.as_ref(), t.id) else {
+        let (Ok(w), Some(id)) = (t.spec.0.as_ref(), self.book.get(uid).and_then(|e| e.id)) else {
             return out;
         };
         // Components whose pods muster can see and gate (their templates carry its labels).
@@ -177,7 +178,7 @@ impl Brain {
                 }
             }
             t.released = step.released.clone();
-            t.status.pod_placement = step
+            t.pod_placement = step
                 .pods
                 .iter()
                 .take(MAX_LISTED)

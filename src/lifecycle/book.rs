@@ -128,15 +128,17 @@ impl Book {
                     return None;
                 }
                 if durable.is_none() {
-                    let transition = if e.record.phase == Phase::Rejected {
-                        Transition::Rejected
-                    } else {
-                        Transition::Queued
+                    let (transition, note) = match &spec.0 {
+                        Err(msg) => (
+                            Transition::Malformed,
+                            format!("muster cannot read this job: {msg}"),
+                        ),
+                        Ok(_) if e.record.phase == Phase::Rejected => {
+                            (Transition::Rejected, e.record.reason.clone())
+                        }
+                        Ok(_) => (Transition::Queued, e.record.reason.clone()),
                     };
-                    out.push(Intent::Event {
-                        transition,
-                        note: e.record.reason.clone(),
-                    });
+                    out.push(Intent::Event { transition, note });
                 }
             }
         }

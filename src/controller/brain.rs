@@ -1,0 +1,228 @@
+//! The controller's state and its pass. `Brain::sync` is the one place that says in what order
+//! things happen: read the tree, the members and the hub jobs; observe every followed job on its
+//! members; one pass of the lifecycle book (every job stepped, one scheduling cycle); carry out
+//! the intents; write the records; report. Each step lives in the module named after what it
+//! owns (`tree`, `membership`, `jobs`, `observe`, `execute`, `record`, `gc`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::ResourceExt;
+use kube::runtime::events::{Event, EventType, Recorder};
+use tokio::sync::{Notify, mpsc};
+
+use super::crd::{ElasticQuotaTreeStatus, MemberClusterStatus};
+use super::execute::Done;
+use super::jobs::Job;
+use super::members::Member;
+use super::{HubStores, Options, intake, leader};
+use crate::fleet::ClusterInfo;
+use crate::lifecycle::{Book, Ms, Settings};
+use crate::metrics::Metrics;
+use crate::quantity::ResourceList;
+use crate::scheduler::{Config, Scheduler};
+
+pub(super) struct Brain {
+    pub hub: Client,
+    pub opts: Options,
+    pub stores: HubStores,
+    pub covered: intake::Covered,
+    pub recorder: Recorder,
+    pub wake: Arc<Notify>,
+    pub metrics: Arc<Metrics>,
+    pub leadership: Arc<leader::Leadership>,
+    pub sched: Scheduler,
+    /// Every followed job's lifecycle record and scheduler entry (shared with `sim::faults`).
+    pub book: Book,
+    /// What the controller knows of each followed hub job beyond its record.
+    pub jobs: HashMap<String, Job>,
+    /// Hub jobs muster does not queue (outside the tree), by the generation last tried.
+    pub ignored: HashMap<String, i64>,
+    /// Member I/O finished off the sync loop (creates), read at the start of the next pass.
+    pub done_tx: mpsc::UnboundedSender<Done>,
+    pub done_rx: mpsc::UnboundedReceiver<Done>,
+    /// Member writes under way: (job, member).
+    pub in_flight: std::collections::BTreeSet<(String, String)>,
+    /// The earliest deadline of any record: the next pass comes no later.
+    pub next_wake: Option<Ms>,
+    pub members: BTreeMap<String, Member>,
+    /// Members being connected (their source, the task).
+    pub connecting: BTreeMap<String, (String, tokio::task::JoinHandle<anyhow::Result<Member>>)>,
+    /// Members known but not connected, since when (this process's view).
+    pub unconnected_since: BTreeMap<String, Ms>,
+    /// Per member: why it could not be connected (for its status).
+    pub member_errors: BTreeMap<String, String>,
+    /// Last written MemberCluster status, and when.
+    pub member_status: BTreeMap<String, (MemberClusterStatus, Instant)>,
+    /// Per member: what the core was last told (nodes, reachability, per-node usage).
+    pub told_nodes: HashMap<String, ClusterInfo>,
+    pub told_reachable: HashMap<String, bool>,
+    pub told_usage: HashMap<String, BTreeMap<String, ResourceList>>,
+    /// The tree in force: (uid, generation) of the object last applied or rejected.
+    pub tree_seen: Option<(String, i64)>,
+    pub tree_status: Option<ElasticQuotaTreeStatus>,
+    pub tree_status_written: Option<ElasticQuotaTreeStatus>,
+    pub tree_ref: Option<(String, String)>,
+    /// Members seen dropping muster's scheduling gate (placed in pinned mode from then on),
+    /// with the evidence.
+    pub gates_dropped: BTreeMap<String, String>,
+    pub priorities: BTreeMap<String, i32>,
+    pub epoch: Instant,
+}
+
+impl Brain {
+    pub fn new(
+        hub: Client,
+        opts: Options,
+        stores: HubStores,
+        covered: intake::Covered,
+        recorder: Recorder,
+        wake: Arc<Notify>,
+        metrics: Arc<Metrics>,
+    ) -> Brain {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let settings = settings(&opts);
+        Brain {
+            metrics,
+            leadership: leader::Leadership::always(),
+            hub,
+            opts,
+            stores,
+            covered,
+            recorder,
+            wake,
+            sched: Scheduler::new(Config::default()),
+            book: Book::new(settings),
+            jobs: HashMap::new(),
+            ignored: HashMap::new(),
+            done_tx,
+            done_rx,
+            in_flight: Default::default(),
+            next_wake: None,
+            members: BTreeMap::new(),
+            connecting: BTreeMap::new(),
+            unconnected_since: BTreeMap::new(),
+            member_errors: BTreeMap::new(),
+            member_status: BTreeMap::new(),
+            told_nodes: HashMap::new(),
+            told_reachable: HashMap::new(),
+            told_usage: HashMap::new(),
+            tree_seen: None,
+            tree_status: None,
+            tree_status_written: None,
+            tree_ref: None,
+            gates_dropped: BTreeMap::new(),
+            priorities: BTreeMap::new(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// One pass: observe, decide, act, report.
+    pub async fn sync(&mut self) {
+        // 1. What the hub and the members say.
+        self.next_wake = None;
+        self.sync_priorities();
+        self.sync_tree().await;
+        self.sync_members().await;
+        if !self.members_settled() {
+            // Deciding before every member's nodes are known would call jobs unfit (or place
+            // them on the members that happened to answer first).
+            return;
+        }
+        self.collect_done();
+        self.sync_jobs().await;
+        self.sync_usage();
+        // 2. Every followed job on its members (pods placed, hub status synced).
+        let view = self.observe().await;
+        // 3. The lifecycle: every job stepped, one scheduling cycle.
+        let started = Instant::now();
+        let intents = self.step_all(&view);
+        self.metrics.cycle_duration(started.elapsed().as_secs_f64());
+        // 4. Carry out what it says; write the records (in the book's order); report.
+        self.execute_all(intents).await;
+        self.collect_garbage();
+        self.sync_reasons();
+        self.write_records().await;
+        self.write_tree_status().await;
+        self.write_member_statuses().await;
+        self.metrics.observe(&self.sched);
+        let mut twice: BTreeMap<String, i64> = BTreeMap::new();
+        for (_, e) in self.book.iter() {
+            for c in e.record.orphans.keys() {
+                if e.record.cluster.as_deref() != Some(c) && !self.answering(c) {
+                    *twice.entry(c.clone()).or_default() += 1;
+                }
+            }
+        }
+        self.metrics.maybe_running_twice(&twice);
+    }
+
+    fn sync_priorities(&mut self) {
+        let p: BTreeMap<String, i32> = self
+            .stores
+            .priorities
+            .state()
+            .iter()
+            .map(|pc| (pc.name_any(), pc.value.unwrap_or(0)))
+            .collect();
+        if p != self.priorities {
+            self.sched.set_priority_classes(p.clone());
+            self.priorities = p;
+        }
+    }
+
+    /// An Event on the hub job `uid`.
+    pub async fn event(&self, uid: &str, warning: bool, reason: &str, note: String) {
+        if let Some(t) = self.jobs.get(uid) {
+            self.publish(&t.object_ref(uid), warning, reason, note)
+                .await;
+        }
+    }
+
+    pub async fn publish(&self, oref: &ObjectReference, warning: bool, reason: &str, note: String) {
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(truncate(&note, 1000)),
+            action: reason.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, oref).await {
+            tracing::warn!(object = ?oref.name, error = %e, "could not publish an Event");
+        }
+    }
+}
+
+/// The lifecycle's settings from the controller's flags.
+pub(super) fn settings(o: &Options) -> Settings {
+    let ms = |d: std::time::Duration| d.as_millis().min(u128::from(u64::MAX)) as u64;
+    Settings {
+        pods_ready_timeout: ms(o.pods_ready_timeout),
+        pods_lost_timeout: ms(o.pods_lost_timeout),
+        member_lost_grace: ms(o.member_lost_grace),
+        copy_missing_grace: ms(o.copy_missing_grace),
+        create_retry: 5_000,
+        create_give_up: ms(o.create_give_up),
+        backoff: ms(o.requeue_backoff),
+        backoff_max: ms(o.requeue_backoff_max),
+        partition: o.partition,
+    }
+}
+
+pub(super) fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

@@ -1,0 +1,291 @@
+//! Carrying out the lifecycle's intents: copies created and deleted on members off the sync
+//! loop (one task per write, at most one per job and member at a time, results read at the
+//! start of the next pass), so that a slow or frozen member never holds back decisions for the
+//! others; Events on the hub job; the queue metrics; the next wake-up. Every member write is
+//! fenced: a replica that does not lead writes nothing.
+
+use kube::ResourceExt;
+
+use super::brain::Brain;
+use super::dispatch;
+use crate::fleet::PlacementMode;
+use crate::lifecycle::{Created, Intent, Phase, Transition};
+use crate::metrics::{DispatchFailure, Outcome, RequeueReason};
+use crate::workload::JobKind;
+
+/// A member write that finished.
+pub(super) enum Done {
+    Created {
+        uid: String,
+        cluster: String,
+        result: Result<String, (String, DispatchFailure)>,
+    },
+    Deleted {
+        uid: String,
+        cluster: String,
+        result: Result<bool, String>,
+    },
+}
+
+impl Brain {
+    /// The queue of a followed job (kept while it is out of the scheduler).
+    fn queue_of(&self, uid: &str) -> String {
+        if let Some(id) = self.book.get(uid).and_then(|e| e.id) {
+            return self.sched.queue_name(id).to_string();
+        }
+        let j = self.jobs.get(uid);
+        j.and_then(|j| j.queue.clone())
+            .or_else(|| j.and_then(|j| self.sched.queue_of_namespace(&j.namespace)))
+            .unwrap_or_default()
+    }
+
+    /// Reads the member writes that finished since the last pass.
+    pub(super) fn collect_done(&mut self) {
+        while let Ok(d) = self.done_rx.try_recv() {
+            match d {
+                Done::Created {
+                    uid,
+                    cluster,
+                    result,
+                } => {
+                    self.in_flight.remove(&(uid.clone(), cluster.clone()));
+                    let label = self.jobs.get(&uid).map(|j| j.label()).unwrap_or_default();
+                    // Only for the admission it was made for.
+                    let current = self.book.get(&uid).is_some_and(|e| {
+                        e.record.phase == Phase::Admitted
+                            && e.record.cluster.as_deref() == Some(&cluster)
+                    });
+                    let created = match result {
+                        Ok(copy_uid) => {
+                            tracing::info!(job = %label, %cluster, "copy created");
+                            Created::Ok { uid: copy_uid }
+                        }
+                        Err((message, failure)) => {
+                            self.metrics.dispatch_error(&cluster, failure);
+                            tracing::warn!(job = %label, %cluster, error = %message, "dispatch failed");
+                            Created::Failed { message }
+                        }
+                    };
+                    if current {
+                        self.book.created(&uid, created);
+                    }
+                }
+                Done::Deleted {
+                    uid,
+                    cluster,
+                    result,
+                } => {
+                    self.in_flight.remove(&(uid.clone(), cluster.clone()));
+                    match result {
+                        Ok(true) => tracing::info!(job = %uid, %cluster, "copy deleted"),
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(job = %uid, %cluster, error = %e, "could not delete a copy; retried")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Carries out the intents of one pass, in order.
+    pub(super) async fn execute_all(&mut self, intents: Vec<(String, crate::lifecycle::Intent)>) {
+        for (uid, i) in intents {
+            match i {
+                Intent::Create { cluster } => self.create_copy(&uid, &cluster),
+                Intent::Delete { cluster, why } => self.delete_copy(&uid, &cluster, &why),
+                Intent::Requeued(why) => {
+                    let queue = self.queue_of(&uid);
+                    self.metrics.requeued(&queue, why);
+                    if why == RequeueReason::Preempted
+                        && let Some(c) = self.book.get(&uid).and_then(|e| {
+                            e.record
+                                .orphans
+                                .iter()
+                                .max_by_key(|(_, since)| **since)
+                                .map(|(c, _)| c.clone())
+                        })
+                    {
+                        self.metrics.preempted(&queue, &c);
+                    }
+                    if let Some(j) = self.jobs.get_mut(&uid) {
+                        j.queued_at = jiff::Timestamp::now();
+                        j.forget_placement();
+                    }
+                }
+                Intent::Ended { succeeded } => {
+                    let queue = self.queue_of(&uid);
+                    let cluster = self
+                        .book
+                        .get(&uid)
+                        .and_then(|e| e.record.cluster.clone())
+                        .unwrap_or_default();
+                    let outcome = if succeeded {
+                        Outcome::Succeeded
+                    } else {
+                        Outcome::Failed
+                    };
+                    self.metrics.finished(&queue, &cluster, outcome);
+                }
+                Intent::Event { transition, note } => self.transition(&uid, transition, note),
+                Intent::WakeAt(at) => {
+                    self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+                }
+                Intent::Release | Intent::Submit => {}
+            }
+        }
+    }
+
+    /// A named transition: logged, counted, and an Event on the hub job.
+    fn transition(&mut self, uid: &str, t: Transition, note: String) {
+        let queue = self.queue_of(uid);
+        let cluster = self
+            .book
+            .get(uid)
+            .and_then(|e| e.record.cluster.clone())
+            .unwrap_or_default();
+        match t {
+            Transition::Queued => self.metrics.submitted(&queue),
+            Transition::Rejected | Transition::Malformed => self.metrics.rejected(&queue),
+            Transition::Admitted => {
+                self.metrics.admitted(&queue, &cluster);
+                if let Some(j) = self.jobs.get_mut(uid) {
+                    let waited = jiff::Timestamp::now().duration_since(j.queued_at);
+                    self.metrics
+                        .wait_time(&queue, waited.as_secs_f64().max(0.0));
+                    j.forget_placement();
+                }
+            }
+            Transition::Dispatched => self.metrics.dispatched(&queue, &cluster),
+            _ => {}
+        }
+        if t == Transition::Admitted {
+            // The copy is created on the pass after the admission is written: soon.
+            self.next_wake = Some(super::now_ms());
+        }
+        let Some(j) = self.jobs.get(uid) else { return };
+        let said = t.as_str().to_lowercase();
+        if t.warning() {
+            tracing::warn!(job = %j.label(), "{said}: {note}");
+        } else {
+            tracing::info!(job = %j.label(), "{said}: {note}");
+        }
+        // Published off the sync loop: Events are reports, never decisions.
+        let (recorder, oref) = (self.recorder.clone(), j.object_ref(uid));
+        let ev = kube::runtime::events::Event {
+            type_: if t.warning() {
+                kube::runtime::events::EventType::Warning
+            } else {
+                kube::runtime::events::EventType::Normal
+            },
+            reason: t.as_str().to_string(),
+            note: Some(super::brain::truncate(&note, 1000)),
+            action: t.as_str().to_string(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&ev, &oref).await {
+                tracing::warn!(object = ?oref.name, error = %e, "could not publish an Event");
+            }
+        });
+    }
+
+    /// Creates the job's copy on `cluster` (its admission is durable), off the sync loop.
+    fn create_copy(&mut self, uid: &str, cluster: &str) {
+        let key = (uid.to_string(), cluster.to_string());
+        if !self.leadership.is_leader() || self.in_flight.contains(&key) {
+            return;
+        }
+        let (Some(e), Some(j)) = (self.book.get(uid), self.jobs.get(uid)) else {
+            return;
+        };
+        // What is dispatched is what was admitted.
+        let Ok(w) = &j.spec.0 else { return };
+        if e.record.spec != j.spec.1 {
+            return;
+        }
+        let Some(m) = self.members.get(cluster) else {
+            return;
+        };
+        let Some(hub) = self.stores.job(j.kind, &j.namespace, &j.name) else {
+            return;
+        };
+        let Ok(hub_value) = serde_json::to_value(hub.as_ref()) else {
+            return;
+        };
+        let gates = self.placement_mode(cluster).0 == PlacementMode::Gates;
+        let copy = dispatch::member_copy(
+            &hub_value,
+            w,
+            uid,
+            &self.opts.origin,
+            &e.record.placement,
+            gates,
+        );
+        let (client, kind, tx, wake) = (
+            m.client.clone(),
+            j.kind,
+            self.done_tx.clone(),
+            self.wake.clone(),
+        );
+        self.in_flight.insert(key);
+        let (uid, cluster) = (uid.to_string(), cluster.to_string());
+        tokio::spawn(async move {
+            let result = dispatch::create(&client, &cluster, kind, &copy)
+                .await
+                .map(|o| o.uid().unwrap_or_default())
+                .map_err(|e| (e.to_string(), e.failure()));
+            let _ = tx.send(Done::Created {
+                uid,
+                cluster,
+                result,
+            });
+            wake.notify_one();
+        });
+    }
+
+    /// Deletes the job's copy on `cluster` (the record saying why is durable), off the loop.
+    pub(super) fn delete_copy(&mut self, uid: &str, cluster: &str, why: &str) {
+        let Some(j) = self.jobs.get(uid) else { return };
+        let (kind, ns, name) = (j.kind, j.namespace.clone(), j.name.clone());
+        tracing::info!(job = %j.label(), %cluster, "deleting its copy: {why}");
+        self.spawn_delete(uid, cluster, kind, &ns, &name);
+    }
+
+    /// Deletes `namespace/name` on `cluster` if it is the copy of hub job `uid`.
+    pub(super) fn spawn_delete(
+        &mut self,
+        uid: &str,
+        cluster: &str,
+        kind: JobKind,
+        ns: &str,
+        name: &str,
+    ) {
+        let key = (uid.to_string(), cluster.to_string());
+        if !self.leadership.is_leader() || self.in_flight.contains(&key) {
+            return;
+        }
+        let Some(m) = self.members.get(cluster) else {
+            return;
+        };
+        let (client, tx, wake) = (m.client.clone(), self.done_tx.clone(), self.wake.clone());
+        let (uid, cluster, ns, name) = (
+            uid.to_string(),
+            cluster.to_string(),
+            ns.to_string(),
+            name.to_string(),
+        );
+        self.in_flight.insert(key);
+        tokio::spawn(async move {
+            let result = dispatch::delete(&client, kind, &ns, &name, &uid)
+                .await
+                .map_err(|e| e.to_string());
+            let _ = tx.send(Done::Deleted {
+                uid,
+                cluster,
+                result,
+            });
+            wake.notify_one();
+        });
+    }
+}

@@ -1,0 +1,396 @@
+//! The hub jobs reconciler (intake): every job of a covered namespace, or one muster already
+//! has a record for, is suspended on the hub (the hub copy never runs), interpreted once per
+//! generation, and followed in the lifecycle book from its durable record (its QueuedJob
+//! status) or as new. A hub job that is gone is forgotten; its copies are deleted (and its quota
+//! stays charged while a member that does not answer may still run one). A QueuedJob deleted
+//! by someone is written again from what the controller knows.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::reflector;
+use serde_json::Value;
+
+use super::brain::Brain;
+use super::crd::{PodCounts, PodPlacement, QueuedJob, QueuedJobStatus};
+use super::{intake, kinds, queued_job_name, record};
+use crate::lifecycle::{Intent, Spec, spec_of};
+use crate::workload::{JobKind, interpret};
+
+/// What the controller knows of a followed hub job beyond its lifecycle record.
+pub(super) struct Job {
+    pub kind: JobKind,
+    pub namespace: String,
+    pub name: String,
+    pub api_version: String,
+    /// The generation `spec` was read from (interpreted once per generation).
+    pub generation: i64,
+    pub spec: Spec,
+    /// When it last entered its queue (submission or requeue), for the wait-time histogram.
+    pub queued_at: jiff::Timestamp,
+    /// Its queue and priority, as last known (kept while it is out of the scheduler).
+    pub queue: Option<String>,
+    pub priority: Option<i32>,
+    /// The core's reason when the explanation was last computed, and when; the explanation and
+    /// its one-line summary.
+    pub explained: Option<(String, Instant)>,
+    pub explanation: Option<String>,
+    pub summary: Option<String>,
+    /// Pods on the member, and each pod's planned and real node.
+    pub pods: Option<PodCounts>,
+    pub pod_placement: Vec<PodPlacement>,
+    /// Why its pods wait, in the member scheduler's words (the last placement pass).
+    pub waiting: Option<String>,
+    /// Components whose pods were released from muster's scheduling gate in this dispatch.
+    pub released: BTreeSet<String>,
+    /// Pods already reported as placed where the plan does not put them.
+    pub mismatched: BTreeSet<String>,
+    /// Hub job status last copied from the member.
+    pub synced_status: Option<Value>,
+    /// The QueuedJob status last written (None: the QueuedJob may not exist), and when.
+    pub written: Option<QueuedJobStatus>,
+    pub written_at: Option<Instant>,
+    /// The hub job is gone (followed until its copies are confirmed gone).
+    pub gone: bool,
+}
+
+impl Job {
+    pub fn label(&self) -> String {
+        format!("{} {}/{}", self.kind, self.namespace, self.name)
+    }
+
+    pub fn object_ref(&self, uid: &str) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(self.api_version.clone()),
+            kind: Some(self.kind.as_str().to_string()),
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.name.clone()),
+            uid: Some(uid.to_string()),
+            ..Default::default()
+        }
+    }
+
+    /// A new placement (or none): what was seen of the last one no longer holds.
+    pub fn forget_placement(&mut self) {
+        self.pods = None;
+        self.pod_placement.clear();
+        self.released.clear();
+        self.mismatched.clear();
+        self.waiting = None;
+    }
+}
+
+impl Brain {
+    pub(super) fn covered(&self, ns: &str) -> bool {
+        self.covered
+            .read()
+            .map(|c| c.as_ref().is_some_and(|c| c.contains(ns)))
+            .unwrap_or(false)
+    }
+
+    /// The QueuedJob status recorded for a hub job (what an earlier run decided), by its UID.
+    fn recorded(&self, ns: &str, kind: JobKind, name: &str, uid: &str) -> Option<QueuedJobStatus> {
+        let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
+        let qj = self.stores.queued.get(&key)?;
+        (qj.spec.job_ref.uid == uid)
+            .then(|| qj.status.clone())
+            .flatten()
+    }
+
+    /// Intake: follows the hub jobs muster is responsible for, forgets those that are gone.
+    pub(super) async fn sync_jobs(&mut self) {
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut exists: HashSet<String> = HashSet::new();
+        let mut objs: Vec<(JobKind, Arc<DynamicObject>)> = Vec::new();
+        for (&kind, store) in &self.stores.jobs {
+            for o in store.state() {
+                objs.push((kind, o));
+            }
+        }
+        // Oldest first: a rebuilt queue keeps submission order.
+        objs.sort_by_cached_key(|(_, o)| {
+            (
+                o.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                o.namespace(),
+                o.name_any(),
+            )
+        });
+        let mut intake_events: Vec<(String, Intent)> = Vec::new();
+        for (kind, obj) in objs {
+            let Some(uid) = obj.uid() else { continue };
+            exists.insert(uid.clone());
+            if obj.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let ns = obj.namespace().unwrap_or_default();
+            let name = obj.name_any();
+            let generation = obj.metadata.generation.unwrap_or(0);
+            let followed = self.book.get(&uid).is_some();
+            if !followed && self.ignored.get(&uid) == Some(&generation) {
+                continue;
+            }
+            let recorded = if followed {
+                None
+            } else {
+                self.recorded(&ns, kind, &name, &uid)
+            };
+            // Without a tree covering it, only a job muster already has a record for is
+            // followed (its copy may run); nothing else is touched.
+            if !followed && recorded.is_none() && !self.covered(&ns) {
+                continue;
+            }
+            seen.insert(uid.clone());
+            // The hub copy never runs: suspend what the webhook missed (or a user un-suspended).
+            if obj.data.pointer(kind.suspend_pointer()) != Some(&Value::Bool(true)) {
+                self.suspend(kind, &ns, &name).await;
+            }
+            let fresh = self
+                .jobs
+                .get(&uid)
+                .is_none_or(|j| j.generation != generation);
+            if fresh {
+                let spec = match serde_json::to_value(obj.as_ref()) {
+                    Ok(mut v) => {
+                        // Items of a list (a watch's first listing, after every restart) carry
+                        // no apiVersion and kind for built-in kinds such as batch Jobs.
+                        typed(&mut v, kind);
+                        spec_of(interpret(&v).map_err(|e| e.to_string()))
+                    }
+                    Err(e) => spec_of(Err(e.to_string())),
+                };
+                match self.jobs.get_mut(&uid) {
+                    Some(j) => {
+                        j.generation = generation;
+                        j.spec = spec;
+                    }
+                    None => {
+                        let api_version = obj
+                            .types
+                            .as_ref()
+                            .map(|t| t.api_version.clone())
+                            .filter(|v| !v.is_empty())
+                            .unwrap_or_else(|| kind.api_version().into());
+                        let queued_at = obj
+                            .metadata
+                            .creation_timestamp
+                            .as_ref()
+                            .map(|t| t.0)
+                            .unwrap_or_else(jiff::Timestamp::now);
+                        self.jobs.insert(
+                            uid.clone(),
+                            new_job(kind, &ns, &name, api_version, generation, spec, queued_at),
+                        );
+                    }
+                }
+            }
+            if followed {
+                continue;
+            }
+            let submitted = obj
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second().max(0) as u64)
+                .unwrap_or(0);
+            let Some(job) = self.jobs.get_mut(&uid) else {
+                continue;
+            };
+            let durable = recorded
+                .as_ref()
+                .map(|st| record::from_status(st, &job.spec.1));
+            let label = job.label();
+            match self
+                .book
+                .track(&mut self.sched, &uid, label, &job.spec, submitted, durable)
+            {
+                None => {
+                    self.jobs.remove(&uid);
+                    self.ignored.insert(uid, generation);
+                }
+                Some(intents) => {
+                    if let Some(st) = recorded {
+                        tracing::info!(job = %job.label(), state = st.state.as_str(), cluster = ?st.cluster, "following it again from its record");
+                        // Which components an earlier run released from the gate.
+                        job.released = st
+                            .pod_placement
+                            .iter()
+                            .filter(|p| !p.gated)
+                            .map(|p| p.component.clone())
+                            .collect();
+                        job.pod_placement = st.pod_placement.clone();
+                        job.queue = st.queue.clone();
+                        job.priority = st.priority;
+                        job.written = Some(st);
+                        job.written_at = Some(Instant::now());
+                    }
+                    intake_events.extend(intents.into_iter().map(|i| (uid.clone(), i)));
+                }
+            }
+        }
+        self.execute_all(intake_events).await;
+        self.forget_gone(&seen);
+        self.ignored.retain(|u, _| exists.contains(u));
+        self.rewrite_deleted_queued_jobs();
+    }
+
+    /// Hub jobs gone (deleted, or being deleted): forgotten, every copy deleted.
+    fn forget_gone(&mut self, seen: &HashSet<String>) {
+        let gone: Vec<String> = self
+            .book
+            .iter()
+            .filter(|(u, _)| !seen.contains(*u))
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uid in gone {
+            let deletes = self.book.untrack(&mut self.sched, &uid);
+            if let Some(j) = self.jobs.get_mut(&uid) {
+                j.gone = true;
+                tracing::info!(job = %j.label(), "hub job gone; its copies are deleted");
+            }
+            for i in deletes {
+                if let Intent::Delete { cluster, why } = i {
+                    self.delete_copy(&uid, &cluster, &why);
+                }
+            }
+        }
+        // Forgotten once no longer followed nor charged.
+        let charged: BTreeSet<String> = self.book.deleted().cloned().collect();
+        let book = &self.book;
+        self.jobs
+            .retain(|u, j| !j.gone || book.get(u).is_some() || charged.contains(u));
+    }
+
+    /// A QueuedJob someone deleted is written again (what the controller knows of the job is
+    /// its record); until then the hub holds no record of it, so nothing is created or deleted
+    /// on its behalf.
+    fn rewrite_deleted_queued_jobs(&mut self) {
+        let settle = Duration::from_secs(5);
+        let lost: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(u, j)| {
+                !j.gone
+                    && j.written.is_some()
+                    && j.written_at.is_some_and(|at| at.elapsed() > settle)
+                    && self.book.get(u).is_some()
+                    && {
+                        let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(
+                            j.kind, &j.name,
+                        ))
+                        .within(&j.namespace);
+                        self.stores
+                            .queued
+                            .get(&key)
+                            .is_none_or(|q| q.spec.job_ref.uid != **u)
+                    }
+            })
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uid in lost {
+            if let Some(j) = self.jobs.get_mut(&uid) {
+                tracing::warn!(job = %j.label(), "its QueuedJob was deleted; writing it again");
+                j.written = None;
+                j.written_at = None;
+            }
+            self.book.written(&uid, None);
+        }
+    }
+
+    async fn suspend(&self, kind: JobKind, ns: &str, name: &str) {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.hub.clone(), ns, &kinds::api_resource(kind));
+        let patch = Patch::Merge(intake::suspend_merge_patch(kind));
+        match api.patch(name, &PatchParams::default(), &patch).await {
+            Ok(_) => {
+                tracing::info!(kind = %kind, job = %format!("{ns}/{name}"), "suspended on the hub")
+            }
+            Err(e) => {
+                tracing::warn!(kind = %kind, job = %format!("{ns}/{name}"), error = %e, "could not suspend")
+            }
+        }
+    }
+}
+
+/// Fills in a hub job's `apiVersion` and `kind` when the API left them out.
+fn typed(v: &mut Value, kind: JobKind) {
+    if let Some(o) = v.as_object_mut() {
+        if o.get("apiVersion")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            o.insert("apiVersion".into(), Value::from(kind.api_version()));
+        }
+        if o.get("kind")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            o.insert("kind".into(), Value::from(kind.as_str()));
+        }
+    }
+}
+
+fn new_job(
+    kind: JobKind,
+    ns: &str,
+    name: &str,
+    api_version: String,
+    generation: i64,
+    spec: Spec,
+    queued_at: jiff::Timestamp,
+) -> Job {
+    Job {
+        kind,
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        api_version,
+        generation,
+        spec,
+        queued_at,
+        queue: None,
+        priority: None,
+        explained: None,
+        explanation: None,
+        summary: None,
+        pods: None,
+        pod_placement: Vec::new(),
+        waiting: None,
+        released: BTreeSet::new(),
+        mismatched: BTreeSet::new(),
+        synced_status: None,
+        written: None,
+        written_at: None,
+        gone: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch Job as a list returns it (after a restart): no apiVersion, no kind. It must read
+    /// the same as when a watch event brought it, or every running Job would look edited.
+    #[test]
+    fn a_listed_job_reads_like_a_watched_one() {
+        let watched = serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "ns"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}}
+        });
+        let mut listed = watched.clone();
+        if let Some(o) = listed.as_object_mut() {
+            o.remove("apiVersion");
+            o.remove("kind");
+        }
+        assert!(interpret(&listed).is_err(), "untyped, it does not read");
+        typed(&mut listed, JobKind::Job);
+        let a = spec_of(interpret(&watched).map_err(|e| e.to_string()));
+        let b = spec_of(interpret(&listed).map_err(|e| e.to_string()));
+        assert!(b.0.is_ok());
+        assert_eq!(a.1, b.1);
+    }
+}

@@ -1,0 +1,365 @@
+//! The member reconciler: MemberClusters on the hub become connected members (their kubeconfig
+//! Secret checked, connected off the sync loop so that a slow or frozen member never stalls
+//! the others), described to the core (nodes, reachability, what other pods use), and their
+//! status written back (Ready, nodes, allocatable and free capacity, last contact).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use super::brain::Brain;
+use super::crd::{MemberCluster, MemberClusterStatus};
+use super::members::{self, Member};
+use super::{MANAGER, kubeconfig};
+use crate::fleet::ClusterInfo;
+use crate::quantity::{Quantity, ResourceList};
+use crate::resources::MAX_JOBS;
+use crate::scheduler::JobState;
+
+impl Brain {
+    pub(super) async fn kubeconfig_of(
+        &self,
+        mc: &MemberCluster,
+    ) -> Result<(String, String), String> {
+        let r = &mc.spec.kubeconfig_secret_ref;
+        let ns = r
+            .namespace
+            .clone()
+            .unwrap_or_else(|| self.opts.namespace.clone());
+        let key = r.key.clone().unwrap_or_else(|| "kubeconfig".into());
+        let api: Api<Secret> = Api::namespaced(self.hub.clone(), &ns);
+        let secret = api
+            .get(&r.name)
+            .await
+            .map_err(|e| format!("Secret {ns}/{}: {e}", r.name))?;
+        let data = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&key))
+            .ok_or_else(|| format!("Secret {ns}/{} has no key {key:?}", r.name))?;
+        let text = String::from_utf8(data.0.clone())
+            .map_err(|_| format!("Secret {ns}/{} key {key:?} is not UTF-8", r.name))?;
+        let allow = self.opts.allow_kubeconfig_files_and_exec;
+        kubeconfig::check(&text, allow, &format!("{ns}/{}", r.name), &key)?;
+        Ok((text, secret.resource_version().unwrap_or_default()))
+    }
+
+    pub(super) async fn sync_members(&mut self) {
+        let wanted: BTreeMap<String, Arc<MemberCluster>> = self
+            .stores
+            .members
+            .state()
+            .into_iter()
+            .map(|m| (m.name_any(), m))
+            .collect();
+        // Removed members: stop watching; nothing more is placed there.
+        let gone: Vec<String> = self
+            .members
+            .keys()
+            .filter(|n| !wanted.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            tracing::info!(member = %name, "member removed");
+            self.members.remove(&name);
+            self.sched.set_cluster(&ClusterInfo {
+                name: name.clone(),
+                ..Default::default()
+            });
+            self.sched.set_reachable(&name, false);
+            self.told_nodes.remove(&name);
+            self.told_reachable.insert(name.clone(), false);
+            self.told_usage.remove(&name);
+            self.member_status.remove(&name);
+        }
+        let done: Vec<String> = self
+            .connecting
+            .iter()
+            .filter(|(n, (_, t))| t.is_finished() || !wanted.contains_key(*n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in done {
+            let Some((_, task)) = self.connecting.remove(&name) else {
+                continue;
+            };
+            if !wanted.contains_key(&name) {
+                task.abort();
+                continue;
+            }
+            match task.await {
+                Ok(Ok(m)) => {
+                    tracing::info!(member = %name, kinds = ?m.kinds, "member connected");
+                    self.members.insert(name.clone(), m);
+                    self.member_errors.remove(&name);
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(member = %name, error = %e, "cannot connect to member");
+                    self.member_errors.insert(name.clone(), e.to_string());
+                }
+                Err(e) => {
+                    self.member_errors.insert(name.clone(), e.to_string());
+                }
+            }
+        }
+        let now = super::now_ms();
+        for name in wanted.keys() {
+            if self.members.contains_key(name) {
+                self.unconnected_since.remove(name);
+            } else {
+                self.unconnected_since.entry(name.clone()).or_insert(now);
+            }
+        }
+        self.unconnected_since.retain(|n, _| wanted.contains_key(n));
+        for (name, mc) in &wanted {
+            // (Re)connect when new, when its spec or Secret changed, checked every few seconds.
+            let due = self
+                .member_status
+                .get(name)
+                .is_none_or(|(_, at)| at.elapsed() > Duration::from_secs(10))
+                || !self.members.contains_key(name);
+            if due {
+                match self.kubeconfig_of(mc).await {
+                    Ok((text, rv)) => {
+                        let source = format!("{}/{rv}", mc.metadata.generation.unwrap_or(0));
+                        let stale = self.members.get(name).is_none_or(|m| m.source != source);
+                        let pending = self.connecting.get(name).is_some_and(|(s, _)| *s == source);
+                        if stale && !pending {
+                            // Connected off the sync loop: discovery on a frozen member must
+                            // not hold back the decisions for the others.
+                            let (n, wake) = (name.clone(), self.wake.clone());
+                            let src = source.clone();
+                            let task = tokio::spawn(async move {
+                                let c = members::client_from_kubeconfig(&n, &text).await?;
+                                let m = Member::connect(&n, c, src, wake.clone()).await;
+                                wake.notify_one();
+                                m
+                            });
+                            if let Some((_, old)) =
+                                self.connecting.insert(name.clone(), (source, task))
+                            {
+                                old.abort();
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        self.member_errors.insert(name.clone(), e);
+                    }
+                }
+                if let Some((st, _)) = self.member_status.get(name).cloned() {
+                    self.member_status
+                        .insert(name.clone(), (st, Instant::now()));
+                } else {
+                    self.member_status.insert(
+                        name.clone(),
+                        (MemberClusterStatus::default(), Instant::now()),
+                    );
+                }
+            }
+            let labels = mc.labels().clone();
+            let (info, reachable) = match self.members.get(name) {
+                Some(m) if m.synced() => {
+                    let (mut info, problems) =
+                        members::cluster_info(name, &labels, &m.nodes.state());
+                    // The core makes only robust plans for a member placed by node set.
+                    info.placement = self.placement_mode(name).0;
+                    for p in problems {
+                        tracing::warn!(member = %name, problem = %p, "node left out");
+                    }
+                    (Some(info), m.health.failures() == 0)
+                }
+                _ => (None, false),
+            };
+            if let Some(info) = info
+                && self.told_nodes.get(name) != Some(&info)
+            {
+                self.sched.set_cluster(&info);
+                self.told_nodes.insert(name.clone(), info);
+                self.told_usage.remove(name);
+            }
+            if self.told_reachable.get(name) != Some(&reachable)
+                && (self.told_nodes.contains_key(name) || !reachable)
+            {
+                tracing::info!(member = %name, reachable, "member reachability");
+                if !self.told_nodes.contains_key(name) {
+                    self.sched.set_cluster(&ClusterInfo {
+                        name: name.clone(),
+                        labels: labels.clone(),
+                        nodes: vec![],
+                        placement: Default::default(),
+                    });
+                }
+                self.sched.set_reachable(name, reachable);
+                self.told_reachable.insert(name.clone(), reachable);
+            }
+        }
+    }
+
+    /// Whether every MemberCluster has been described to the core, or could not be reached
+    /// (its connection failed, or it has not synced for 30 s since the controller started).
+    pub(super) fn members_settled(&self) -> bool {
+        let patience = self.epoch.elapsed() > Duration::from_secs(30);
+        self.stores.members.state().iter().all(|mc| {
+            let name = mc.name_any();
+            self.told_nodes.contains_key(&name)
+                || self.member_errors.contains_key(&name)
+                || patience
+        })
+    }
+
+    /// Tells the core what pods it does not account for use, per node.
+    pub(super) fn sync_usage(&mut self) {
+        let held: BTreeSet<String> = self
+            .book
+            .iter()
+            .filter(|(_, e)| {
+                e.id.is_some_and(|id| matches!(self.sched.state(id), JobState::Admitted { .. }))
+            })
+            .map(|(u, _)| u.clone())
+            .chain(self.book.deleted().cloned())
+            .collect();
+        for (name, m) in &self.members {
+            if !m.synced() || !self.told_nodes.contains_key(name) {
+                continue;
+            }
+            let (usage, problems) = members::usage_by_node(&m.pods.state(), |u| held.contains(u));
+            for p in problems {
+                tracing::warn!(member = %name, problem = %p, "pod usage unreadable");
+            }
+            let before = self.told_usage.get(name).cloned().unwrap_or_default();
+            if before == usage {
+                continue;
+            }
+            for node in before.keys().filter(|n| !usage.contains_key(*n)) {
+                self.sched
+                    .set_external_usage(name, node, &ResourceList::new());
+            }
+            for (node, used) in &usage {
+                if before.get(node) != Some(used) {
+                    self.sched.set_external_usage(name, node, used);
+                }
+            }
+            self.told_usage.insert(name.clone(), usage);
+        }
+    }
+
+    pub(super) async fn write_member_statuses(&mut self) {
+        let names: Vec<String> = self.member_status.keys().cloned().collect();
+        for name in names {
+            let table = &self.sched.table;
+            let cluster = self.sched.clusters().iter().find(|c| c.name == name);
+            let mut st = MemberClusterStatus::default();
+            let (mode, why) = self.placement_mode(&name);
+            st.placement = Some(mode.as_str().to_string());
+            st.placement_reason = Some(why);
+            let reachable = self.told_reachable.get(&name).copied().unwrap_or(false);
+            let (status, reason, message) = match (self.member_errors.get(&name), cluster) {
+                (Some(e), _) => ("False", "Unreachable", e.clone()),
+                (None, Some(c)) if reachable => (
+                    "True",
+                    "Watching",
+                    format!("{} nodes watched", c.nodes.len()),
+                ),
+                (None, _) => (
+                    "False",
+                    "Unreachable",
+                    "the member does not answer".to_string(),
+                ),
+            };
+            if let Some(c) = cluster {
+                st.nodes = c.nodes.len() as u32;
+                for r in (0..table.len()).map(|i| crate::resources::Res(i as u16)) {
+                    if r == MAX_JOBS {
+                        continue;
+                    }
+                    let alloc: i128 = c
+                        .nodes
+                        .iter()
+                        .map(|n| crate::resources::at(&n.alloc, r))
+                        .sum();
+                    if alloc == 0 {
+                        continue;
+                    }
+                    let free: i128 = c.nodes.iter().map(|n| n.free(r).max(0)).sum();
+                    st.allocatable.insert(
+                        table.name(r).to_string(),
+                        Quantity::from_milli(alloc).to_string(),
+                    );
+                    st.free.insert(
+                        table.name(r).to_string(),
+                        Quantity::from_milli(free).to_string(),
+                    );
+                }
+            }
+            let prev = self
+                .member_status
+                .get(&name)
+                .map(|(s, _)| s.clone())
+                .unwrap_or_default();
+            let prev_cond = prev.conditions.first();
+            let same_cond = prev_cond.is_some_and(|c| c.status == status && c.message == message);
+            let last_contact = self
+                .members
+                .get(&name)
+                .and_then(|m| m.health.silent_for())
+                .map(|d| {
+                    jiff::Timestamp::now()
+                        .checked_sub(jiff::SignedDuration::from_secs(d.as_secs() as i64))
+                        .unwrap_or_else(|_| jiff::Timestamp::now())
+                });
+            st.conditions = vec![Condition {
+                type_: "Ready".into(),
+                status: status.into(),
+                reason: reason.into(),
+                message,
+                last_transition_time: match prev_cond {
+                    Some(c) if same_cond => c.last_transition_time.clone(),
+                    _ => Time(jiff::Timestamp::now()),
+                },
+                observed_generation: None,
+            }];
+            // Last contact moves every second: written when something else changed or every 30 s.
+            let stale_contact = prev
+                .last_contact
+                .as_deref()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_none_or(|t| jiff::Timestamp::now().duration_since(t).as_secs() > 30);
+            st.last_contact = if stale_contact {
+                last_contact.map(|t| t.to_string())
+            } else {
+                prev.last_contact.clone()
+            };
+            if st == prev {
+                continue;
+            }
+            let api: Api<MemberCluster> = Api::all(self.hub.clone());
+            let body =
+                json!({"apiVersion": "muster.dev/v1alpha1", "kind": "MemberCluster", "status": st});
+            match api
+                .patch_status(
+                    &name,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(&body),
+                )
+                .await
+            {
+                Ok(_) => {
+                    let at = self
+                        .member_status
+                        .get(&name)
+                        .map(|(_, a)| *a)
+                        .unwrap_or_else(Instant::now);
+                    self.member_status.insert(name.clone(), (st, at));
+                }
+                Err(e) => {
+                    tracing::warn!(member = %name, error = %e, "could not write MemberCluster status")
+                }
+            }
+        }
+    }
+}

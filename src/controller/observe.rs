@@ -1,0 +1,261 @@
+//! Observation: what each member says of each followed job, as the lifecycle's `Seen`. Copies
+//! and pods are indexed once per pass (not searched per job). A copy counts only if it is
+//! muster's (its origin label), of the job's kind, namespace and name, with the job's UID label;
+//! pods only in the job's namespace; and the lifecycle then trusts only the copy whose UID it
+//! recorded. For placed jobs this is also where pods are released onto their planned nodes, the
+//! reservation follows where the pods really are, and the member's job status is copied to the
+//! hub job. `step_all` runs the lifecycle book's pass over it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::json;
+
+use super::brain::Brain;
+use super::crd::PodCounts;
+use super::jobs::Job;
+use super::members::{COMPONENT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL};
+use super::{kinds, now_ms, status};
+use crate::lifecycle::{Copy, Intent, Member, Ms, Record, Seen};
+use crate::scheduler::Plan;
+use crate::workload::JobKind;
+
+/// One member in this pass.
+pub(super) enum MemberView {
+    /// Connected and in sync: muster's copies (by kind and hub job UID) and pods (by UID).
+    Answering {
+        copies: HashMap<(JobKind, String), Arc<DynamicObject>>,
+        pods: HashMap<String, Vec<Arc<Pod>>>,
+    },
+    /// Not answering, never connected, or removed.
+    Not(Member),
+}
+
+/// Every member in this pass.
+#[derive(Default)]
+pub(super) struct View {
+    pub now: Ms,
+    pub members: BTreeMap<String, MemberView>,
+}
+
+impl View {
+    fn member(&self, cluster: &str) -> &MemberView {
+        static REMOVED: MemberView = MemberView::Not(Member::Removed);
+        self.members.get(cluster).unwrap_or(&REMOVED)
+    }
+
+    /// The job's copy and pods on an answering member.
+    fn copy_and_pods<'a>(
+        &'a self,
+        cluster: &str,
+        uid: &str,
+        j: &Job,
+    ) -> Option<(&'a Arc<DynamicObject>, Vec<&'a Arc<Pod>>)> {
+        let MemberView::Answering { copies, pods } = self.member(cluster) else {
+            return None;
+        };
+        let copy = copies.get(&(j.kind, uid.to_string()))?;
+        if copy.namespace().as_deref() != Some(j.namespace.as_str()) || copy.name_any() != j.name {
+            return None;
+        }
+        let pods = pods
+            .get(uid)
+            .map(|v| {
+                v.iter()
+                    .filter(|p| p.namespace().as_deref() == Some(j.namespace.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some((copy, pods))
+    }
+
+    /// A member as the job `uid` sees it.
+    fn seen_on(&self, cluster: &str, uid: &str, j: Option<&Job>) -> Member {
+        match self.member(cluster) {
+            MemberView::Not(m) => m.clone(),
+            MemberView::Answering { .. } => {
+                let copy = j.and_then(|j| {
+                    let (copy, pods) = self.copy_and_pods(cluster, uid, j)?;
+                    let expected = j.spec.0.as_ref().map_or(0, |w| w.pod_count() as u32);
+                    let progress = status::observe(j.kind, &copy.data, &pods, expected);
+                    let live_pods = pods
+                        .iter()
+                        .filter(|p| {
+                            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                        })
+                        .count() as u32;
+                    Some(Copy {
+                        uid: copy.uid().unwrap_or_default(),
+                        progress,
+                        live_pods,
+                        expected,
+                        waiting: j.waiting.clone(),
+                    })
+                });
+                Member::Answering(copy)
+            }
+        }
+    }
+
+    /// What was observed for the job `uid` whose record is `r`.
+    pub fn seen(&self, uid: &str, r: &Record, j: Option<&Job>) -> Seen {
+        Seen {
+            now: self.now,
+            spec: j.map(|j| j.spec.1.clone()).unwrap_or_default(),
+            hub: None,
+            here: r.cluster.as_deref().map(|c| self.seen_on(c, uid, j)),
+            orphans: r
+                .orphans
+                .keys()
+                .map(|c| (c.clone(), self.seen_on(c, uid, j)))
+                .collect(),
+            created: None,
+        }
+    }
+}
+
+impl Brain {
+    /// Whether `cluster` is connected, in sync and answering.
+    pub(super) fn answering(&self, cluster: &str) -> bool {
+        self.members
+            .get(cluster)
+            .is_some_and(|m| m.synced() && m.health.failures() == 0)
+    }
+
+    /// Every member now, and for each followed job placed on an answering member: its pods
+    /// placed, its reservation where its pods are, its status copied to the hub.
+    pub(super) async fn observe(&mut self) -> View {
+        let now = now_ms();
+        let mut view = View {
+            now,
+            members: BTreeMap::new(),
+        };
+        let start = now.saturating_sub(self.epoch.elapsed().as_millis() as u64);
+        for mc in self.stores.members.state() {
+            let name = mc.name_any();
+            let v = match self.members.get(&name) {
+                Some(m) if m.synced() && m.health.failures() == 0 => {
+                    let mut copies = HashMap::new();
+                    for (&kind, store) in &m.jobs {
+                        for o in store.state() {
+                            let labels = o.labels();
+                            if labels.get(ORIGIN_LABEL) != Some(&self.opts.origin) {
+                                continue;
+                            }
+                            if let Some(uid) = labels.get(JOB_UID_LABEL) {
+                                copies.insert((kind, uid.clone()), o);
+                            }
+                        }
+                    }
+                    let mut pods: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+                    for p in m.pods.state() {
+                        if let Some(uid) = p.labels().get(JOB_UID_LABEL) {
+                            pods.entry(uid.clone()).or_default().push(p.clone());
+                        }
+                    }
+                    MemberView::Answering { copies, pods }
+                }
+                Some(m) if m.health.failures() > 0 => {
+                    let silent = m.health.silent_for().unwrap_or_default().as_millis() as u64;
+                    MemberView::Not(Member::Silent {
+                        since: now.saturating_sub(silent),
+                    })
+                }
+                _ => MemberView::Not(Member::Unconnected {
+                    since: self.unconnected_since.get(&name).copied().unwrap_or(start),
+                }),
+            };
+            view.members.insert(name, v);
+        }
+        let placed: Vec<(String, String)> = self
+            .book
+            .iter()
+            .filter(|(_, e)| e.record.holds() || e.record.phase.terminal())
+            .filter_map(|(u, e)| Some((u.clone(), e.record.cluster.clone()?)))
+            .collect();
+        for (uid, cluster) in placed {
+            self.follow_copy(&view, &uid, &cluster).await;
+        }
+        view
+    }
+
+    /// One placed job's copy on its answering member.
+    async fn follow_copy(&mut self, view: &View, uid: &str, cluster: &str) {
+        let Some(j) = self.jobs.get(uid) else { return };
+        let Some((copy, pods)) = view.copy_and_pods(cluster, uid, j) else {
+            return;
+        };
+        let expected = j.spec.0.as_ref().map_or(0, |w| w.pod_count() as u32);
+        let holds = self.book.get(uid).is_some_and(|e| e.record.holds());
+        let tally = status::tally(&pods);
+        if holds {
+            // Once every pod is bound, the reservation becomes where the pods really are.
+            if expected > 0
+                && tally.scheduled == expected
+                && let Some(id) = self.book.get(uid).and_then(|e| e.id)
+            {
+                let mut plan: Plan = BTreeMap::new();
+                for p in &pods {
+                    let comp = p.labels().get(COMPONENT_LABEL).cloned().unwrap_or_default();
+                    if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                        *plan.entry(comp).or_default().entry(node).or_insert(0) += 1;
+                    }
+                }
+                self.sched.rebind(id, &plan);
+            }
+            let placed = self.place_pods(uid, cluster, &copy.data, &pods).await;
+            if let Some(j) = self.jobs.get_mut(uid) {
+                j.waiting = placed.pending.or(placed.held);
+                j.pods = Some(PodCounts {
+                    expected,
+                    scheduled: tally.scheduled,
+                    running: tally.running,
+                });
+            }
+        }
+        // The member's job status, copied to the hub job.
+        let member_status = copy.data.get("status").cloned();
+        let Some(j) = self.jobs.get(uid) else { return };
+        let Some(st) = member_status else { return };
+        if j.synced_status.as_ref() == Some(&st) || !self.leadership.is_leader() {
+            return;
+        }
+        let (kind, ns, name, label) = (j.kind, j.namespace.clone(), j.name.clone(), j.label());
+        let hub_status = self
+            .stores
+            .job(kind, &ns, &name)
+            .and_then(|o| o.data.get("status").cloned());
+        let patch = status::replace_patch(hub_status.as_ref(), &st);
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.hub.clone(), &ns, &kinds::api_resource(kind));
+        match api
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": patch})),
+            )
+            .await
+        {
+            Ok(_) => {
+                if let Some(j) = self.jobs.get_mut(uid) {
+                    j.synced_status = Some(st);
+                }
+            }
+            Err(e) => tracing::debug!(job = %label, error = %e, "hub job status not updated"),
+        }
+    }
+
+    /// The lifecycle book's pass: every job stepped from the view, one scheduling cycle (when a
+    /// tree is in force).
+    pub(super) fn step_all(&mut self, view: &View) -> Vec<(String, Intent)> {
+        let jobs = &self.jobs;
+        let mut spec = |uid: &str| jobs.get(uid).map(|j| j.spec.clone());
+        let mut seen = |uid: &str, r: &Record| view.seen(uid, r, jobs.get(uid));
+        let admit = self.sched.quota().is_some();
+        self.book
+            .pass(&mut self.sched, &mut spec, &mut seen, view.now, admit)
+    }
+}

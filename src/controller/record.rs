@@ -1,0 +1,360 @@
+//! The status recorder: the one writer of QueuedJob status. A job's lifecycle record
+//! (`crate::lifecycle::Record`) is its QueuedJob status: written in the order the book gives
+//! (records leaving a member first, admissions last; a failed write of a record that frees
+//! capacity stops the rest), only while this replica leads, and read back by a restarted
+//! controller or a new leader. The display fields (queue, priority, explanation, pods, per-pod
+//! placement) ride along.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use super::brain::{Brain, truncate};
+use super::crd::{
+    JobRef, LifecycleStatus, QueuedJob, QueuedJobSpec, QueuedJobState, QueuedJobStatus,
+};
+use super::{MANAGER, queued_job_name};
+use crate::lifecycle::{Ms, Phase, Record};
+use crate::scheduler::JobState;
+
+fn time(ms: Ms) -> String {
+    jiff::Timestamp::from_millisecond(ms.min(i64::MAX as u64) as i64)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+fn ms(t: &str) -> Option<Ms> {
+    t.parse::<jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_millisecond().max(0) as u64)
+}
+
+fn state(p: Phase) -> QueuedJobState {
+    match p {
+        Phase::Queued => QueuedJobState::Queued,
+        Phase::Admitted => QueuedJobState::Admitted,
+        Phase::Dispatched => QueuedJobState::Dispatched,
+        Phase::Running => QueuedJobState::Running,
+        Phase::Finished => QueuedJobState::Finished,
+        Phase::Failed => QueuedJobState::Failed,
+        Phase::Rejected => QueuedJobState::Rejected,
+    }
+}
+
+fn phase(s: QueuedJobState) -> Phase {
+    match s {
+        QueuedJobState::Queued => Phase::Queued,
+        QueuedJobState::Admitted => Phase::Admitted,
+        QueuedJobState::Dispatched => Phase::Dispatched,
+        QueuedJobState::Running => Phase::Running,
+        QueuedJobState::Finished => Phase::Finished,
+        QueuedJobState::Failed => Phase::Failed,
+        QueuedJobState::Rejected => Phase::Rejected,
+    }
+}
+
+/// The record part of a QueuedJob status (the display fields are left empty).
+pub(super) fn to_status(r: &Record, may_run_twice_on: Vec<String>) -> QueuedJobStatus {
+    QueuedJobStatus {
+        state: state(r.phase),
+        cluster: r.cluster.clone(),
+        reason: (!r.reason.is_empty()).then(|| r.reason.clone()),
+        placement: r.placement.clone(),
+        admitted_at: r.admitted_at.map(time),
+        dispatched_at: r.dispatched_at.map(time),
+        requeues: r.requeues,
+        lifecycle: Some(LifecycleStatus {
+            spec: r.spec.clone(),
+            copy_uid: r.copy_uid.clone(),
+            create_failing_since: r.create_failing_since.map(time),
+            create_failed_at: r.create_failed_at.map(time),
+            ran: r.ran,
+            degraded_since: r.degraded_since.map(time),
+            missing_since: r.missing_since.map(time),
+            lingering: r.lingering,
+            backoff_until: r.backoff_until.map(time),
+            avoid: r.avoid.iter().cloned().collect(),
+            orphans: r
+                .orphans
+                .iter()
+                .map(|(c, since)| (c.clone(), time(*since)))
+                .collect(),
+            may_run_twice_on,
+        }),
+        ..QueuedJobStatus::default()
+    }
+}
+
+/// The record a QueuedJob status holds. A status written before records carried a spec digest
+/// is taken to be for the spec the hub job has now (`spec`).
+pub(super) fn from_status(st: &QueuedJobStatus, spec: &str) -> Record {
+    let l = st.lifecycle.clone().unwrap_or_default();
+    let t = |v: &Option<String>| v.as_deref().and_then(ms);
+    Record {
+        phase: phase(st.state),
+        cluster: st.cluster.clone(),
+        placement: st.placement.clone(),
+        spec: if st.lifecycle.is_some() {
+            l.spec.clone()
+        } else {
+            spec.to_string()
+        },
+        admitted_at: t(&st.admitted_at),
+        dispatched_at: t(&st.dispatched_at),
+        copy_uid: l.copy_uid.clone(),
+        create_failing_since: t(&l.create_failing_since),
+        create_failed_at: t(&l.create_failed_at),
+        ran: l.ran,
+        degraded_since: t(&l.degraded_since),
+        missing_since: t(&l.missing_since),
+        lingering: l.lingering,
+        backoff_until: t(&l.backoff_until),
+        requeues: st.requeues,
+        avoid: l.avoid.iter().cloned().collect(),
+        orphans: l
+            .orphans
+            .iter()
+            .filter_map(|(c, since)| Some((c.clone(), ms(since)?)))
+            .collect::<BTreeMap<_, _>>(),
+        reason: st.reason.clone().unwrap_or_default(),
+    }
+}
+
+/// Two statuses that differ only in when the state last changed.
+fn same(a: &QueuedJobStatus, b: &QueuedJobStatus) -> bool {
+    let mut a = a.clone();
+    a.last_transition = b.last_transition.clone();
+    a == *b
+}
+
+impl Brain {
+    /// Each followed job's queue and priority, and for a waiting one why it waits, as the core
+    /// says; the full explanation is recomputed when the core's reason changes (and at most
+    /// every 30 s otherwise), since it tries every member.
+    pub(super) fn sync_reasons(&mut self) {
+        let ids: Vec<(String, crate::scheduler::JobId)> = self
+            .book
+            .iter()
+            .filter_map(|(u, e)| Some((u.clone(), e.id?)))
+            .collect();
+        for (uid, id) in ids {
+            let Some(j) = self.jobs.get_mut(&uid) else {
+                continue;
+            };
+            j.queue = Some(self.sched.queue_name(id).to_string());
+            j.priority = Some(self.sched.priority(id));
+            let waiting = matches!(
+                self.sched.state(id),
+                JobState::Pending | JobState::Inadmissible(_)
+            );
+            if !waiting {
+                j.explanation = None;
+                j.summary = None;
+                j.explained = None;
+                continue;
+            }
+            let core_reason = self.sched.reason(id).unwrap_or_default();
+            let stale = j
+                .explained
+                .as_ref()
+                .is_none_or(|(r, at)| *r != core_reason || at.elapsed() > Duration::from_secs(30));
+            if stale {
+                let e = self.sched.explain(id);
+                j.summary = Some(e.summary());
+                j.explanation = Some(truncate(&e.to_string(), 8000));
+                j.explained = Some((core_reason, Instant::now()));
+            }
+        }
+    }
+
+    /// The whole QueuedJob status of `uid` for record `r`.
+    fn compose(&self, uid: &str, r: &Record) -> Option<QueuedJobStatus> {
+        let j = self.jobs.get(uid)?;
+        let twice: Vec<String> = r
+            .orphans
+            .keys()
+            .filter(|c| !self.answering(c))
+            .cloned()
+            .collect();
+        let mut st = to_status(r, twice);
+        st.queue = j.queue.clone();
+        st.priority = j.priority;
+        let waiting = matches!(r.phase, Phase::Queued | Phase::Rejected)
+            && r.backoff_until.is_none()
+            && self.book.get(uid).is_some_and(|e| e.id.is_some());
+        if waiting {
+            st.explanation = j.explanation.clone();
+            if let Some(s) = &j.summary
+                && r.orphans.is_empty()
+            {
+                st.reason = Some(s.clone());
+            }
+        }
+        if r.holds() || r.phase.terminal() {
+            st.pods = j.pods.clone();
+            st.pod_placement = j.pod_placement.clone();
+        }
+        st.last_transition = match &j.written {
+            Some(w) if w.state == st.state => w.last_transition.clone(),
+            _ => Some(jiff::Timestamp::now().to_string()),
+        };
+        Some(st)
+    }
+
+    /// Writes every changed QueuedJob status: records first, in the book's order, then what
+    /// changed only for display.
+    pub(super) async fn write_records(&mut self) {
+        let mut order: Vec<(String, Record, bool)> = self
+            .book
+            .to_write()
+            .into_iter()
+            .map(|(u, r)| (u, r, true))
+            .collect();
+        let listed: std::collections::HashSet<String> =
+            order.iter().map(|(u, _, _)| u.clone()).collect();
+        for (uid, e) in self.book.iter() {
+            if listed.contains(uid) {
+                continue;
+            }
+            let dirty = match (self.compose(uid, &e.record), self.jobs.get(uid)) {
+                (Some(st), Some(j)) => j.written.as_ref().is_none_or(|w| !same(&st, w)),
+                _ => false,
+            };
+            if dirty {
+                order.push((uid.clone(), e.record.clone(), false));
+            }
+        }
+        for (uid, r, record_changed) in order {
+            // Fenced: a replica that does not lead writes nothing.
+            if !self.leadership.is_leader() {
+                return;
+            }
+            let Some(st) = self.compose(&uid, &r) else {
+                continue;
+            };
+            let was = self
+                .jobs
+                .get(&uid)
+                .and_then(|j| j.written.as_ref().map(|w| w.state));
+            match self.write_status(&uid, &st).await {
+                Ok(()) => {
+                    self.book.written(&uid, Some(r));
+                    if let Some(j) = self.jobs.get_mut(&uid) {
+                        j.written = Some(st.clone());
+                        j.written_at = Some(Instant::now());
+                    }
+                    // A rejected job that became admissible (a tree or PriorityClass change).
+                    if was == Some(QueuedJobState::Rejected) && st.state == QueuedJobState::Queued {
+                        let note = st.reason.clone().unwrap_or_default();
+                        self.event(&uid, false, "Queued", note).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(job = %uid, error = %e, "could not write QueuedJob status");
+                    // Nothing after a failed release may become durable before it.
+                    if record_changed && !r.holds() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn write_status(&self, uid: &str, status: &QueuedJobStatus) -> Result<(), kube::Error> {
+        let Some(t) = self.jobs.get(uid) else {
+            return Ok(());
+        };
+        let api: Api<QueuedJob> = Api::namespaced(self.hub.clone(), &t.namespace);
+        let name = queued_job_name(t.kind, &t.name);
+        if t.written.is_none() {
+            let mut qj = QueuedJob::new(
+                &name,
+                QueuedJobSpec {
+                    job_ref: JobRef {
+                        api_version: t.api_version.clone(),
+                        kind: t.kind.as_str().into(),
+                        name: t.name.clone(),
+                        uid: uid.to_string(),
+                    },
+                },
+            );
+            qj.metadata.namespace = Some(t.namespace.clone());
+            qj.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: t.api_version.clone(),
+                kind: t.kind.as_str().into(),
+                name: t.name.clone(),
+                uid: uid.to_string(),
+                controller: Some(true),
+                block_owner_deletion: Some(false),
+            }]);
+            api.patch(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&qj),
+            )
+            .await?;
+        }
+        let body =
+            json!({"apiVersion": "muster.dev/v1alpha1", "kind": "QueuedJob", "status": status});
+        api.patch_status(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_survives_its_status() {
+        let mut r = Record {
+            phase: Phase::Running,
+            cluster: Some("member-a".into()),
+            spec: "abc".into(),
+            admitted_at: Some(1_700_000_000_123),
+            dispatched_at: Some(1_700_000_001_000),
+            copy_uid: Some("u-1".into()),
+            ran: true,
+            degraded_since: Some(1_700_000_002_000),
+            lingering: false,
+            backoff_until: None,
+            requeues: 2,
+            reason: "running on member-a: 2/2 pods".into(),
+            ..Record::default()
+        };
+        r.placement
+            .entry("worker".into())
+            .or_default()
+            .insert("node-1".into(), 2);
+        r.avoid.insert("member-b".into());
+        r.orphans.insert("member-c".into(), 1_699_999_999_000);
+        let st = to_status(&r, vec!["member-c".into()]);
+        let text = serde_json::to_string(&st).expect("serialises");
+        let back: QueuedJobStatus = serde_json::from_str(&text).expect("parses");
+        assert_eq!(from_status(&back, "other"), r);
+        assert_eq!(
+            back.lifecycle.expect("lifecycle").may_run_twice_on,
+            vec!["member-c".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_status_from_before_records_keeps_its_job_where_it_runs() {
+        let st = QueuedJobStatus {
+            state: QueuedJobState::Running,
+            cluster: Some("member-a".into()),
+            ..QueuedJobStatus::default()
+        };
+        let r = from_status(&st, "digest-now");
+        assert_eq!(r.spec, "digest-now");
+        assert!(r.places_on("member-a"));
+    }
+}

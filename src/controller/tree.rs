@@ -1,0 +1,161 @@
+//! The quota tree reconciler: which ElasticQuotaTree is in force (a valid one replaces it, an
+//! invalid one is reported and leaves the last valid one in force), and the tree's status (its
+//! Valid condition, problems with their field paths, and per node min, max and usage).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::brain::{Brain, truncate};
+use super::crd::{ElasticQuotaTree, ElasticQuotaTreeStatus, QuotaNodeStatus};
+use super::{MANAGER, crd};
+use crate::quantity::Quantity;
+use crate::quota::QuotaTree;
+
+impl Brain {
+    pub(super) async fn sync_tree(&mut self) {
+        let trees = self.stores.trees.state();
+        let Some(tree) = crd::tree_in_force(&trees) else {
+            return;
+        };
+        let key = (
+            tree.uid().unwrap_or_default(),
+            tree.metadata.generation.unwrap_or(0),
+        );
+        if self.tree_seen.as_ref() == Some(&key) {
+            return;
+        }
+        self.tree_seen = Some(key);
+        self.tree_ref = Some((tree.namespace().unwrap_or_default(), tree.name_any()));
+        let oref = tree.object_ref(&());
+        let now = Time(jiff::Timestamp::now());
+        match QuotaTree::parse(&tree.manifest()) {
+            Ok(t) => {
+                let ns = t.namespaces();
+                tracing::info!(tree = %tree.name_any(), leaves = ns.len(), "quota tree applied");
+                self.sched.set_quota_tree(Some(t));
+                // Jobs it did not cover are looked at again.
+                self.ignored.clear();
+                if let Ok(mut c) = self.covered.write() {
+                    *c = Some(ns);
+                }
+                self.tree_status = Some(ElasticQuotaTreeStatus {
+                    conditions: vec![Condition {
+                        type_: "Valid".into(),
+                        status: "True".into(),
+                        reason: "Applied".into(),
+                        message: "this tree is in force".into(),
+                        last_transition_time: now,
+                        observed_generation: tree.metadata.generation,
+                    }],
+                    problems: vec![],
+                    nodes: vec![],
+                });
+                self.publish(
+                    &oref,
+                    false,
+                    "QuotaTreeApplied",
+                    "the quota tree is in force".into(),
+                )
+                .await;
+            }
+            Err(problems) => {
+                let msgs: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+                tracing::warn!(tree = %tree.name_any(), problems = ?msgs, "invalid quota tree; the last valid one stays in force");
+                let in_force = if self.sched.quota().is_some() {
+                    "the last valid tree stays in force"
+                } else {
+                    "no tree is in force: no job is queued"
+                };
+                self.tree_status = Some(ElasticQuotaTreeStatus {
+                    conditions: vec![Condition {
+                        type_: "Valid".into(),
+                        status: "False".into(),
+                        reason: "Invalid".into(),
+                        message: truncate(&format!("{}; {in_force}", msgs.join("; ")), 4000),
+                        last_transition_time: now,
+                        observed_generation: tree.metadata.generation,
+                    }],
+                    problems: msgs.clone(),
+                    nodes: self.tree_status.take().map(|s| s.nodes).unwrap_or_default(),
+                });
+                self.publish(
+                    &oref,
+                    true,
+                    "InvalidQuotaTree",
+                    format!("{} ({in_force})", msgs.join("; ")),
+                )
+                .await;
+            }
+        }
+    }
+
+    pub(super) async fn write_tree_status(&mut self) {
+        let (Some((ns, name)), Some(mut st)) = (self.tree_ref.clone(), self.tree_status.clone())
+        else {
+            return;
+        };
+        if let Some(q) = self.sched.quota() {
+            let table = &self.sched.table;
+            st.nodes = q
+                .tree
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    let mut used = BTreeMap::new();
+                    for r in (0..table.len()).map(|i| crate::resources::Res(i as u16)) {
+                        let u = q.used_of(i, r);
+                        if u != 0
+                            || n.min.get(table.name(r)).milli() != 0
+                            || q.max_of(i, r).is_some()
+                        {
+                            used.insert(
+                                table.name(r).to_string(),
+                                Quantity::from_milli(u).to_string(),
+                            );
+                        }
+                    }
+                    QuotaNodeStatus {
+                        path: n.path.clone(),
+                        used,
+                        min: n
+                            .min
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect(),
+                        max: n
+                            .max
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect(),
+                    }
+                })
+                .collect();
+        }
+        if self.tree_status_written.as_ref() == Some(&st) {
+            return;
+        }
+        let api: Api<ElasticQuotaTree> = Api::namespaced(self.hub.clone(), &ns);
+        let body = json!({
+            "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+            "status": st,
+        });
+        match api
+            .patch_status(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+        {
+            Ok(_) => self.tree_status_written = Some(st),
+            Err(e) => {
+                tracing::warn!(tree = %name, error = %e, "could not write the quota tree status")
+            }
+        }
+    }
+}
