@@ -1,5 +1,8 @@
 //! When things go wrong, on the local fleet: stuck pods, a controller killed again and again,
-//! a member that stops answering, reclaim of guaranteed quota, two replicas. Each test runs its
+//! a member that stops answering (frozen), reclaim of guaranteed quota, two replicas, SIGTERM
+//! during a burst of admissions. A watchdog (`support::watchdog`) watches every member's pods
+//! and the hub's records throughout each test and fails at the first instant a job runs in two
+//! members outside a declared partition, or a running pod is deleted with no record saying why. Each test runs its
 //! own `muster controller` processes against the fleet's hub; they take a lock so that no two
 //! controllers of different tests ever act on the hub at once.
 //!
@@ -23,6 +26,7 @@ use support::failures::*;
 use support::fleet::{self, client_for, unique_name, wait_for};
 use support::hub::{self, Controller};
 use support::process::Paused;
+use support::watchdog::Watchdog;
 
 /// 1. Capacity taken behind muster's back right after dispatch: member-a's training-operator is
 ///    paused, the job is dispatched there, a pod bound directly to node `a` takes its 2 GPUs, the
@@ -33,6 +37,7 @@ async fn stuck_pods_are_taken_back_and_placed_elsewhere() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("stuck");
     let hub = setup(&[&ns], root(vec![leaf("stuck", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let controller = Controller::start("stuck", &QUICK_TAKE_BACK).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         let paused = Paused::new("member-a/training-operator");
@@ -70,6 +75,7 @@ async fn stuck_pods_are_taken_back_and_placed_elsewhere() {
         );
         let holders = hub::members_with("kubeflow.org/v1", "PyTorchJob", "pytorchjobs", &ns, "squeezed").await;
         assert_eq!(holders, vec![q.cluster.clone().expect("cluster")], "exactly one copy, not on member-a");
+        dog.assert_clean("stuck pods").await;
     }))
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
@@ -82,6 +88,7 @@ async fn killed_controller_loses_and_duplicates_nothing() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("storm");
     let hub = setup(&[&ns], root(vec![leaf("storm", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let mut controller = Some(Controller::start("storm", &[]).await);
     let names: Vec<String> = (0..50).map(|i| format!("job-{i:02}")).collect();
     let submitter = {
@@ -154,6 +161,7 @@ async fn killed_controller_loses_and_duplicates_nothing() {
         }
         eprintln!("storm: {kills} SIGKILLs, {refused} submissions refused while muster was down and retried");
         assert!(kills >= 4);
+        dog.assert_clean("controller storm").await;
     }))
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
@@ -166,6 +174,7 @@ async fn lost_member_jobs_run_elsewhere_and_stale_copies_go() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("lost");
     let hub = setup(&[&ns], root(vec![leaf("lost", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let controller = Controller::start("lost", &["--member-lost-grace-seconds", "6"]).await;
     let outcome =
         futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
@@ -201,6 +210,30 @@ async fn lost_member_jobs_run_elsewhere_and_stale_copies_go() {
                     started.elapsed()
                 );
                 assert!(st.reason.unwrap_or_default().contains("running on"));
+                // A frozen member holds back no decision for the others: a job submitted now
+                // runs before the member is back.
+                fleet::create_json(
+                    &hub,
+                    "pytorchjobs",
+                    pytorchjob(&ns, "bystander", 0, 0, "100m"),
+                )
+                .await
+                .expect("bystander");
+                let b = hub::wait_queued_state(
+                    &hub,
+                    &ns,
+                    "PyTorchJob",
+                    "bystander",
+                    QueuedJobState::Running,
+                    T,
+                )
+                .await;
+                assert_ne!(
+                    b.status.and_then(|s| s.cluster).as_deref(),
+                    Some(first.as_str())
+                );
+                // The old copy may still run on the frozen member: declared, or a failure now.
+                dog.assert_clean("lost member, while frozen").await;
             }
             // member-b is back: the stale copy is deleted; the job runs in exactly one member.
             wait_for("no stale copy on member-b", T, || async {
@@ -225,6 +258,7 @@ async fn lost_member_jobs_run_elsewhere_and_stale_copies_go() {
                     && e.contains(&format!("{first} has not answered"))),
                 "{events:?}"
             );
+            dog.assert_clean("lost member").await;
         }))
         .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
@@ -245,6 +279,7 @@ async fn reclaim_preempts_the_borrower() {
         ]
     });
     let hub = setup(&[&lender, &owner], tree).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&lender, &owner]).await;
     let controller = Controller::start("reclaim", &[]).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         fleet::create_json(&hub, "pytorchjobs", pytorchjob(&lender, "big", 4, 2, "1"))
@@ -310,6 +345,7 @@ async fn reclaim_preempts_the_borrower() {
                 .unwrap_or_default()
                 .contains("nvidia.com/gpu")
         );
+        dog.assert_clean("reclaim").await;
     }))
     .await;
     finish(&hub, &[&lender, &owner], vec![controller], outcome).await;
@@ -321,6 +357,7 @@ async fn standby_takes_over_when_the_leader_dies() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("ha");
     let hub = setup(&[&ns], root(vec![leaf("ha", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let lease = [
         "--lease-duration-seconds",
         "4",
@@ -394,7 +431,72 @@ async fn standby_takes_over_when_the_leader_dies() {
         let h =
             hub::members_with("kubeflow.org/v1", "PyTorchJob", "pytorchjobs", &ns, "first").await;
         assert_eq!(h.len(), 1, "{h:?}");
+        dog.assert_clean("standby takeover").await;
     }))
     .await;
     finish(&hub, &[&ns], replicas, outcome).await;
+}
+
+/// 6. SIGTERM to the leader in the middle of a burst of 200 admissions (one-pod batch Jobs that
+///    succeed at once): the controller stops cleanly, a new one goes on from the records, and
+///    every job ends Finished with its copy in exactly one member. The watchdog sees no job in
+///    two members and no running pod deleted at any instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_during_a_burst_of_admissions_loses_and_duplicates_nothing() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("burst");
+    let hub = setup(&[&ns], root(vec![leaf("burst", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
+    let mut first = Controller::start("burst-first", &[]).await;
+    let mut second: Option<Controller> = None;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        let names: Vec<String> = (0..200).map(|i| format!("b-{i:03}")).collect();
+        let creates = names.iter().map(|n| {
+            let hub = hub.clone();
+            let job = batch_job(&ns, n, 1, 1, 0);
+            async move { fleet::create_json(&hub, "jobs", job).await }
+        });
+        let results: Vec<_> = futures::StreamExt::collect(
+            futures::StreamExt::buffer_unordered(futures::stream::iter(creates), 16),
+        )
+        .await;
+        assert!(results.iter().all(|r| r.is_ok()), "every job created");
+        // SIGTERM once some, not all, are admitted.
+        let api: Api<QueuedJob> = Api::namespaced(hub.clone(), &ns);
+        wait_for("a part of the burst admitted", T, || async {
+            let list = api.list(&Default::default()).await.map_err(|e| e.to_string())?;
+            let placed = list.items.iter().filter(|q| q.status.as_ref().is_some_and(|s| s.state != QueuedJobState::Queued)).count();
+            if placed >= 20 { Ok(()) } else { Err(format!("{placed} placed")) }
+        })
+        .await;
+        first.terminate();
+        let exit = first.wait_exit(Duration::from_secs(30)).await;
+        assert!(exit.is_some_and(|e| e.success()), "a clean stop: {exit:?}");
+        let before = api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
+        let finished_before = before.iter().filter(|q| q.status.as_ref().is_some_and(|s| s.state == QueuedJobState::Finished)).count();
+        second = Some(Controller::start("burst-second", &[]).await);
+        wait_for("all 200 jobs Finished", Duration::from_secs(240), || async {
+            let list = api.list(&Default::default()).await.map_err(|e| e.to_string())?;
+            let done = list.items.iter().filter(|q| q.status.as_ref().map(|s| s.state) == Some(QueuedJobState::Finished)).count();
+            if list.items.len() == 200 && done == 200 { Ok(()) } else { Err(format!("{} QueuedJobs, {done} finished", list.items.len())) }
+        })
+        .await;
+        let mut copies: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for m in fleet::MEMBERS {
+            let c = client_for(m).await;
+            let api = fleet::dynamic_api(&c, "batch/v1", "Job", "jobs", Some(&ns));
+            for o in api.list(&Default::default()).await.map(|l| l.items).unwrap_or_default() {
+                copies.entry(o.metadata.name.clone().unwrap_or_default()).or_default().push(m.to_string());
+            }
+        }
+        for n in &names {
+            assert_eq!(copies.get(n).map(Vec::len), Some(1), "{n}: copies on {:?}", copies.get(n));
+        }
+        eprintln!("burst: SIGTERM with {finished_before} of 200 finished; the second controller finished the rest");
+        dog.assert_clean("sigterm burst").await;
+    }))
+    .await;
+    let mut controllers = vec![first];
+    controllers.extend(second);
+    finish(&hub, &[&ns], controllers, outcome).await;
 }

@@ -5,6 +5,8 @@
 //! 1. Avoiding a member is a preference, never a reason to reject.
 //! 2. A job submitted through the standby's webhook is suspended like any other.
 //! 3. An invalid tree followed by a restart deletes no running copy.
+//! 4. A batch Job with completions > parallelism runs its last wave to the end.
+//! 5. Workers that finish before their master are progress, not loss.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -22,6 +24,7 @@ use support::failures::*;
 use support::fleet::{self, unique_name, wait_for};
 use support::hub::{self, Controller};
 use support::process::Paused;
+use support::watchdog::Watchdog;
 
 /// 1. Avoiding a member is a preference, never a reason to reject: a job that only member-b can
 ///    hold (4 pods × 4 cpu, 1 GPU) gets stuck there (member-b's scheduler paused), is taken back
@@ -261,4 +264,132 @@ async fn an_invalid_tree_and_a_restart_delete_no_running_copy() {
     let mut controllers = vec![first];
     controllers.extend(second);
     finish(&hub, &[&ns], controllers, outcome).await;
+}
+
+/// (job name, state, requeues) of every QueuedJob version seen, in order.
+type States = std::sync::Arc<Mutex<Vec<(String, QueuedJobState, u32)>>>;
+
+/// Every state a QueuedJob goes through, from a watch started before the job exists.
+fn watch_states(hub: &kube::Client, ns: &str) -> (States, tokio::task::JoinHandle<()>) {
+    let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let (api, s) = (Api::<QueuedJob>::namespaced(hub.clone(), ns), seen.clone());
+    let task = tokio::spawn(async move {
+        use futures::StreamExt;
+        use kube::runtime::WatchStreamExt;
+        let mut events = kube::runtime::watcher(api, Default::default())
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(q)) = events.next().await {
+            if let (Some(st), Ok(mut v)) = (q.status, s.lock()) {
+                v.push((q.spec.job_ref.name.clone(), st.state, st.requeues));
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// The states of `job` in order, repeats folded; panics if it was ever taken back or left its
+/// member once Running (between two waves of a batch Job it is `Dispatched` for a moment: a pod
+/// of the next wave is being placed).
+fn never_taken_back(
+    seen: &Mutex<Vec<(String, QueuedJobState, u32)>>,
+    job: &str,
+) -> Vec<QueuedJobState> {
+    let v = seen.lock().map(|v| v.clone()).unwrap_or_default();
+    let mut states: Vec<QueuedJobState> = Vec::new();
+    for (name, state, requeues) in v.iter().filter(|(n, _, _)| n == job) {
+        assert_eq!(*requeues, 0, "{name} was taken back: {v:?}");
+        if states.last() != Some(state) {
+            states.push(*state);
+        }
+    }
+    let ran = states.iter().position(|s| *s == QueuedJobState::Running);
+    if let Some(i) = ran {
+        assert!(
+            states[i..].iter().all(|s| matches!(
+                s,
+                QueuedJobState::Running | QueuedJobState::Dispatched | QueuedJobState::Finished
+            )),
+            "{job} left its member once Running: {states:?}"
+        );
+    }
+    states
+}
+
+/// 4. A batch Job with completions > parallelism runs its last wave to the end: 3 completions,
+///    2 at a time, each pod running 10 s, with pods counted lost after 4 s. In the last wave one
+///    pod runs while two have succeeded; earlier versions took the job back there and started
+///    it again. Watched throughout: never taken back, never out of Running before Finished, no
+///    running pod deleted, never in two members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_jobs_last_wave_runs_to_the_end() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("waves");
+    let hub = setup(&[&ns], root(vec![leaf("waves", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
+    let controller = Controller::start("waves", &["--pods-lost-timeout-seconds", "4"]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        let (seen, task) = watch_states(&hub, &ns);
+        fleet::create_json(&hub, "jobs", batch_job(&ns, "waves", 3, 2, 10))
+            .await
+            .expect("create");
+        let q =
+            hub::wait_queued_state(&hub, &ns, "Job", "waves", QueuedJobState::Finished, T).await;
+        task.abort();
+        let states = never_taken_back(&seen, "waves");
+        assert!(states.contains(&QueuedJobState::Running), "{states:?}");
+        assert_eq!(q.status.map(|s| s.requeues), Some(0));
+        let events = hub::events_for(&hub, &ns, "waves").await;
+        assert!(
+            !events.iter().any(|e| e.starts_with("Requeued")),
+            "{events:?}"
+        );
+        dog.assert_clean("last wave").await;
+    }))
+    .await;
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+/// 5. A PyTorchJob whose workers finish before its master: two workers succeed after 3 s, the
+///    master runs 16 s, pods counted lost after 4 s. Succeeded pods are progress, not loss: the
+///    job stays Running until the master succeeds, then Finished; never taken back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_finishing_before_their_master_are_progress() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("early");
+    let hub = setup(&[&ns], root(vec![leaf("early", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
+    let controller = Controller::start("early", &["--pods-lost-timeout-seconds", "4"]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        let (seen, task) = watch_states(&hub, &ns);
+        let mut job = pytorchjob(&ns, "early", 2, 0, "100m");
+        job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"] =
+            json!({"annotations": runs_for(16)});
+        job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] =
+            json!({"annotations": runs_for(3)});
+        fleet::create_json(&hub, "pytorchjobs", job)
+            .await
+            .expect("create");
+        let q = hub::wait_queued_state(
+            &hub,
+            &ns,
+            "PyTorchJob",
+            "early",
+            QueuedJobState::Finished,
+            T,
+        )
+        .await;
+        task.abort();
+        let states = never_taken_back(&seen, "early");
+        assert!(states.contains(&QueuedJobState::Running), "{states:?}");
+        assert_eq!(q.status.map(|s| s.requeues), Some(0));
+        let events = hub::events_for(&hub, &ns, "early").await;
+        assert!(
+            !events.iter().any(|e| e.starts_with("Requeued")),
+            "{events:?}"
+        );
+        dog.assert_clean("workers before master").await;
+    }))
+    .await;
+    finish(&hub, &[&ns], vec![controller], outcome).await;
 }

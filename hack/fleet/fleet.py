@@ -477,7 +477,12 @@ def start_scheduler(c):
 
 
 def start_kwok(c):
-    configs = sorted(os.path.join(STAGES, f) for f in os.listdir(STAGES) if f.endswith(".yaml"))
+    # kwok's own stages, except pod-complete: the fleet's version (hack/fleet/stages) honours a
+    # delay asked for in the pod's annotations.
+    ours = os.path.join(REPO, "hack", "fleet", "stages")
+    configs = sorted(os.path.join(STAGES, f) for f in os.listdir(STAGES)
+                     if f.endswith(".yaml") and not f.endswith("pod-complete.yaml"))
+    configs += sorted(os.path.join(ours, f) for f in os.listdir(ours) if f.endswith(".yaml"))
     start(f"{c}/kwok", "kwok", [
         f"--kubeconfig={kubeconfig_path(c)}",
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
@@ -723,6 +728,11 @@ def fleet_id(fleet_file):
         h = hashlib.sha256(f.read())
     h.update(PINS.encode())
     h.update(str(PORT_BASE).encode())
+    # The fleet's own kwok stages: a changed stage means a fleet started anew.
+    ours = os.path.join(REPO, "hack", "fleet", "stages")
+    for f in sorted(os.listdir(ours)):
+        with open(os.path.join(ours, f), "rb") as fh:
+            h.update(fh.read())
     return h.hexdigest()[:16]
 
 

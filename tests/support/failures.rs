@@ -77,6 +77,28 @@ pub async fn cleanup(hub: &Client, namespaces: &[&str]) {
     hub::delete_webhook(hub).await;
 }
 
+/// kwok's pod-complete delay (the fleet's stage honours it): the pod succeeds `secs` after it
+/// runs.
+pub fn runs_for(secs: u32) -> Value {
+    let d = format!("{secs}s");
+    json!({"pod-complete.stage.kwok.x-k8s.io/delay": d,
+           "pod-complete.stage.kwok.x-k8s.io/jitter-delay": d})
+}
+
+/// A batch Job of one-container pods (10m cpu) whose pods succeed `secs` after they run.
+pub fn batch_job(ns: &str, name: &str, completions: u32, parallelism: u32, secs: u32) -> Value {
+    let r = json!({"cpu": "10m", "memory": "16Mi"});
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"completions": completions, "parallelism": parallelism, "backoffLimit": 0,
+                 "template": {"metadata": {"annotations": runs_for(secs)},
+                              "spec": {"restartPolicy": "Never",
+                                       "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                                       "resources": {"requests": r.clone(), "limits": r}}]}}}
+    })
+}
+
 pub fn leaf(name: &str, ns: &str) -> Value {
     json!({"name": name, "namespaces": [ns], "max": {"cpu": "100", "memory": "400Gi", "nvidia.com/gpu": "16"}})
 }

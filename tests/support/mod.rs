@@ -6,3 +6,4 @@ pub mod helm;
 pub mod hub;
 pub mod placement;
 pub mod process;
+pub mod watchdog;

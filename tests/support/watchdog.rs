@@ -1,0 +1,335 @@
+//! A watchdog for failure tests: it watches every member's pods of muster's jobs and the hub's
+//! QueuedJobs for the whole of a test, every event in order, and finds the first instant that
+//! breaks muster's promise:
+//!
+//! - **twice**: pods of one job Running on two members at once, unless muster itself declared
+//!   the partition (the job's QueuedJob lists the other member in `status.lifecycle.orphans`: an
+//!   old copy it cannot reach and will delete when the member answers);
+//! - **unrecorded delete**: a Running pod of a job that disappears (deleted) from a member while
+//!   no QueuedJob record seen says the job is not there (taken back, placed elsewhere, ended, an
+//!   orphan there, or the QueuedJob deleted with its hub job).
+//!
+//! The two sides are separate API servers whose watches may lag one another, so a suspect
+//! instant is judged with the hub records received up to `LAG` after it.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+use muster::controller::crd::{QueuedJob, QueuedJobState};
+use tokio::task::JoinHandle;
+
+use super::fleet::client_for;
+
+/// How far the hub's watch may lag a member's.
+const LAG: Duration = Duration::from_millis(1500);
+
+/// One version of a job's record, as received.
+#[derive(Clone, Debug)]
+struct Rec {
+    at: Instant,
+    /// The QueuedJob was deleted (with its hub job).
+    deleted: bool,
+    state: QueuedJobState,
+    cluster: Option<String>,
+    orphans: BTreeSet<String>,
+}
+
+impl Rec {
+    /// This record says the job is not (or may no longer be) running on `member`.
+    fn releases(&self, member: &str) -> bool {
+        let placed = matches!(
+            self.state,
+            QueuedJobState::Admitted | QueuedJobState::Dispatched | QueuedJobState::Running
+        );
+        self.deleted
+            || !placed
+            || self.cluster.as_deref() != Some(member)
+            || self.orphans.contains(member)
+            || matches!(
+                self.state,
+                QueuedJobState::Finished | QueuedJobState::Failed
+            )
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// The namespaces of the test's jobs (anything else is left alone).
+    namespaces: BTreeSet<String>,
+    /// Per member, per job UID: its Running pods.
+    running: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    /// Per job UID: every record version received.
+    records: BTreeMap<String, Vec<Rec>>,
+    /// Suspect instants: (when, job, what, members involved).
+    suspects: Vec<(Instant, String, Suspect)>,
+    /// Pod observations seen (for the report).
+    events: usize,
+}
+
+#[derive(Clone, Debug)]
+enum Suspect {
+    Twice(BTreeSet<String>),
+    Deleted { member: String, pod: String },
+}
+
+pub struct Watchdog {
+    state: Arc<Mutex<State>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn running(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+impl Watchdog {
+    /// Starts watching the jobs of `namespaces` on `members` and the hub; returns once every
+    /// watch has listed.
+    pub async fn start(hub: &kube::Client, members: &[&str], namespaces: &[&str]) -> Watchdog {
+        let state: Arc<Mutex<State>> = Arc::new(Mutex::new(State {
+            namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+            ..State::default()
+        }));
+        let mut tasks = Vec::new();
+        let mut ready = Vec::new();
+        for m in members {
+            let api: Api<Pod> = Api::all(client_for(m).await);
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            ready.push(rx);
+            let (state, member) = (state.clone(), m.to_string());
+            tasks.push(tokio::spawn(async move {
+                let mut tx = Some(tx);
+                let cfg = watcher::Config::default().labels("muster.dev/job-uid");
+                let mut stream = watcher::watcher(api, cfg).boxed();
+                // Pods listed again after a watch restart: those not listed are gone.
+                let mut relisted: Option<BTreeSet<(String, String)>> = None;
+                while let Some(ev) = stream.next().await {
+                    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+                    match ev {
+                        Ok(Event::Apply(p)) => s.pod(&member, &p, false),
+                        Ok(Event::Delete(p)) => s.pod(&member, &p, true),
+                        Ok(Event::Init) => relisted = Some(BTreeSet::new()),
+                        Ok(Event::InitApply(p)) => {
+                            if let (Some(r), Some(uid)) =
+                                (relisted.as_mut(), p.labels().get("muster.dev/job-uid"))
+                            {
+                                let name = format!(
+                                    "{}/{}",
+                                    p.namespace().unwrap_or_default(),
+                                    p.name_any()
+                                );
+                                r.insert((uid.clone(), name));
+                            }
+                            s.pod(&member, &p, false);
+                        }
+                        Ok(Event::InitDone) => {
+                            if let Some(r) = relisted.take() {
+                                s.gone_unless(&member, &r);
+                            }
+                            if let Some(t) = tx.take() {
+                                let _ = t.send(());
+                            }
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }));
+        }
+        {
+            let api: Api<QueuedJob> = Api::all(hub.clone());
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            ready.push(rx);
+            let state = state.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut tx = Some(tx);
+                let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+                while let Some(ev) = stream.next().await {
+                    match ev {
+                        Ok(Event::Apply(q) | Event::InitApply(q)) => {
+                            let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+                            s.record(&q, false);
+                        }
+                        // Gone with its hub job: nothing of the job should run any more.
+                        Ok(Event::Delete(q)) => {
+                            let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+                            s.record(&q, true);
+                        }
+                        Ok(Event::InitDone) => {
+                            if let Some(t) = tx.take() {
+                                let _ = t.send(());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }));
+        }
+        for r in ready {
+            let _ = tokio::time::timeout(Duration::from_secs(30), r).await;
+        }
+        Watchdog { state, tasks }
+    }
+
+    /// Every broken instant so far (judged once the hub has had `LAG` to catch up).
+    pub async fn violations(&self) -> Vec<String> {
+        tokio::time::sleep(LAG).await;
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.judge()
+    }
+
+    /// Panics with every broken instant, if any.
+    pub async fn assert_clean(&self, what: &str) {
+        let v = self.violations().await;
+        let events = self.state.lock().map(|s| s.events).unwrap_or(0);
+        assert!(
+            v.is_empty(),
+            "{what}: the watchdog saw {} broken instant(s) in {events} pod events:\n{}",
+            v.len(),
+            v.join("\n")
+        );
+        eprintln!("{what}: watchdog clean over {events} pod events");
+    }
+}
+
+impl State {
+    fn record(&mut self, q: &QueuedJob, deleted: bool) {
+        if !self.namespaces.contains(&q.namespace().unwrap_or_default()) {
+            return;
+        }
+        let Some(st) = &q.status else { return };
+        let rec = Rec {
+            at: Instant::now(),
+            deleted,
+            state: st.state,
+            cluster: st.cluster.clone(),
+            orphans: st
+                .lifecycle
+                .as_ref()
+                .map(|l| l.orphans.keys().cloned().collect())
+                .unwrap_or_default(),
+        };
+        self.records
+            .entry(q.spec.job_ref.uid.clone())
+            .or_default()
+            .push(rec);
+    }
+
+    /// After a relist of `member`: its running pods not listed are gone (deleted meanwhile).
+    fn gone_unless(&mut self, member: &str, listed: &BTreeSet<(String, String)>) {
+        let now = Instant::now();
+        let Some(jobs) = self.running.get_mut(member) else {
+            return;
+        };
+        let mut gone = Vec::new();
+        for (uid, pods) in jobs.iter_mut() {
+            pods.retain(|pod| {
+                let keep = listed.contains(&(uid.clone(), pod.clone()));
+                if !keep {
+                    gone.push((uid.clone(), pod.clone()));
+                }
+                keep
+            });
+        }
+        for (uid, pod) in gone {
+            let member = member.to_string();
+            self.suspects
+                .push((now, uid, Suspect::Deleted { member, pod }));
+        }
+    }
+
+    fn pod(&mut self, member: &str, p: &Pod, deleted: bool) {
+        if !self.namespaces.contains(&p.namespace().unwrap_or_default()) {
+            return;
+        }
+        self.events += 1;
+        let Some(uid) = p.labels().get("muster.dev/job-uid").cloned() else {
+            return;
+        };
+        let name = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+        let now = Instant::now();
+        let on = self
+            .running
+            .entry(member.to_string())
+            .or_default()
+            .entry(uid.clone())
+            .or_default();
+        let was = on.contains(&name);
+        let is = !deleted && running(p);
+        if is {
+            on.insert(name.clone());
+        } else {
+            on.remove(&name);
+        }
+        let gone = deleted || p.metadata.deletion_timestamp.is_some();
+        if was && gone {
+            self.suspects.push((
+                now,
+                uid.clone(),
+                Suspect::Deleted {
+                    member: member.to_string(),
+                    pod: name,
+                },
+            ));
+        }
+        if is && !was {
+            let members: BTreeSet<String> = self
+                .running
+                .iter()
+                .filter(|(_, jobs)| jobs.get(&uid).is_some_and(|p| !p.is_empty()))
+                .map(|(m, _)| m.clone())
+                .collect();
+            if members.len() > 1 {
+                self.suspects.push((now, uid, Suspect::Twice(members)));
+            }
+        }
+    }
+
+    fn judge(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (at, uid, s) in &self.suspects {
+            let known: Vec<&Rec> = self
+                .records
+                .get(uid)
+                .map(|v| v.iter().filter(|r| r.at <= *at + LAG).collect())
+                .unwrap_or_default();
+            match s {
+                Suspect::Twice(members) => {
+                    // Declared: every member but one is an orphan in some record up to then.
+                    let undeclared: Vec<&String> = members
+                        .iter()
+                        .filter(|m| !known.iter().any(|r| r.orphans.contains(*m)))
+                        .collect();
+                    if undeclared.len() > 1 {
+                        out.push(format!(
+                            "job {uid}: pods running on {members:?} at once, no partition declared for {undeclared:?}"
+                        ));
+                    }
+                }
+                Suspect::Deleted { member, pod } => {
+                    if !known.iter().any(|r| r.releases(member)) {
+                        out.push(format!(
+                            "job {uid}: running pod {pod} deleted on {member} while no record said the job was not there (records: {:?})",
+                            known.iter().map(|r| (r.state, r.cluster.clone())).collect::<Vec<_>>()
+                        ));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
