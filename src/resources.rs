@@ -19,6 +19,15 @@ pub const MAX_JOBS_NAME: &str = "kube-queue/max-jobs";
 /// One unit in milli-units.
 pub const ONE: i128 = 1000;
 
+/// At most this many distinct names are interned from job manifests (users write them); past
+/// it a job's unknown names all become [`OVERFLOW`], which no node offers, so such a job never
+/// fits and says why. Names from nodes and the quota tree (admins') are interned up to
+/// `u16::MAX - 1`.
+pub const MAX_JOB_NAMES: usize = 4096;
+/// The resource every name past the table's bounds becomes.
+pub const OVERFLOW: Res = Res(u16::MAX);
+const OVERFLOW_NAME: &str = "(a resource name past muster's limit of distinct names)";
+
 /// Interns resource names. Ids are stable for the life of the table.
 #[derive(Clone, Debug)]
 pub struct ResourceTable {
@@ -40,10 +49,20 @@ impl Default for ResourceTable {
 
 impl ResourceTable {
     pub fn intern(&mut self, name: &str) -> Res {
+        self.intern_within(name, usize::from(u16::MAX))
+    }
+
+    /// Interns `name` while the table holds fewer than `limit` names; else [`OVERFLOW`] (the
+    /// table does not grow).
+    fn intern_within(&mut self, name: &str, limit: usize) -> Res {
         if let Some(r) = self.ids.get(name) {
             return *r;
         }
-        let r = Res(u16::try_from(self.names.len()).unwrap_or(u16::MAX));
+        let n = self.names.len();
+        if n >= limit.min(usize::from(u16::MAX)) {
+            return OVERFLOW;
+        }
+        let r = Res(n as u16);
         self.names.push(name.to_string());
         self.ids.insert(name.to_string(), r);
         r
@@ -54,6 +73,9 @@ impl ResourceTable {
     }
 
     pub fn name(&self, r: Res) -> &str {
+        if r == OVERFLOW {
+            return OVERFLOW_NAME;
+        }
         self.names.get(usize::from(r.0)).map_or("?", String::as_str)
     }
 
@@ -65,13 +87,17 @@ impl ResourceTable {
         self.names.is_empty()
     }
 
-    /// A sparse demand from a resource list (zero entries dropped), sorted by id.
+    /// A sparse demand from a job's resource list (zero entries dropped), sorted by id. Names
+    /// past [`MAX_JOB_NAMES`] become [`OVERFLOW`].
     pub fn demand(&mut self, list: &ResourceList) -> Demand {
-        let mut d: Vec<(Res, i128)> = list
-            .iter()
-            .filter(|(_, q)| !q.is_zero())
-            .map(|(n, q)| (self.intern(n), q.milli()))
-            .collect();
+        let mut d: Vec<(Res, i128)> = Vec::new();
+        for (n, q) in list.iter().filter(|(_, q)| !q.is_zero()) {
+            let r = self.intern_within(n, MAX_JOB_NAMES);
+            match d.iter_mut().find(|(x, _)| *x == r) {
+                Some((_, v)) => *v = v.saturating_add(q.milli()),
+                None => d.push((r, q.milli())),
+            }
+        }
         d.sort_unstable_by_key(|(r, _)| *r);
         Demand(d)
     }
@@ -144,5 +170,35 @@ pub fn add_demand(v: &mut Vec<i128>, d: &Demand, n: i128) {
     for (r, x) in d.iter() {
         let cur = at(v, r);
         set(v, r, cur.saturating_add(x.saturating_mul(n)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names from job manifests fill the table only up to MAX_JOB_NAMES; the rest become
+    /// OVERFLOW and the table stops growing, while admins' names (nodes, tree) still get ids.
+    #[test]
+    fn job_names_past_the_limit_overflow_without_growing_the_table() {
+        let mut t = ResourceTable::default();
+        for i in 0..MAX_JOB_NAMES + 10 {
+            let mut l = ResourceList::new();
+            l.set(format!("example.com/r{i}"), Quantity::from_milli(1000));
+            let d = t.demand(&l);
+            // `pods` and `kube-queue/max-jobs` hold the first two ids.
+            assert_eq!(d.0[0].0 == OVERFLOW, i >= MAX_JOB_NAMES - 2, "name {i}");
+        }
+        assert_eq!(t.len(), MAX_JOB_NAMES);
+        let mut l = ResourceList::new();
+        l.set("example.com/late-a", Quantity::from_milli(1000));
+        l.set("example.com/late-b", Quantity::from_milli(2000));
+        let d = t.demand(&l);
+        assert_eq!(d.0, vec![(OVERFLOW, 3000)], "both overflow, summed");
+        assert!(t.name(OVERFLOW).contains("limit"));
+        assert_eq!(t.len(), MAX_JOB_NAMES, "the table did not grow");
+        let node = t.intern("example.com/offered-by-a-node");
+        assert_ne!(node, OVERFLOW);
+        assert_eq!(t.len(), MAX_JOB_NAMES + 1);
     }
 }

@@ -154,7 +154,7 @@ impl Book {
     /// false when the job is not muster's.
     fn submit(&mut self, sched: &mut Scheduler, e: &mut Entry, spec: &Spec) -> bool {
         if let Some(id) = e.id.take() {
-            sched.finish(id);
+            done(sched, id);
             self.by_id.remove(&id);
         }
         e.record.spec = spec.1.clone();
@@ -170,7 +170,7 @@ impl Book {
         if let Submitted::Inadmissible(id, _) = &s
             && !e.record.avoid.is_empty()
         {
-            sched.finish(*id);
+            done(sched, *id);
             e.record.avoid.clear();
             s = sched.submit(w, e.submitted);
         }
@@ -225,7 +225,7 @@ impl Book {
                 self.deleted.insert(uid.to_string(), (Some(id), e.record));
             }
             Some(id) => {
-                sched.finish(id);
+                done(sched, id);
                 self.by_id.remove(&id);
             }
             None => {}
@@ -255,7 +255,7 @@ impl Book {
             };
             if gone(s.here.as_ref()) && s.orphans.values().all(|m| gone(Some(m))) {
                 if let Some(id) = id {
-                    sched.finish(*id);
+                    done(sched, *id);
                     self.by_id.remove(id);
                 }
                 self.deleted.remove(&uid);
@@ -271,7 +271,7 @@ impl Book {
         if self.deleted.remove(&uid).is_none() {
             return false;
         }
-        sched.finish(job);
+        done(sched, job);
         self.by_id.remove(&job);
         true
     }
@@ -322,7 +322,7 @@ impl Book {
                 match i {
                     Intent::Release => {
                         if let Some(id) = e.id.take() {
-                            sched.finish(id);
+                            done(sched, id);
                             self.by_id.remove(&id);
                         }
                     }
@@ -378,7 +378,7 @@ impl Book {
                     for i in intents {
                         if i == Intent::Release {
                             if let Some(id) = e.id.take() {
-                                sched.finish(id);
+                                done(sched, id);
                                 self.by_id.remove(&id);
                             }
                         } else {
@@ -466,6 +466,13 @@ impl Book {
         v.sort_by_key(|(rank, u, _)| (*rank, u.clone()));
         v.into_iter().map(|(_, u, r)| (u, r)).collect()
     }
+}
+
+/// A job leaves the scheduler for good: finished, and its slot free for the next submission
+/// (the book never uses an id again once it has let go of it).
+fn done(sched: &mut Scheduler, id: JobId) {
+    sched.finish(id);
+    sched.forget(id);
 }
 
 /// The workload restricted to the scheduler's members it does not avoid.

@@ -138,6 +138,8 @@ pub struct Scheduler {
     /// (preemption candidates).
     admitted_by_leaf: BTreeMap<usize, BTreeSet<(i32, Reverse<u64>, JobId)>>,
     inadmissible: BTreeSet<JobId>,
+    /// Slots of finished jobs the driver forgot ([`Scheduler::forget`]), reused by submissions.
+    free: BTreeSet<JobId>,
     empty_clusters: HashMap<usize, (u64, Cluster)>,
     cycle_no: u64,
     seq: u64,
@@ -165,6 +167,7 @@ impl Scheduler {
             quota_blocked: HashMap::new(),
             admitted_by_leaf: BTreeMap::new(),
             inadmissible: BTreeSet::new(),
+            free: BTreeSet::new(),
             empty_clusters: HashMap::new(),
             cycle_no: 0,
             seq: 0,
@@ -286,8 +289,7 @@ impl Scheduler {
         let shape = self.shape_for(w);
         self.seq += 1;
         let class = self.class_for(queue, shape);
-        let id = self.jobs.len();
-        self.jobs.push(Job {
+        let job = Job {
             namespace: w.namespace.clone(),
             name: w.name.clone(),
             shape,
@@ -305,7 +307,17 @@ impl Scheduler {
             admitted_seq: 0,
             last_wait: None,
             preemptions: 0,
-        });
+        };
+        let id = match self.free.pop_first() {
+            Some(id) => {
+                self.jobs[id] = job;
+                id
+            }
+            None => {
+                self.jobs.push(job);
+                self.jobs.len() - 1
+            }
+        };
         match self.admissibility(id) {
             Ok(prio) => {
                 self.jobs[id].priority = prio;
@@ -331,6 +343,21 @@ impl Scheduler {
         }
         self.inadmissible.remove(&job);
         self.jobs[job].state = JobState::Finished;
+    }
+
+    /// Forgets a finished job: its slot is reused by a later submission, so that a driver that
+    /// runs for months (the controller) keeps memory bounded by the jobs it follows, not by its
+    /// history. Its id must not be used again; a job that is not finished is left alone.
+    pub fn forget(&mut self, job: JobId) {
+        if let Some(j) = self.jobs.get_mut(job)
+            && j.state == JobState::Finished
+            && self.free.insert(job)
+        {
+            j.name = String::new();
+            j.namespace = String::new();
+            j.priority_classes = Default::default();
+            j.last_wait = None;
+        }
     }
 
     /// Takes an admitted job back (stuck pods, lost member) and queues it again in its original
@@ -1162,6 +1189,33 @@ mod tests {
             Decision::Admit { job, cluster, .. } if *job == id => Some(cluster.clone()),
             _ => None,
         })
+    }
+
+    /// A driver that forgets finished jobs keeps the job table bounded: the slot goes to the
+    /// next submission, which is a whole new job there.
+    #[test]
+    fn forgotten_slots_are_reused_by_new_jobs() {
+        let mut s = Scheduler::new(Config::default());
+        s.set_cluster(&gpu_cluster("m", 1, "8"));
+        let Submitted::Queued(a) = s.submit(&job("a", 1, 8), 1) else {
+            panic!("queued")
+        };
+        assert_eq!(admitted_on(&s.cycle(), a).as_deref(), Some("m"));
+        s.forget(a);
+        assert!(!s.free.contains(&a), "an admitted job is not forgotten");
+        s.finish(a);
+        s.forget(a);
+        let Submitted::Queued(b) = s.submit(&job("b", 1, 8), 2) else {
+            panic!("queued")
+        };
+        assert_eq!(b, a, "the slot is reused");
+        assert_eq!(s.jobs.len(), 1);
+        assert_eq!(s.job_label(b), "team/b");
+        assert_eq!(
+            admitted_on(&s.cycle(), b).as_deref(),
+            Some("m"),
+            "the whole node is free again"
+        );
     }
 
     #[test]
