@@ -7,6 +7,7 @@
 //! 3. An invalid tree followed by a restart deletes no running copy.
 //! 4. A batch Job with completions > parallelism runs its last wave to the end.
 //! 5. Workers that finish before their master are progress, not loss.
+//! 6. A job kind whose CRD is installed after the start is handled.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -391,5 +392,75 @@ async fn workers_finishing_before_their_master_are_progress() {
         dog.assert_clean("workers before master").await;
     }))
     .await;
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+/// 6. A job kind whose CRD is installed on the hub after the controller started is handled
+///    (earlier versions discovered kinds once, so such jobs stayed suspended with no QueuedJob):
+///    the XGBoostJob CRD is removed from the hub, the controller starts without it, the CRD comes
+///    back, and an XGBoostJob submitted then gets a QueuedJob and runs in one member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_kind_installed_after_the_start_is_handled() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("late");
+    let hub = setup(&[&ns], root(vec![leaf("late", &ns)])).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
+    let name = "xgboostjobs.kubeflow.org";
+    let mut crd = crds
+        .get(name)
+        .await
+        .expect("the fleet installs the XGBoostJob CRD");
+    crd.metadata = kube::api::ObjectMeta {
+        name: crd.metadata.name.clone(),
+        labels: crd.metadata.labels.clone(),
+        annotations: crd.metadata.annotations.clone(),
+        ..Default::default()
+    };
+    crd.status = None;
+    let _ = crds.delete(name, &Default::default()).await;
+    wait_for("the CRD gone", T, || async {
+        match crds.get_opt(name).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{:?}", other.map(|c| c.is_some()))),
+        }
+    })
+    .await;
+    let controller = Controller::start("late", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        crds.create(&Default::default(), &crd)
+            .await
+            .expect("the CRD back");
+        hub::wait_established(&hub, name).await;
+        let res = json!([{"name": "xgboost", "image": "registry.k8s.io/pause:3.10",
+                          "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                                        "limits": {"cpu": "100m", "memory": "64Mi"}}}]);
+        let job = json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "XGBoostJob",
+            "metadata": {"name": "late", "namespace": ns},
+            "spec": {"xgbReplicaSpecs": {
+                "Master": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {"containers": res.clone()}}},
+                "Worker": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {"containers": res}}}}}
+        });
+        fleet::create_json(&hub, "xgboostjobs", job)
+            .await
+            .expect("create");
+        let q = hub::wait_queued_state(&hub, &ns, "XGBoostJob", "late", QueuedJobState::Running, T).await;
+        let cluster = q.status.and_then(|s| s.cluster).expect("a member");
+        let holders =
+            hub::members_with("kubeflow.org/v1", "XGBoostJob", "xgboostjobs", &ns, "late").await;
+        assert_eq!(holders, vec![cluster]);
+        assert!(
+            controller.log_text().contains("installed on the hub since the start"),
+            "{}",
+            controller.log_tail()
+        );
+    }))
+    .await;
+    // The fleet keeps its CRD whatever happened.
+    if crds.get_opt(name).await.ok().flatten().is_none() {
+        let _ = crds.create(&Default::default(), &crd).await;
+        hub::wait_established(&hub, name).await;
+    }
     finish(&hub, &[&ns], vec![controller], outcome).await;
 }

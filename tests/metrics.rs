@@ -601,6 +601,8 @@ fn exported() -> (Exposition, BTreeMap<String, BTreeSet<String>>) {
     m.dispatch_error("member-a", DispatchFailure::Unreachable);
     // Only a member that misplaces a pod makes this one appear (never in a simulation).
     m.placement_mismatch("member-a");
+    // Only a partitioned member does this (the controller with --partition-policy replace).
+    m.maybe_running_twice(&[("member-a".to_string(), 1)].into_iter().collect());
     let e = parse_exposition(&m.encode());
     let names = e.names();
     (e, names)
@@ -858,8 +860,9 @@ fn the_query_checker_catches_unknown_metrics_and_labels() {
 #[test]
 fn every_dashboard_query_uses_exported_metrics() {
     let (e, exported) = exported();
-    // The families the simulator, a dispatch error and a placement mismatch produce: all of muster's.
-    assert_eq!(e.types.len(), 23, "{:?}", e.types.keys());
+    // The families the simulator, a dispatch error, a placement mismatch and a partitioned member
+    // produce: all of muster's.
+    assert_eq!(e.types.len(), 24, "{:?}", e.types.keys());
     let d = dashboard();
     let mut exprs = Vec::new();
     collect_exprs(&d, "", &mut exprs);
@@ -907,6 +910,7 @@ fn every_dashboard_query_uses_exported_metrics() {
         "muster_pods_released_total",
         "muster_placement_mismatches_total",
         "muster_admission_cycle_duration_seconds_bucket",
+        "muster_jobs_maybe_running_twice",
     ] {
         assert!(used.contains(m), "no panel uses {m}");
     }

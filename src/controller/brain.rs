@@ -49,6 +49,8 @@ pub(super) struct Brain {
     /// The earliest deadline of any record: the next pass comes no later.
     pub next_wake: Option<Ms>,
     pub members: BTreeMap<String, Member>,
+    /// New connections of connected members, swapped in once in sync.
+    pub incoming: BTreeMap<String, Member>,
     /// Members being connected (their source, the task).
     pub connecting: BTreeMap<String, (String, tokio::task::JoinHandle<anyhow::Result<Member>>)>,
     /// Members known but not connected, since when (this process's view).
@@ -71,6 +73,10 @@ pub(super) struct Brain {
     pub gates_dropped: BTreeMap<String, String>,
     pub priorities: BTreeMap<String, i32>,
     pub epoch: Instant,
+    /// When the hub's job kinds were last discovered.
+    pub kinds_checked: Instant,
+    /// Members to connect again (they do not watch a kind a job needs), and when last asked.
+    pub rediscover: BTreeMap<String, Instant>,
 }
 
 impl Brain {
@@ -103,6 +109,7 @@ impl Brain {
             in_flight: Default::default(),
             next_wake: None,
             members: BTreeMap::new(),
+            incoming: BTreeMap::new(),
             connecting: BTreeMap::new(),
             unconnected_since: BTreeMap::new(),
             member_errors: BTreeMap::new(),
@@ -117,6 +124,8 @@ impl Brain {
             gates_dropped: BTreeMap::new(),
             priorities: BTreeMap::new(),
             epoch: Instant::now(),
+            kinds_checked: Instant::now(),
+            rediscover: BTreeMap::new(),
         }
     }
 
@@ -133,6 +142,7 @@ impl Brain {
             return;
         }
         self.collect_done();
+        self.discover_kinds().await;
         self.sync_jobs().await;
         self.sync_usage();
         // 2. Every followed job on its members (pods placed, hub status synced).

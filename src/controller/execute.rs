@@ -207,6 +207,23 @@ impl Brain {
         let Some(m) = self.members.get(cluster) else {
             return;
         };
+        if !m.jobs.contains_key(&j.kind) {
+            // Not watched there: its CRD is missing (or was installed after muster connected,
+            // so the member is connected again to find out).
+            let message = format!(
+                "{cluster} does not serve {} (no CRD for it when muster connected)",
+                j.kind
+            );
+            let _ = self.done_tx.send(Done::Created {
+                uid: uid.to_string(),
+                cluster: cluster.to_string(),
+                result: Err((message, DispatchFailure::Refused)),
+            });
+            self.rediscover
+                .entry(cluster.to_string())
+                .or_insert_with(std::time::Instant::now);
+            return;
+        }
         let Some(hub) = self.stores.job(j.kind, &j.namespace, &j.name) else {
             return;
         };
@@ -247,7 +264,22 @@ impl Brain {
     /// Deletes the job's copy on `cluster` (the record saying why is durable), off the loop.
     pub(super) fn delete_copy(&mut self, uid: &str, cluster: &str, why: &str) {
         let Some(j) = self.jobs.get(uid) else { return };
+        if self
+            .in_flight
+            .contains(&(uid.to_string(), cluster.to_string()))
+        {
+            return;
+        }
         let (kind, ns, name) = (j.kind, j.namespace.clone(), j.name.clone());
+        // Already going: nothing to ask again.
+        if self
+            .members
+            .get(cluster)
+            .and_then(|m| m.copy_of(kind, uid))
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+        {
+            return;
+        }
         tracing::info!(job = %j.label(), %cluster, "deleting its copy: {why}");
         self.spawn_delete(uid, cluster, kind, &ns, &name);
     }

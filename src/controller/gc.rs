@@ -51,6 +51,9 @@ impl Brain {
             }
         }
         for (cluster, kind, ns, name, uid) in doomed {
+            if self.in_flight.contains(&(uid.clone(), cluster.clone())) {
+                continue;
+            }
             tracing::info!(%cluster, job = %format!("{kind} {ns}/{name}"), "deleting the copy of a deleted hub job");
             self.spawn_delete(&uid, &cluster, kind, &ns, &name);
         }

@@ -107,6 +107,14 @@ impl Brain {
         let mut exists: HashSet<String> = HashSet::new();
         let mut objs: Vec<(JobKind, Arc<DynamicObject>)> = Vec::new();
         for (&kind, store) in &self.stores.jobs {
+            // A kind whose watch has not listed yet (its CRD just installed) is not judged.
+            if !store.is_ready() {
+                for (u, _) in self.jobs.iter().filter(|(_, j)| j.kind == kind) {
+                    seen.insert(u.clone());
+                    exists.insert(u.clone());
+                }
+                continue;
+            }
             for o in store.state() {
                 objs.push((kind, o));
             }
@@ -297,6 +305,36 @@ impl Brain {
                 j.written_at = None;
             }
             self.book.written(&uid, None);
+        }
+    }
+
+    /// Job kinds whose CRD was installed on the hub after the start are watched from then on
+    /// (checked every 30 s): their jobs are suspended by the webhook and must not wait forever.
+    pub(super) async fn discover_kinds(&mut self) {
+        if self.kinds_checked.elapsed() < Duration::from_secs(30) {
+            return;
+        }
+        self.kinds_checked = Instant::now();
+        let served =
+            match tokio::time::timeout(Duration::from_secs(10), kinds::served(&self.hub)).await {
+                Ok(Ok(k)) => k,
+                _ => return,
+            };
+        for kind in served {
+            if self.stores.jobs.contains_key(&kind) {
+                continue;
+            }
+            tracing::info!(kind = %kind, "a job kind installed on the hub since the start: watching it");
+            let ar = kinds::api_resource(kind);
+            let api: Api<DynamicObject> = Api::all_with(self.hub.clone(), &ar);
+            let w = super::members::watch(
+                api,
+                kube::runtime::watcher::Config::default(),
+                ar,
+                self.wake.clone(),
+                &mut self.stores._tasks,
+            );
+            self.stores.jobs.insert(kind, w);
         }
     }
 

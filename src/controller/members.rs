@@ -85,6 +85,8 @@ pub struct Member {
     /// The API server's (major, minor) version at connection ((0, 0) when unreadable).
     pub server_version: (u32, u32),
     pub health: Arc<Health>,
+    /// When this connection was made.
+    pub connected_at: Instant,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -182,6 +184,7 @@ impl Member {
             pods,
             jobs,
             health,
+            connected_at: Instant::now(),
             tasks,
         })
     }

@@ -95,8 +95,15 @@ impl Brain {
             match task.await {
                 Ok(Ok(m)) => {
                     tracing::info!(member = %name, kinds = ?m.kinds, "member connected");
-                    self.members.insert(name.clone(), m);
+                    self.rediscover.remove(&name);
                     self.member_errors.remove(&name);
+                    if self.members.contains_key(&name) {
+                        // A reconnection: the old connection serves until the new one is in
+                        // sync, so that the member never looks silent meanwhile.
+                        self.incoming.insert(name.clone(), m);
+                    } else {
+                        self.members.insert(name.clone(), m);
+                    }
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(member = %name, error = %e, "cannot connect to member");
@@ -105,6 +112,21 @@ impl Brain {
                 Err(e) => {
                     self.member_errors.insert(name.clone(), e.to_string());
                 }
+            }
+        }
+        let ready: Vec<String> = self
+            .incoming
+            .iter()
+            .filter(|(n, m)| {
+                m.synced() || !wanted.contains_key(*n) || m.connected_at.elapsed().as_secs() > 30
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in ready {
+            if let Some(m) = self.incoming.remove(&name)
+                && wanted.contains_key(&name)
+            {
+                self.members.insert(name, m);
             }
         }
         let now = super::now_ms();
@@ -127,7 +149,14 @@ impl Brain {
                 match self.kubeconfig_of(mc).await {
                     Ok((text, rv)) => {
                         let source = format!("{}/{rv}", mc.metadata.generation.unwrap_or(0));
-                        let stale = self.members.get(name).is_none_or(|m| m.source != source);
+                        // Connected again (discovery anew) when a job needs a kind it does not
+                        // watch, at most every 30 s.
+                        let rediscover = self
+                            .rediscover
+                            .get(name)
+                            .is_some_and(|at| at.elapsed() > Duration::from_secs(30));
+                        let stale =
+                            rediscover || self.members.get(name).is_none_or(|m| m.source != source);
                         let pending = self.connecting.get(name).is_some_and(|(s, _)| *s == source);
                         if stale && !pending {
                             // Connected off the sync loop: discovery on a frozen member must

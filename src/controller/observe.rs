@@ -164,6 +164,10 @@ impl Brain {
                         since: now.saturating_sub(silent),
                     })
                 }
+                // Connected, its watches not in sync yet: silent since it connected.
+                Some(m) => MemberView::Not(Member::Silent {
+                    since: now.saturating_sub(m.connected_at.elapsed().as_millis() as u64),
+                }),
                 _ => MemberView::Not(Member::Unconnected {
                     since: self.unconnected_since.get(&name).copied().unwrap_or(start),
                 }),
