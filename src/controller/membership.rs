@@ -155,8 +155,8 @@ impl Brain {
                             .rediscover
                             .get(name)
                             .is_some_and(|at| at.elapsed() > Duration::from_secs(30));
-                        let stale =
-                            rediscover || self.members.get(name).is_none_or(|m| m.source != source);
+                        let newest = self.incoming.get(name).or(self.members.get(name));
+                        let stale = rediscover || newest.is_none_or(|m| m.source != source);
                         let pending = self.connecting.get(name).is_some_and(|(s, _)| *s == source);
                         if stale && !pending {
                             // Connected off the sync loop: discovery on a frozen member must

@@ -146,15 +146,20 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     result
 }
 
-async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
-    let hub = match &opts.hub_kubeconfig {
+/// A client of the hub, from `--kubeconfig` or the default chain.
+async fn hub_client(opts: &Options) -> anyhow::Result<Client> {
+    Ok(match &opts.hub_kubeconfig {
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
             members::client_from_kubeconfig("hub", &text).await?
         }
         None => Client::try_default().await?,
-    };
+    })
+}
+
+async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
+    let hub = hub_client(&opts).await?;
     let token = stop.token.clone();
     {
         let token = token.clone();
@@ -267,8 +272,11 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
     let leadership = match opts.lease.clone() {
         Some(cfg) => {
             let l = Arc::new(leader::Leadership::default());
+            // A connection of its own: the controller's own traffic to the hub (a burst of
+            // writes) must never delay a renewal past the lease's deadline.
+            let lease_client = hub_client(&opts).await?;
             elector = Some(tokio::spawn(leader::run(
-                hub.clone(),
+                lease_client,
                 cfg,
                 l.clone(),
                 token.clone(),

@@ -239,6 +239,13 @@ impl Brain {
                 .jobs
                 .get(&uid)
                 .and_then(|j| j.written.as_ref().map(|w| w.state));
+            // This record frees capacity the hub still records as held.
+            let frees = !r.holds()
+                && self
+                    .book
+                    .get(&uid)
+                    .and_then(|e| e.written.as_ref())
+                    .is_some_and(Record::holds);
             match self.write_status(&uid, &st).await {
                 Ok(()) => {
                     self.book.written(&uid, Some(r));
@@ -254,8 +261,10 @@ impl Brain {
                 }
                 Err(e) => {
                     tracing::warn!(job = %uid, error = %e, "could not write QueuedJob status");
-                    // Nothing after a failed release may become durable before it.
-                    if record_changed && !r.holds() {
+                    // Nothing after a failed release may become durable before it (an
+                    // admission using the capacity it frees above all). Any other failed write
+                    // holds back nothing: it is tried again on the next pass.
+                    if record_changed && frees {
                         return;
                     }
                 }

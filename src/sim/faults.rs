@@ -358,7 +358,7 @@ impl Process {
     }
 
     /// Writes the changed records in the order the book gives; a failed write of a record
-    /// that frees capacity stops the rest.
+    /// that frees capacity (the hub still records it as held) stops the rest.
     fn write(&mut self, w: &mut World) {
         let mut order = self.book.to_write();
         if self.defect == Some(Defect::WritesUnordered) {
@@ -381,7 +381,15 @@ impl Process {
             }
             if failing && roll < 40 {
                 w.log(format!("write {uid} {} failed", r.phase.as_str()));
-                if !r.holds() && self.defect != Some(Defect::WritesUnordered) {
+                // As the controller: only a failed release (capacity the hub still records as
+                // held) holds back the writes after it.
+                let frees = !r.holds()
+                    && self
+                        .book
+                        .get(&uid)
+                        .and_then(|e| e.written.as_ref())
+                        .is_some_and(Record::holds);
+                if frees && self.defect != Some(Defect::WritesUnordered) {
                     return;
                 }
                 continue;
