@@ -240,12 +240,7 @@ impl Brain {
                 .get(&uid)
                 .and_then(|j| j.written.as_ref().map(|w| w.state));
             // This record frees capacity the hub still records as held.
-            let frees = !r.holds()
-                && self
-                    .book
-                    .get(&uid)
-                    .and_then(|e| e.written.as_ref())
-                    .is_some_and(Record::holds);
+            let frees = self.book.frees(&uid, &r);
             match self.write_status(&uid, &st).await {
                 Ok(()) => {
                     self.book.written(&uid, Some(r));

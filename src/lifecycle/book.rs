@@ -443,6 +443,17 @@ impl Book {
         out
     }
 
+    /// Whether writing `record` for `uid` frees capacity the hub still records as held: if such
+    /// a write fails, the writes after it must wait (see [`Book::to_write`]).
+    pub fn frees(&self, uid: &str, record: &Record) -> bool {
+        !record.holds()
+            && self
+                .jobs
+                .get(uid)
+                .and_then(|e| e.written.as_ref())
+                .is_some_and(Record::holds)
+    }
+
     /// The records to write, in a safe order: first those that free capacity (a job leaving its
     /// member), then the rest, admissions last. A driver stops at the first failed write of a
     /// record that frees capacity, so that a crash can never leave an admission durable while

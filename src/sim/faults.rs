@@ -383,12 +383,7 @@ impl Process {
                 w.log(format!("write {uid} {} failed", r.phase.as_str()));
                 // As the controller: only a failed release (capacity the hub still records as
                 // held) holds back the writes after it.
-                let frees = !r.holds()
-                    && self
-                        .book
-                        .get(&uid)
-                        .and_then(|e| e.written.as_ref())
-                        .is_some_and(Record::holds);
+                let frees = self.book.frees(&uid, &r);
                 if frees && self.defect != Some(Defect::WritesUnordered) {
                     return;
                 }
