@@ -6,6 +6,7 @@
 pub mod controller;
 pub mod estimate;
 pub mod fleet;
+pub mod forecast;
 pub mod labels;
 pub mod lifecycle;
 pub mod metrics;
@@ -14,6 +15,8 @@ pub mod quantity;
 pub mod queue;
 pub mod quota;
 pub mod resources;
+pub mod runtime;
 pub mod scheduler;
 pub mod sim;
+pub mod whatif;
 pub mod workload;

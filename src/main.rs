@@ -2,6 +2,8 @@
 //! the metrics a controller would export); `muster controller` runs it against real clusters;
 //! `muster crds` prints the CRDs.
 
+mod cmd_whatif;
+
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -43,6 +45,10 @@ enum Command {
         /// Take the metrics at this virtual time (e.g. 10m) instead of at the end.
         #[arg(long, value_name = "DURATION", requires = "metrics")]
         metrics_at: Option<String>,
+        /// Skip the start-time estimate made at each job's submission (one forecast per
+        /// instant at which a submitted job has to wait; see docs/sim.md for the cost).
+        #[arg(long)]
+        no_estimates: bool,
         /// Instead of a scenario: the deterministic simulation with faults, seeds
         /// FROM..FROM+N (see --faults-from); prints each broken invariant with its replay command.
         #[arg(long, value_name = "N", conflicts_with_all = ["scenario", "faults_seed", "metrics"])]
@@ -74,6 +80,30 @@ enum Command {
         /// Kubeconfig of the hub (default: $KUBECONFIG / ~/.kube/config).
         #[arg(long, env = "MUSTER_KUBECONFIG")]
         kubeconfig: Option<std::path::PathBuf>,
+    },
+    /// The live state of the leading controller as a `muster sim` scenario (YAML on stdout):
+    /// members and nodes, the quota tree, PriorityClasses, running jobs with their remaining
+    /// expected time, waiting jobs in queue order.
+    Snapshot {
+        #[command(flatten)]
+        from: LiveArgs,
+    },
+    /// When would each waiting job start if ...? The start-time estimates before and after each
+    /// change, from the live state or a scenario file.
+    WhatIf {
+        /// A scenario file (e.g. from `muster snapshot`) instead of the live state.
+        #[arg(long, conflicts_with_all = ["url", "kubeconfig"])]
+        scenario: Option<String>,
+        #[command(flatten)]
+        from: LiveArgs,
+        /// A change to try (repeatable, applied in order): submit=JOB.yaml,
+        /// add-member=CLUSTER.yaml, remove-member=NAME, add-nodes=MEMBER:NODES.yaml,
+        /// remove-node=MEMBER/NODE, tree=TREE.yaml, priority=NAMESPACE/NAME:CLASS.
+        #[arg(long, value_name = "KIND=ARG")]
+        change: Vec<String>,
+        /// Run time of a submitted job that declares none.
+        #[arg(long, default_value = "1h", value_parser = parse_runtime)]
+        default_runtime: u64,
     },
     /// Print the CustomResourceDefinitions muster serves (QueuedJob, MemberCluster,
     /// ElasticQuotaTree) as YAML.
@@ -126,6 +156,17 @@ struct ControllerArgs {
     /// Longest time between two syncs, in seconds.
     #[arg(long, default_value_t = 5)]
     resync_seconds: u64,
+    /// Forecast every waiting job's start this often, in seconds (0: never).
+    #[arg(long, default_value_t = 30)]
+    estimate_interval_seconds: u64,
+    /// Expected run time of a job that declares none (no muster.dev/expected-runtime, no
+    /// deadline) and whose queue has no history of its shape yet (e.g. 1h, 90m).
+    #[arg(long, default_value = "1h", value_parser = parse_runtime)]
+    default_runtime: u64,
+    /// Which percentile of the run times of finished jobs of the same queue and shape is their
+    /// expected run time.
+    #[arg(long, default_value_t = 80, value_parser = clap::value_parser!(u8).range(1..=100))]
+    runtime_percentile: u8,
     /// Take a dispatched job back when not every pod runs this many seconds after dispatch.
     #[arg(long, default_value_t = 300)]
     pods_ready_timeout_seconds: u64,
@@ -249,6 +290,29 @@ impl sim::Progress for StderrProgress {
     }
 }
 
+/// A duration flag (`90s`, `10m`, `1h30m`) in milliseconds.
+fn parse_runtime(s: &str) -> Result<u64, String> {
+    match sim::parse_duration(s)? {
+        0 => Err("must be longer than 0".into()),
+        ms => Ok(ms),
+    }
+}
+
+/// Where the live state is read from.
+#[derive(clap::Args, Debug)]
+struct LiveArgs {
+    /// The controller's health port (`http://HOST:PORT`), read directly.
+    #[arg(long)]
+    url: Option<String>,
+    /// Kubeconfig of the hub (default: $KUBECONFIG / ~/.kube/config): the snapshot is read
+    /// through the API server's service proxy.
+    #[arg(long, env = "MUSTER_KUBECONFIG", conflicts_with = "url")]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// The controller's metrics Service, as NAMESPACE/NAME:PORT.
+    #[arg(long, default_value = "muster-system/muster-metrics:http-metrics")]
+    service: String,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -269,6 +333,7 @@ fn main() -> ExitCode {
             explain,
             metrics,
             metrics_at,
+            no_estimates,
             ..
         } => run_sim(
             scenario.as_deref(),
@@ -276,6 +341,7 @@ fn main() -> ExitCode {
             &explain,
             metrics.as_deref(),
             metrics_at.as_deref(),
+            !no_estimates,
         ),
         Command::Controller(args) => run_controller(*args),
         Command::Explain {
@@ -283,6 +349,27 @@ fn main() -> ExitCode {
             kind,
             kubeconfig,
         } => run_explain(&job, kind.as_deref(), kubeconfig),
+        Command::Snapshot { from } => cmd_whatif::snapshot(&cmd_whatif::From {
+            scenario: None,
+            url: from.url,
+            kubeconfig: from.kubeconfig,
+            service: from.service,
+        }),
+        Command::WhatIf {
+            scenario,
+            from,
+            change,
+            default_runtime,
+        } => cmd_whatif::what_if(
+            &cmd_whatif::From {
+                scenario,
+                url: from.url,
+                kubeconfig: from.kubeconfig,
+                service: from.service,
+            },
+            &change,
+            default_runtime,
+        ),
         Command::Crds { dir: None } => match muster::controller::crd::crds_yaml() {
             Ok(y) => {
                 print!("{y}");
@@ -422,6 +509,12 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
         webhook_endpoint: endpoint,
         webhook_failure_policy: a.webhook_failure_policy,
         resync: Duration::from_secs(a.resync_seconds.max(1)),
+        estimate_interval: Duration::from_secs(a.estimate_interval_seconds),
+        runtime_rules: muster::runtime::Rules {
+            default: a.default_runtime,
+            quantile: a.runtime_percentile,
+            ..muster::runtime::Rules::default()
+        },
         pods_ready_timeout: Duration::from_secs(a.pods_ready_timeout_seconds),
         pods_lost_timeout: Duration::from_secs(a.pods_lost_timeout_seconds),
         member_lost_grace: Duration::from_secs(a.member_lost_grace_seconds),
@@ -546,6 +639,7 @@ fn run_sim(
     explain: &[String],
     metrics_path: Option<&str>,
     metrics_at: Option<&str>,
+    estimates: bool,
 ) -> ExitCode {
     let at_ms = match metrics_at.map(sim::parse_duration).transpose() {
         Ok(t) => t,
@@ -591,7 +685,19 @@ fn run_sim(
     };
     let metrics = Metrics::new();
     let rec = metrics_out.as_ref().map(|_| &metrics);
-    let result = sim::run_full(&file, &scenario, &mut progress, rec, at_ms, explain);
+    let estimating = sim::Estimating {
+        at_submission: estimates,
+        ..sim::Estimating::default()
+    };
+    let result = sim::run_full(
+        &file,
+        &scenario,
+        &mut progress,
+        rec,
+        at_ms,
+        explain,
+        &estimating,
+    );
     let report = match result {
         Ok(r) => r,
         Err(e) => {

@@ -102,6 +102,9 @@ pub struct Metrics {
     placement_mismatches: IntCounterVec,
     wait_time: HistogramVec,
     cycle_duration: Histogram,
+    estimated_wait: IntGaugeVec,
+    not_expected: IntGaugeVec,
+    forecast_duration: Histogram,
 }
 
 impl Default for Metrics {
@@ -277,6 +280,27 @@ impl Metrics {
                 )
                 .expect("valid histogram"),
             ),
+            estimated_wait: int_gauge(
+                "muster_estimated_wait_seconds",
+                "Forecast time from now until waiting jobs start, per queue: the median (quantile 0.5), 90th percentile and longest of the jobs expected to start.",
+                &["queue", "quantile"],
+            ),
+            not_expected: int_gauge(
+                "muster_jobs_not_expected_to_start",
+                "Waiting jobs the forecast does not see start while the known jobs run (inadmissible, or no capacity frees up), per queue.",
+                &["queue"],
+            ),
+            forecast_duration: reg(
+                &registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "muster_forecast_duration_seconds",
+                        "Wall time of one start-time forecast (the core copied and run forward).",
+                    )
+                    .buckets(CYCLE_BUCKETS.to_vec()),
+                )
+                .expect("valid histogram"),
+            ),
             gauges: Mutex::new(()),
             registry,
         }
@@ -435,6 +459,33 @@ impl Metrics {
         self.maybe_twice.reset();
         for (c, n) in per_cluster {
             self.maybe_twice.with_label_values(&[c]).set(*n);
+        }
+    }
+
+    /// The outcome of one forecast: per queue, the forecast waits (seconds from now) of the
+    /// jobs expected to start, and how many are not expected to (the whole set: queues not
+    /// named have no waiting job).
+    pub fn forecast(
+        &self,
+        per_queue: &std::collections::BTreeMap<String, (Vec<u64>, i64)>,
+        seconds: f64,
+    ) {
+        self.forecast_duration.observe(seconds);
+        let _g = self.gauges.lock().unwrap_or_else(|e| e.into_inner());
+        self.estimated_wait.reset();
+        self.not_expected.reset();
+        for (q, (waits, never)) in per_queue {
+            self.not_expected.with_label_values(&[q]).set(*never);
+            let mut w = waits.clone();
+            w.sort_unstable();
+            if w.is_empty() {
+                continue;
+            }
+            for (label, p) in [("0.5", 50usize), ("0.9", 90), ("1", 100)] {
+                let rank = (p * w.len()).div_ceil(100).max(1) - 1;
+                let v = i64::try_from(w[rank]).unwrap_or(i64::MAX);
+                self.estimated_wait.with_label_values(&[q, label]).set(v);
+            }
         }
     }
 

@@ -5,7 +5,10 @@
 //! report, and optionally the metrics a controller would record. It never decides anything itself:
 //! every decision comes from [`Scheduler::cycle`].
 
+pub mod estimates;
 pub mod faults;
+
+pub use estimates::{EstimateReport, Estimating};
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -26,12 +29,12 @@ use crate::workload::interpret;
 /// The scenario `muster sim` runs when no file is given.
 pub const DEFAULT_SCENARIO: &str = include_str!("../examples/default.yaml");
 
-/// A scenario file.
-#[derive(Debug, Deserialize)]
+/// A scenario file (also what `muster snapshot` writes from a live controller).
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Scenario {
     pub clusters: Vec<ClusterSpec>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<Value>,
     #[serde(default)]
     pub priority_classes: BTreeMap<String, i32>,
@@ -39,11 +42,11 @@ pub struct Scenario {
     pub jobs: Vec<JobSpec>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ClusterSpec {
     pub name: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub nodes: Vec<NodeSpec>,
@@ -51,35 +54,90 @@ pub struct ClusterSpec {
     /// set; only robust plans are made there).
     #[serde(default)]
     pub placement: PlacementMode,
+    /// A member that does not answer: nothing new is placed there (default true).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub reachable: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct NodeSpec {
     pub name: String,
-    #[serde(default = "one")]
+    #[serde(default = "one", skip_serializing_if = "is_one")]
     pub count: u32,
     pub allocatable: ResourceList,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub taints: Vec<Taint>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub unschedulable: bool,
+    /// What pods muster does not manage use on the node (each node, with `count`).
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    pub used: ResourceList,
 }
 
 fn one() -> u32 {
     1
 }
 
-#[derive(Debug, Deserialize)]
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct JobSpec {
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub at: u64,
-    #[serde(deserialize_with = "de_duration")]
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
     pub run_for: u64,
+    /// Already running when the scenario starts (a snapshot's running jobs): placed at `at` on
+    /// this member as planned, without a cycle, and running for `runFor` from then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<RunningSpec>,
     pub manifest: Value,
+}
+
+/// Where a job already runs: the member and its plan (`{component: {node: pods}}`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RunningSpec {
+    pub cluster: String,
+    #[serde(default)]
+    pub placement: crate::scheduler::Plan,
+}
+
+/// Milliseconds as the shortest duration text that reads back the same (`90s`, `1h30m`, `250ms`).
+pub fn format_duration(ms: u64) -> String {
+    if ms == 0 {
+        return "0s".into();
+    }
+    let mut out = String::new();
+    let mut rest = ms;
+    for (unit, size) in [("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)] {
+        if rest >= size {
+            out.push_str(&format!("{}{unit}", rest / size));
+            rest %= size;
+        }
+    }
+    out
+}
+
+fn ser_duration<S: serde::Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_duration(*ms))
 }
 
 /// Parses `90s`, `10m`, `1h30m`, `500ms`, `2d` or a plain number of seconds into milliseconds.
@@ -242,6 +300,29 @@ pub fn cluster_infos(sc: &Scenario) -> Vec<ClusterInfo> {
         .collect()
 }
 
+/// Tells the core the scenario's fleet: members, their nodes, what other pods use on them and
+/// which members do not answer.
+pub fn apply_fleet(sched: &mut Scheduler, sc: &Scenario) {
+    for c in cluster_infos(sc) {
+        sched.set_cluster(&c);
+    }
+    for c in &sc.clusters {
+        for n in c.nodes.iter().filter(|n| !n.used.is_empty()) {
+            for i in 0..n.count {
+                let name = if n.count == 1 {
+                    n.name.clone()
+                } else {
+                    format!("{}-{i}", n.name)
+                };
+                sched.set_external_usage(&c.name, &name, &n.used);
+            }
+        }
+        if !c.reachable {
+            sched.set_reachable(&c.name, false);
+        }
+    }
+}
+
 /// The outcome for one job.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct JobReport {
@@ -254,11 +335,23 @@ pub struct JobReport {
     pub state: String,
     pub submitted: Value,
     pub dispatched: Value,
+    /// The first dispatch, for a job preempted after it (`dispatched` is the last).
+    #[serde(rename = "firstDispatched", skip_serializing_if = "Option::is_none")]
+    pub first_dispatched: Option<Value>,
     pub finished: Value,
     pub cluster: Option<String>,
     pub placement: BTreeMap<String, u32>,
     pub preemptions: u32,
     pub reason: Option<String>,
+    /// The start forecast at submission, seconds (null when it never starts); with estimates.
+    #[serde(rename = "estimatedStart", skip_serializing_if = "Option::is_none")]
+    pub estimated_start: Option<Value>,
+    /// That forecast in full: when made, where, what it waits for, or why never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<EstimateReport>,
+    /// A second forecast made later in the wait, when asked for ([`Estimating::again_at`]).
+    #[serde(rename = "estimateAgain", skip_serializing_if = "Option::is_none")]
+    pub estimate_again: Option<EstimateReport>,
 }
 
 /// The whole run.
@@ -347,6 +440,8 @@ struct SimJob {
     state: &'static str,
     reason: Option<String>,
     dispatched: Option<u64>,
+    /// The first dispatch and its member.
+    first_dispatched: Option<(u64, String)>,
     finished: Option<u64>,
     cluster: Option<String>,
     placement: BTreeMap<String, u32>,
@@ -379,7 +474,7 @@ pub fn run(
     sc: &Scenario,
     progress: &mut dyn Progress,
 ) -> Result<Report, ScenarioError> {
-    run_inner(file, sc, progress, None, None, &[])
+    run_inner(file, sc, progress, None, None, &[], &Estimating::default())
 }
 
 /// Runs a scenario to the end, explaining the jobs named in `explain` (`namespace/name`) when
@@ -391,7 +486,15 @@ pub fn run_explained(
     progress: &mut dyn Progress,
     explain: &[String],
 ) -> Result<Report, ScenarioError> {
-    run_inner(file, sc, progress, None, None, explain)
+    run_inner(
+        file,
+        sc,
+        progress,
+        None,
+        None,
+        explain,
+        &Estimating::default(),
+    )
 }
 
 /// Like [`run`], and records in `metrics` what a controller would: the counters of every
@@ -407,10 +510,18 @@ pub fn run_with_metrics(
     metrics: &Metrics,
     at_ms: Option<u64>,
 ) -> Result<Report, ScenarioError> {
-    run_inner(file, sc, progress, Some(metrics), at_ms, &[])
+    run_inner(
+        file,
+        sc,
+        progress,
+        Some(metrics),
+        at_ms,
+        &[],
+        &Estimating::default(),
+    )
 }
 
-/// Both: metrics (when given) and explanations.
+/// Everything: metrics (when given), explanations and start-time estimates.
 pub fn run_full(
     file: &str,
     sc: &Scenario,
@@ -418,8 +529,19 @@ pub fn run_full(
     metrics: Option<&Metrics>,
     at_ms: Option<u64>,
     explain: &[String],
+    estimating: &Estimating,
 ) -> Result<Report, ScenarioError> {
-    run_inner(file, sc, progress, metrics, at_ms, explain)
+    run_inner(file, sc, progress, metrics, at_ms, explain, estimating)
+}
+
+/// Runs a scenario with start-time estimates (and nothing else recorded).
+pub fn run_estimated(
+    file: &str,
+    sc: &Scenario,
+    progress: &mut dyn Progress,
+    estimating: &Estimating,
+) -> Result<Report, ScenarioError> {
+    run_inner(file, sc, progress, None, None, &[], estimating)
 }
 
 fn run_inner(
@@ -429,6 +551,7 @@ fn run_inner(
     mut rec: Option<&Metrics>,
     at_ms: Option<u64>,
     explain: &[String],
+    estimating: &Estimating,
 ) -> Result<Report, ScenarioError> {
     let mut sched = Scheduler::new(Config::default());
     let mut warnings = Vec::new();
@@ -441,9 +564,7 @@ fn run_inner(
         sched.set_quota_tree(Some(tree));
     }
     sched.set_priority_classes(sc.priority_classes.clone());
-    for c in cluster_infos(sc) {
-        sched.set_cluster(&c);
-    }
+    apply_fleet(&mut sched, sc);
     let mut jobs: Vec<SimJob> = Vec::with_capacity(sc.jobs.len());
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
     for (i, j) in sc.jobs.iter().enumerate() {
@@ -470,6 +591,7 @@ fn run_inner(
             state: "Pending",
             reason: None,
             dispatched: None,
+            first_dispatched: None,
             finished: None,
             cluster: None,
             placement: BTreeMap::new(),
@@ -493,6 +615,7 @@ fn run_inner(
             });
         }
     }
+    let mut est = estimates::Estimator::new(estimating, jobs.len());
     let mut waited: Vec<bool> = vec![false; jobs.len()];
     let mut explained_run: Vec<u32> = vec![0; jobs.len()];
     let mut explanations: Vec<Explained> = Vec::new();
@@ -534,6 +657,9 @@ fn run_inner(
                         }
                         sched.finish(id);
                     }
+                    if let Some(start) = j.dispatched {
+                        est.finished(job, now - start);
+                    }
                     j.state = "Finished";
                     j.finished = Some(now);
                 }
@@ -551,9 +677,33 @@ fn run_inner(
                                 m.rejected(&q);
                             }
                         }
+                        Ok(w)
+                            if sc.jobs[job]
+                                .running
+                                .as_ref()
+                                .is_some_and(|r| !plan_matches(&w, &r.placement)) =>
+                        {
+                            j.state = "Rejected";
+                            j.reason = Some(format!(
+                                "running.placement must place every pod of every component ({}) on a node",
+                                w.components
+                                    .iter()
+                                    .map(|c| format!("{}: {}", c.name, c.pods))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ));
+                        }
                         Ok(w) => {
                             j.kind = w.kind.to_string();
-                            match sched.submit(&w, now) {
+                            let s = match &sc.jobs[job].running {
+                                Some(r) => sched.restore(&w, now, &r.cluster, &r.placement),
+                                None => sched.submit(&w, now),
+                            };
+                            if let Submitted::Queued(id) | Submitted::Inadmissible(id, _) = &s {
+                                let q = sched.queue_name(*id);
+                                est.submitted(job, &w, &sc.jobs[job].manifest, q);
+                            }
+                            match s {
                                 Submitted::Queued(id) => {
                                     j.id = Some(id);
                                     by_id.insert(id, job);
@@ -576,6 +726,25 @@ fn run_inner(
                                 }
                             }
                             j.total = w.total_requests();
+                            // Already running: placed as recorded, ending after `runFor`.
+                            if let (Some(id), Some(r)) = (j.id, &sc.jobs[job].running)
+                                && matches!(sched.state(id), JobState::Admitted { .. })
+                            {
+                                j.state = "Running";
+                                j.dispatched = Some(now);
+                                j.cluster = Some(r.cluster.clone());
+                                j.placement = running_nodes(&r.placement);
+                                j.first_dispatched.get_or_insert((now, r.cluster.clone()));
+                                j.run += 1;
+                                for (res, q) in j.total.iter() {
+                                    *held.entry(res.to_string()).or_default() +=
+                                        q.milli() * i128::from(j.run_for);
+                                }
+                                events.push(Reverse((
+                                    now + j.run_for,
+                                    Event::Finish { job, run: j.run },
+                                )));
+                            }
                         }
                     }
                 }
@@ -615,6 +784,7 @@ fn run_inner(
                         }
                         j.state = "Running";
                         j.dispatched = Some(now);
+                        j.first_dispatched.get_or_insert((now, cluster.clone()));
                         j.cluster = Some(cluster);
                         j.placement = nodes;
                         j.run += 1;
@@ -657,6 +827,7 @@ fn run_inner(
                 break;
             }
         }
+        est.instant(&sched, &jobs, now);
         for &i in &watched {
             let j = &jobs[i];
             let Some(id) = j.id else { continue };
@@ -696,7 +867,8 @@ fn run_inner(
     }
     let reports: Vec<JobReport> = jobs
         .iter()
-        .map(|j| JobReport {
+        .enumerate()
+        .map(|(i, j)| JobReport {
             namespace: j.namespace.clone(),
             name: j.name.clone(),
             kind: j.kind.clone(),
@@ -705,11 +877,19 @@ fn run_inner(
             state: j.state.to_string(),
             submitted: secs(j.at),
             dispatched: j.dispatched.map_or(Value::Null, secs),
+            first_dispatched: j
+                .first_dispatched
+                .as_ref()
+                .filter(|f| Some(f.0) != j.dispatched)
+                .map(|f| secs(f.0)),
             finished: j.finished.map_or(Value::Null, secs),
             cluster: j.cluster.clone(),
             placement: j.placement.clone(),
             preemptions: j.id.map_or(0, |id| sched.preemptions(id)),
             reason: j.reason.clone(),
+            estimated_start: est.first[i].as_ref().map(|e| e.start.clone()),
+            estimate: est.first[i].clone(),
+            estimate_again: est.again[i].clone(),
         })
         .collect();
     for &i in &watched {
@@ -747,6 +927,26 @@ fn run_inner(
         summary,
         explanations,
     })
+}
+
+/// Whether a running job's plan places exactly the pods of each of its components.
+fn plan_matches(w: &crate::workload::Workload, plan: &crate::scheduler::Plan) -> bool {
+    plan.len() == w.components.len()
+        && w.components.iter().all(|c| {
+            plan.get(&c.name)
+                .is_some_and(|nodes| nodes.values().sum::<u32>() == c.pods)
+        })
+}
+
+/// `{node: pods}` of a plan.
+fn running_nodes(plan: &crate::scheduler::Plan) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for nodes in plan.values() {
+        for (n, k) in nodes {
+            *out.entry(n.clone()).or_insert(0) += k;
+        }
+    }
+    out
 }
 
 fn explained(
@@ -886,7 +1086,8 @@ pub fn table(r: &Report) -> String {
         Value::Null => "-".to_string(),
         other => format!("{other}s"),
     };
-    let rows: Vec<[String; 6]> = r
+    let num = |v: &Value| v.as_f64().unwrap_or(0.0);
+    let rows: Vec<[String; 7]> = r
         .jobs
         .iter()
         .map(|j| {
@@ -897,37 +1098,48 @@ pub fn table(r: &Report) -> String {
                 }
                 _ => "-".into(),
             };
+            // The wait the forecast at submission expected.
+            let estimated = match &j.estimate {
+                None => "-".to_string(),
+                Some(e) if e.start.is_null() => "never".to_string(),
+                Some(e) => format!("{}s", num(&e.start) - num(&j.submitted)),
+            };
             [
                 format!("{}/{}", j.namespace, j.name),
                 j.queue.clone().unwrap_or_else(|| "-".into()),
                 j.cluster.clone().unwrap_or_else(|| "-".into()),
                 wait,
+                estimated,
                 j.state.clone(),
                 j.reason.clone().unwrap_or_default(),
             ]
         })
         .collect();
-    let heads = ["JOB", "QUEUE", "CLUSTER", "WAIT", "STATE", "REASON"];
+    let heads = [
+        "JOB", "QUEUE", "CLUSTER", "WAIT", "EST.WAIT", "STATE", "REASON",
+    ];
     let mut w = heads.map(str::len);
     for row in &rows {
-        for (i, c) in row.iter().enumerate().take(5) {
+        for (i, c) in row.iter().enumerate().take(6) {
             w[i] = w[i].max(c.len());
         }
     }
-    let line = |cells: [&str; 6]| {
+    let line = |cells: [&str; 7]| {
         format!(
-            "{:<w0$}  {:<w1$}  {:<w2$}  {:>w3$}  {:<w4$}  {}",
+            "{:<w0$}  {:<w1$}  {:<w2$}  {:>w3$}  {:>w4$}  {:<w5$}  {}",
             cells[0],
             cells[1],
             cells[2],
             cells[3],
             cells[4],
             cells[5],
+            cells[6],
             w0 = w[0],
             w1 = w[1],
             w2 = w[2],
             w3 = w[3],
-            w4 = w[4]
+            w4 = w[4],
+            w5 = w[5]
         )
         .trim_end()
         .to_string()
@@ -937,7 +1149,9 @@ pub fn table(r: &Report) -> String {
         let _ = writeln!(
             out,
             "{}",
-            line([&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]])
+            line([
+                &row[0], &row[1], &row[2], &row[3], &row[4], &row[5], &row[6]
+            ])
         );
     }
     let s = &r.summary;

@@ -408,6 +408,9 @@ fn rbac_is_exactly_what_the_controller_calls() {
         lease,
         "muster-controller",
     );
+    // The run-time history (forecasting::HISTORY_CONFIGMAP): created by server-side apply.
+    expect(&mut own, "", "configmaps", &["create"], "*");
+    expect(&mut own, "", "configmaps", lease, "muster-runtime-history");
     let role = one(&docs, "Role", "muster");
     assert_eq!(role["metadata"]["namespace"], NAMESPACE);
     assert_eq!(grants(&role["rules"]), own);

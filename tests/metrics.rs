@@ -603,6 +603,13 @@ fn exported() -> (Exposition, BTreeMap<String, BTreeSet<String>>) {
     m.placement_mismatch("member-a");
     // Only a partitioned member does this (the controller with --partition-policy replace).
     m.maybe_running_twice(&[("member-a".to_string(), 1)].into_iter().collect());
+    // The controller's start-time forecasts (the simulator reports estimates per job instead).
+    m.forecast(
+        &[("root/a".to_string(), (vec![30, 90, 600], 1))]
+            .into_iter()
+            .collect(),
+        0.01,
+    );
     let e = parse_exposition(&m.encode());
     let names = e.names();
     (e, names)
@@ -862,7 +869,7 @@ fn every_dashboard_query_uses_exported_metrics() {
     let (e, exported) = exported();
     // The families the simulator, a dispatch error, a placement mismatch and a partitioned member
     // produce: all of muster's.
-    assert_eq!(e.types.len(), 24, "{:?}", e.types.keys());
+    assert_eq!(e.types.len(), 27, "{:?}", e.types.keys());
     let d = dashboard();
     let mut exprs = Vec::new();
     collect_exprs(&d, "", &mut exprs);

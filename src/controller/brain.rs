@@ -77,6 +77,12 @@ pub(super) struct Brain {
     pub kinds_checked: Instant,
     /// Members to connect again (they do not watch a kind a job needs), and when last asked.
     pub rediscover: BTreeMap<String, Instant>,
+    /// Start-time forecasts and the run-time history.
+    pub forecasts: super::forecasting::Forecasts,
+    /// The quota tree in force, as applied (for snapshots).
+    pub tree_manifest: Option<serde_json::Value>,
+    /// Snapshots asked for over HTTP, answered at the end of a pass.
+    pub snapshots: Option<mpsc::Receiver<super::snapshot::Ask>>,
 }
 
 impl Brain {
@@ -126,6 +132,9 @@ impl Brain {
             epoch: Instant::now(),
             kinds_checked: Instant::now(),
             rediscover: BTreeMap::new(),
+            forecasts: Default::default(),
+            tree_manifest: None,
+            snapshots: None,
         }
     }
 
@@ -168,6 +177,9 @@ impl Brain {
             }
         }
         self.metrics.maybe_running_twice(&twice);
+        // 5. Forecasts (off the loop) and snapshots asked for.
+        self.forecast().await;
+        self.answer_snapshots();
     }
 
     fn sync_priorities(&mut self) {

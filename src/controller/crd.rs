@@ -111,6 +111,8 @@ pub struct JobRef {
     printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".status.priority"}"#,
     printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
     printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".status.cluster"}"#,
+    printcolumn = r#"{"name":"Estimated Start","type":"string","jsonPath":".status.estimate.start"}"#,
+    printcolumn = r#"{"name":"Expected Cluster","type":"string","jsonPath":".status.estimate.cluster","priority":1}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.reason","priority":0}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -208,6 +210,35 @@ pub struct QueuedJobStatus {
     /// leader) goes on from. Every timer is a deadline here, never only in memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<LifecycleStatus>,
+    /// For a waiting job: when it should start, from the last forecast (the live state run
+    /// forward with every job's expected run time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<StartEstimate>,
+}
+
+/// A waiting job's start forecast.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StartEstimate {
+    /// When it should be dispatched (RFC 3339); absent when it is not expected to start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+    /// The member it should land on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The running or earlier jobs whose end it waits for (`namespace/name`; a few, then
+    /// `+N more`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// Why it is not expected to start while the known jobs run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub never: Option<String>,
+    /// Its own expected run time once started (e.g. `30m`) and where that came from:
+    /// `declared`, `deadline`, `history` or `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_source: Option<String>,
 }
 
 /// The durable part of a job's lifecycle beyond its state (times are RFC 3339).

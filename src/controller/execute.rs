@@ -126,6 +126,9 @@ impl Brain {
                         Outcome::Failed
                     };
                     self.metrics.finished(&queue, &cluster, outcome);
+                    if succeeded {
+                        self.record_run(&uid);
+                    }
                 }
                 Intent::Event { transition, note } => self.transition(&uid, transition, note),
                 Intent::WakeAt(at) => {

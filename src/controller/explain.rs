@@ -55,6 +55,39 @@ pub async fn explain(
     Ok(out.trim_end().to_string())
 }
 
+/// A waiting job's forecast as text: when and where it should start, the jobs whose end it
+/// waits for, and its own expected run time.
+pub fn render_estimate(e: &super::crd::StartEstimate) -> String {
+    let mut out = String::new();
+    match (&e.start, &e.never) {
+        (Some(start), _) => {
+            let _ = writeln!(
+                out,
+                "  expected to start {start} on {}",
+                e.cluster.as_deref().unwrap_or("-")
+            );
+        }
+        (None, Some(why)) => {
+            let _ = writeln!(
+                out,
+                "  not expected to start while the known jobs run: {why}"
+            );
+        }
+        (None, None) => {}
+    }
+    if !e.after.is_empty() {
+        let _ = writeln!(out, "  once these end: {}", e.after.join(", "));
+    }
+    if let Some(r) = &e.runtime {
+        let _ = writeln!(
+            out,
+            "  its own expected run time: {r} ({})",
+            e.runtime_source.as_deref().unwrap_or("-")
+        );
+    }
+    out
+}
+
 /// One QueuedJob as text.
 pub fn render(q: &QueuedJob) -> String {
     let r = &q.spec.job_ref;
@@ -72,6 +105,9 @@ pub fn render(q: &QueuedJob) -> String {
     );
     match st.state {
         QueuedJobState::Queued | QueuedJobState::Rejected => {
+            if let Some(e) = &st.estimate {
+                out.push_str(&render_estimate(e));
+            }
             if let Some(e) = &st.explanation {
                 let _ = writeln!(out, "{e}");
             } else if let Some(r) = &st.reason {
@@ -209,5 +245,20 @@ mod tests {
             ..Default::default()
         });
         assert!(render(&q).contains("above max 1"));
+        if let Some(st) = q.status.as_mut() {
+            st.estimate = Some(crate::controller::crd::StartEstimate {
+                start: Some("2026-12-01T10:00:30Z".into()),
+                cluster: Some("member-b".into()),
+                after: vec!["research/first".into()],
+                runtime: Some("30s".into()),
+                runtime_source: Some("declared".into()),
+                never: None,
+            });
+        }
+        let text = render(&q);
+        assert!(
+            text.contains("expected to start 2026-12-01T10:00:30Z on member-b\n  once these end: research/first\n  its own expected run time: 30s (declared)"),
+            "{text}"
+        );
     }
 }

@@ -30,6 +30,8 @@ pub(super) struct Job {
     /// The generation `spec` was read from (interpreted once per generation).
     pub generation: i64,
     pub spec: Spec,
+    /// Its own deadline (`activeDeadlineSeconds`), an upper bound of its run time.
+    pub deadline: Option<u64>,
     /// When it last entered its queue (submission or requeue), for the wait-time histogram.
     pub queued_at: jiff::Timestamp,
     /// Its queue and priority, as last known (kept while it is out of the scheduler).
@@ -161,19 +163,21 @@ impl Brain {
                 .get(&uid)
                 .is_none_or(|j| j.generation != generation);
             if fresh {
-                let spec = match serde_json::to_value(obj.as_ref()) {
+                let (spec, deadline) = match serde_json::to_value(obj.as_ref()) {
                     Ok(mut v) => {
                         // Items of a list (a watch's first listing, after every restart) carry
                         // no apiVersion and kind for built-in kinds such as batch Jobs.
                         typed(&mut v, kind);
-                        spec_of(interpret(&v).map_err(|e| e.to_string()))
+                        let deadline = crate::runtime::deadline(&v);
+                        (spec_of(interpret(&v).map_err(|e| e.to_string())), deadline)
                     }
-                    Err(e) => spec_of(Err(e.to_string())),
+                    Err(e) => (spec_of(Err(e.to_string())), None),
                 };
                 match self.jobs.get_mut(&uid) {
                     Some(j) => {
                         j.generation = generation;
                         j.spec = spec;
+                        j.deadline = deadline;
                     }
                     None => {
                         let api_version = obj
@@ -188,10 +192,10 @@ impl Brain {
                             .as_ref()
                             .map(|t| t.0)
                             .unwrap_or_else(jiff::Timestamp::now);
-                        self.jobs.insert(
-                            uid.clone(),
-                            new_job(kind, &ns, &name, api_version, generation, spec, queued_at),
-                        );
+                        let mut j =
+                            new_job(kind, &ns, &name, api_version, generation, spec, queued_at);
+                        j.deadline = deadline;
+                        self.jobs.insert(uid.clone(), j);
                     }
                 }
             }
@@ -354,7 +358,7 @@ impl Brain {
 }
 
 /// Fills in a hub job's `apiVersion` and `kind` when the API left them out.
-fn typed(v: &mut Value, kind: JobKind) {
+pub(super) fn typed(v: &mut Value, kind: JobKind) {
     if let Some(o) = v.as_object_mut() {
         if o.get("apiVersion")
             .and_then(Value::as_str)
@@ -387,6 +391,7 @@ fn new_job(
         api_version,
         generation,
         spec,
+        deadline: None,
         queued_at,
         queue: None,
         priority: None,

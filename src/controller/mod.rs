@@ -22,6 +22,7 @@ pub mod crd;
 pub mod dispatch;
 mod execute;
 pub mod explain;
+mod forecasting;
 pub mod gates;
 mod gc;
 pub mod intake;
@@ -36,6 +37,7 @@ mod placing;
 mod record;
 pub mod registration;
 pub mod shutdown;
+pub mod snapshot;
 pub mod status;
 pub mod tls;
 mod tree;
@@ -88,6 +90,10 @@ pub struct Options {
     pub webhook_failure_policy: String,
     /// Longest time between two syncs when nothing happens.
     pub resync: Duration,
+    /// How often every waiting job's start is forecast (zero: never).
+    pub estimate_interval: Duration,
+    /// How expected run times are chosen.
+    pub runtime_rules: crate::runtime::Rules,
     /// Take a dispatched job back when not every pod runs this long after dispatch.
     pub pods_ready_timeout: Duration,
     /// Take a running job back when some of its pods are gone (node lost) this long.
@@ -235,11 +241,17 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
     }
     let ready = Arc::new(AtomicBool::new(false));
     let metrics = Arc::new(Metrics::new());
+    let (snap_tx, snap_rx) = tokio::sync::mpsc::channel::<snapshot::Ask>(16);
     let http = tokio::spawn(serve_http(
         opts.http_addr,
         ready.clone(),
         metrics.clone(),
         stop.clone(),
+        Snapshots {
+            tx: snap_tx,
+            wake: wake.clone(),
+            leading: leading.clone(),
+        },
     ));
     let mut webhook = None;
     let mut registration = None;
@@ -308,6 +320,7 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
     }
     let mut brain = brain::Brain::new(hub, opts, stores, covered, recorder, wake.clone(), metrics);
     brain.leadership = leadership.clone();
+    brain.snapshots = Some(snap_rx);
     tracing::info!("hub view synced; acting as leader");
     let mut result = Ok(());
     loop {
@@ -380,16 +393,58 @@ async fn shutdown_signal() {
     }
 }
 
+/// How the HTTP server asks the sync loop for a snapshot.
+#[derive(Clone)]
+struct Snapshots {
+    tx: tokio::sync::mpsc::Sender<snapshot::Ask>,
+    wake: Arc<Notify>,
+    leading: Arc<AtomicBool>,
+}
+
+impl Snapshots {
+    /// The live state as scenario YAML, from the next pass of the leader.
+    async fn take(&self) -> (axum::http::StatusCode, String) {
+        use axum::http::StatusCode;
+        if !self.leading.load(Ordering::Relaxed) {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "this replica does not lead: ask the leader\n".into(),
+            );
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.tx.send(tx).await.is_err() {
+            return (StatusCode::SERVICE_UNAVAILABLE, "stopping\n".into());
+        }
+        self.wake.notify_one();
+        match tokio::time::timeout(Duration::from_secs(60), rx).await {
+            Ok(Ok(Ok(yaml))) => (StatusCode::OK, yaml),
+            Ok(Ok(Err(e))) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+            _ => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no pass answered within 60 s\n".into(),
+            ),
+        }
+    }
+}
+
 async fn serve_http(
     addr: SocketAddr,
     ready: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
     stop: shutdown::Stop,
+    snapshots: Snapshots,
 ) {
     let servers = stop.servers.clone();
     use axum::routing::get;
     let app = axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/snapshot",
+            get(move || {
+                let s = snapshots.clone();
+                async move { s.take().await }
+            }),
+        )
         .route(
             "/metrics",
             get(move || {

@@ -185,6 +185,10 @@ impl Brain {
         let waiting = matches!(r.phase, Phase::Queued | Phase::Rejected)
             && r.backoff_until.is_none()
             && self.book.get(uid).is_some_and(|e| e.id.is_some());
+        if matches!(r.phase, Phase::Queued | Phase::Rejected) {
+            let written = j.written.as_ref().and_then(|w| w.estimate.as_ref());
+            st.estimate = self.estimate_for(uid, written);
+        }
         if waiting {
             st.explanation = j.explanation.clone();
             if let Some(s) = &j.summary

@@ -32,8 +32,10 @@ impl Brain {
         self.tree_ref = Some((tree.namespace().unwrap_or_default(), tree.name_any()));
         let oref = tree.object_ref(&());
         let now = Time(jiff::Timestamp::now());
-        match QuotaTree::parse(&tree.manifest()) {
+        let manifest = tree.manifest();
+        match QuotaTree::parse(&manifest) {
             Ok(t) => {
+                self.tree_manifest = Some(manifest.clone());
                 let ns = t.namespaces();
                 tracing::info!(tree = %tree.name_any(), leaves = ns.len(), "quota tree applied");
                 self.sched.set_quota_tree(Some(t));

@@ -68,6 +68,7 @@ pub enum Submitted {
     Ignored(String),
 }
 
+#[derive(Clone)]
 struct Job {
     namespace: String,
     name: String,
@@ -85,6 +86,7 @@ struct Job {
     preemptions: u32,
 }
 
+#[derive(Clone)]
 struct Shape {
     groups: Vec<PodGroup>,
     /// Sum over pods, plus `pods` and `kube-queue/max-jobs: 1`: what quota is charged.
@@ -100,6 +102,7 @@ struct Shape {
     nowhere: Option<(u64, String)>,
 }
 
+#[derive(Clone)]
 struct Class {
     jobs: BTreeSet<(JobOrder, JobId)>,
     reason: Option<String>,
@@ -117,6 +120,7 @@ pub struct Config {
 }
 
 /// The scheduling core's whole state.
+#[derive(Clone)]
 pub struct Scheduler {
     pub table: ResourceTable,
     clusters: Vec<Cluster>,
@@ -528,6 +532,19 @@ impl Scheduler {
             }
             _ => j.last_wait.clone(),
         }
+    }
+
+    /// Every job waiting: pending in a queue, or inadmissible as written.
+    pub fn waiting(&self) -> Vec<JobId> {
+        self.jobs
+            .iter()
+            .enumerate()
+            .filter(|(id, j)| {
+                matches!(j.state, JobState::Pending | JobState::Inadmissible(_))
+                    && !self.free.contains(id)
+            })
+            .map(|(id, _)| id)
+            .collect()
     }
 
     /// `namespace/name` of a job.

@@ -161,6 +161,12 @@ pub async fn reset_hub(hub: &Client) {
     let _ = leases
         .delete("muster-controller", &DeleteParams::default())
         .await;
+    // The run-time history of earlier tests' jobs.
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(hub.clone(), CONTROLLER_NS);
+    let _ = cms
+        .delete("muster-runtime-history", &DeleteParams::default())
+        .await;
 }
 
 pub async fn delete_webhook(hub: &Client) {

@@ -1,0 +1,165 @@
+#![allow(dead_code)]
+//! The scale benchmark's scenario generator, shared by the benchmarks: clusters of GPU and CPU
+//! nodes, a 3-level tree of 100 leaves, and a stream of the job shapes teams submit over and over,
+//! deterministic for a given size.
+
+use serde_json::{Value, json};
+
+use muster::sim::{ClusterSpec, JobSpec, NodeSpec, Scenario};
+
+/// Small deterministic PRNG (xorshift64*), so every run sees the same scenario.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+pub fn list(pairs: &[(&str, &str)]) -> muster::quantity::ResourceList {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                muster::quantity::Quantity::parse(v).expect("quantity"),
+            )
+        })
+        .collect()
+}
+
+pub fn container(cpu: &str, mem: &str, gpu: u32) -> Value {
+    let mut limits = json!({"cpu": cpu, "memory": mem});
+    if gpu > 0 {
+        limits["nvidia.com/gpu"] = json!(gpu);
+    }
+    json!({"name": "main", "image": "registry.k8s.io/pause:3.10.1", "resources": {"limits": limits}})
+}
+
+pub fn template(cpu: &str, mem: &str, gpu: u32, prio: &str) -> Value {
+    json!({"spec": {"priorityClassName": prio, "containers": [container(cpu, mem, gpu)]}})
+}
+
+/// One of the job shapes teams submit over and over.
+pub fn job(rng: &mut Rng, i: usize, ns: &str, prio: &str) -> Value {
+    let name = format!("job-{i}");
+    match rng.below(8) {
+        0 | 1 => json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"parallelism": 1, "template": template("8", "64Gi", 1, prio)}}),
+        2 => json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"parallelism": 10, "completions": 10, "template": template("4", "16Gi", 0, prio)}}),
+        3 | 4 => json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": template("4", "32Gi", 0, prio)},
+                "Worker": {"replicas": 2, "template": template("32", "256Gi", 4, prio)}}}}),
+        5 => json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": template("4", "32Gi", 0, prio)},
+                "Worker": {"replicas": 4, "template": template("64", "512Gi", 8, prio)}}}}),
+        6 => json!({"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": template("1", "2Gi", 0, prio)},
+                "Worker": {"replicas": 8, "template": template("16", "128Gi", 2, prio)}}}}),
+        _ => json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"replicatedJobs": [{"name": "shard", "replicas": 2,
+                "template": {"spec": {"parallelism": 2, "completions": 2,
+                    "template": template("16", "64Gi", 2, prio)}}}]}}),
+    }
+}
+
+pub fn scenario(jobs: usize, clusters: usize, nodes: u32) -> Scenario {
+    scenario_seeded(0x9E37_79B9_7F4A_7C15, jobs, clusters, nodes)
+}
+
+/// [`scenario`] from another seed (not 0).
+pub fn scenario_seeded(seed: u64, jobs: usize, clusters: usize, nodes: u32) -> Scenario {
+    let mut rng = Rng(seed);
+    let gpu_nodes = nodes * 3 / 5;
+    let clusters_v: Vec<ClusterSpec> = (0..clusters)
+        .map(|c| ClusterSpec {
+            name: format!("member-{c:02}"),
+            labels: [("region".to_string(), ["eu", "us", "ap"][c % 3].to_string())].into(),
+            nodes: vec![
+                NodeSpec {
+                    name: format!("m{c:02}-gpu"),
+                    count: gpu_nodes,
+                    allocatable: list(&[
+                        ("cpu", "128"),
+                        ("memory", "1Ti"),
+                        ("pods", "110"),
+                        ("nvidia.com/gpu", "8"),
+                    ]),
+                    labels: Default::default(),
+                    taints: vec![],
+                    unschedulable: false,
+                    used: Default::default(),
+                },
+                NodeSpec {
+                    name: format!("m{c:02}-cpu"),
+                    count: nodes - gpu_nodes,
+                    allocatable: list(&[("cpu", "64"), ("memory", "256Gi"), ("pods", "110")]),
+                    labels: Default::default(),
+                    taints: vec![],
+                    unschedulable: false,
+                    used: Default::default(),
+                },
+            ],
+            placement: Default::default(),
+            reachable: true,
+        })
+        .collect();
+    let total_gpu = clusters as u64 * u64::from(gpu_nodes) * 8;
+    // 3 levels: root -> 10 orgs -> 10 teams each = 100 leaves.
+    let leaf_min = total_gpu / 100;
+    let orgs: Vec<Value> = (0..10)
+        .map(|o| {
+            let teams: Vec<Value> = (0..10)
+                .map(|t| json!({"name": format!("team-{o}-{t}"), "namespaces": [format!("ns-{o}-{t}")],
+                    "min": {"nvidia.com/gpu": leaf_min.to_string()},
+                    "max": {"nvidia.com/gpu": (leaf_min * 4).to_string(), "kube-queue/max-jobs": "200"}}))
+                .collect();
+            json!({"name": format!("org-{o}"), "min": {"nvidia.com/gpu": (leaf_min * 10).to_string()},
+                "max": {"nvidia.com/gpu": (leaf_min * 25).to_string()}, "children": teams})
+        })
+        .collect();
+    let quota = json!({"apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+        "metadata": {"name": "tree", "namespace": "kube-system"},
+        "spec": {"root": {"name": "root", "min": {"nvidia.com/gpu": total_gpu.to_string()},
+            "max": {"nvidia.com/gpu": total_gpu.to_string()}, "children": orgs}}});
+    // Offered load about the fleet's GPU capacity: mean ~7 GPUs x ~75 min per job.
+    let span_ms = (jobs as u64) * 7 * 75 * 60_000 / total_gpu.max(1);
+    let job_v: Vec<JobSpec> = (0..jobs)
+        .map(|i| {
+            let ns = format!("ns-{}-{}", rng.below(10), rng.below(10));
+            let prio = ["low", "normal", "high"][rng.below(3) as usize];
+            JobSpec {
+                at: (i as u64) * span_ms / jobs.max(1) as u64 / 1000 * 1000,
+                run_for: (10 + rng.below(140)) * 60_000,
+                running: None,
+                manifest: job(&mut rng, i, &ns, prio),
+            }
+        })
+        .collect();
+    Scenario {
+        clusters: clusters_v,
+        quota: Some(quota),
+        priority_classes: [
+            ("low".into(), 0),
+            ("normal".into(), 100),
+            ("high".into(), 1000),
+        ]
+        .into(),
+        jobs: job_v,
+    }
+}

@@ -1,0 +1,361 @@
+//! Start-time forecasts in the controller. Every `--estimate-interval-seconds` the core is copied
+//! with every followed job's expected run time and run forward off the sync loop
+//! ([`crate::forecast`]); the answers become each waiting job's `status.estimate` and the
+//! forecast metrics. Owns the durable history of finished run times (the ConfigMap
+//! `muster-runtime-history` in the controller's namespace), so that a restart keeps it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use super::brain::Brain;
+use super::crd::StartEstimate;
+use crate::forecast::{self, Arrival, Estimates, Inputs, Start};
+use crate::lifecycle::Ms;
+use crate::runtime::{self, Declared, History, Source};
+use crate::scheduler::{JobId, JobState};
+
+/// The ConfigMap that keeps the run-time history.
+pub const HISTORY_CONFIGMAP: &str = "muster-runtime-history";
+const HISTORY_KEY: &str = "history.json";
+/// The history is written at most this often.
+const HISTORY_WRITE_EVERY: Duration = Duration::from_secs(30);
+
+/// The controller's forecasting state.
+#[derive(Default)]
+pub(super) struct Forecasts {
+    /// The last forecast, per waiting job (uid).
+    pub by_uid: HashMap<String, StartEstimate>,
+    /// When the last forecast was made (ms since the epoch).
+    pub made_at: Option<Ms>,
+    task: Option<tokio::task::JoinHandle<Outcome>>,
+    started: Option<Instant>,
+    pub history: History,
+    history_loaded: bool,
+    history_dirty: bool,
+    history_written: Option<Instant>,
+}
+
+struct Outcome {
+    est: Estimates,
+    jobs: Vec<(JobId, String)>,
+    arrivals: Vec<String>,
+    runtimes: HashMap<String, (Ms, Source)>,
+    queues: HashMap<String, String>,
+    now: Ms,
+    took: Duration,
+}
+
+impl Brain {
+    /// What a followed job declares about its run time, and its history key.
+    fn declared(&self, uid: &str) -> Option<Declared> {
+        let j = self.jobs.get(uid)?;
+        let w = j.spec.0.as_ref().ok()?;
+        let queue = self
+            .book
+            .get(uid)
+            .and_then(|e| e.id)
+            .map(|id| self.sched.queue_name(id).to_string())
+            .or_else(|| j.queue.clone())
+            .unwrap_or_default();
+        Some(Declared {
+            key: runtime::history_key(&queue, w),
+            declared: runtime::declared(w).ok().flatten(),
+            deadline: j.deadline,
+        })
+    }
+
+    /// A followed job's expected run time and where it came from.
+    pub(super) fn expected_runtime(&self, uid: &str) -> (Ms, Source) {
+        match self.declared(uid) {
+            Some(d) => d.expected(&self.forecasts.history, &self.opts.runtime_rules),
+            None => (self.opts.runtime_rules.default, Source::Default),
+        }
+    }
+
+    /// A job ran to success: its run time (admission to end) joins its queue × shape history.
+    pub(super) fn record_run(&mut self, uid: &str) {
+        let Some(started) = self
+            .book
+            .get(uid)
+            .and_then(|e| e.record.admitted_at.or(e.record.dispatched_at))
+        else {
+            return;
+        };
+        let Some(d) = self.declared(uid) else { return };
+        let ran = super::now_ms().saturating_sub(started);
+        self.forecasts.history.record(&d.key, ran);
+        self.forecasts.history_dirty = true;
+    }
+
+    /// The forecasting step of a pass: read the history once, take a finished forecast in,
+    /// keep the history durable, start the next forecast when due.
+    pub(super) async fn forecast(&mut self) {
+        if !self.forecasts.history_loaded {
+            self.load_history().await;
+        }
+        if self
+            .forecasts
+            .task
+            .as_ref()
+            .is_some_and(|t| t.is_finished())
+            && let Some(task) = self.forecasts.task.take()
+        {
+            match task.await {
+                Ok(o) => self.take_in(o),
+                Err(e) => tracing::error!(error = %e, "the forecast failed"),
+            }
+        }
+        if self.forecasts.history_dirty
+            && self
+                .forecasts
+                .history_written
+                .is_none_or(|t| t.elapsed() >= HISTORY_WRITE_EVERY)
+        {
+            self.save_history().await;
+        }
+        let every = self.opts.estimate_interval;
+        let due = self.forecasts.started.is_none_or(|t| t.elapsed() >= every);
+        if every.is_zero() || self.forecasts.task.is_some() || !due {
+            return;
+        }
+        self.forecasts.started = Some(Instant::now());
+        let (inputs, jobs, arrivals, runtimes, queues) = self.forecast_inputs(super::now_ms());
+        let copy = self.sched.clone();
+        let wake = self.wake.clone();
+        self.forecasts.task = Some(tokio::task::spawn_blocking(move || {
+            let t = Instant::now();
+            let est = forecast::forecast(copy, &inputs);
+            wake.notify_one();
+            Outcome {
+                est,
+                jobs,
+                arrivals,
+                runtimes,
+                queues,
+                now: inputs.now,
+                took: t.elapsed(),
+            }
+        }));
+    }
+
+    /// The forward run's inputs: every admitted job's expected end, every waiting job's run
+    /// time, and the jobs in back-off as arrivals at its end.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn forecast_inputs(
+        &self,
+        now: Ms,
+    ) -> (
+        Inputs,
+        Vec<(JobId, String)>,
+        Vec<String>,
+        HashMap<String, (Ms, Source)>,
+        HashMap<String, String>,
+    ) {
+        let mut inputs = Inputs {
+            now,
+            default_runtime: self.opts.runtime_rules.default,
+            ..Inputs::default()
+        };
+        let mut jobs = Vec::new();
+        let mut arrivals = Vec::new();
+        let mut runtimes = HashMap::new();
+        let mut queues = HashMap::new();
+        for (uid, e) in self.book.iter() {
+            let (ms, source) = self.expected_runtime(uid);
+            match e.id {
+                Some(id) => {
+                    queues.insert(uid.clone(), self.sched.queue_name(id).to_string());
+                    match self.sched.state(id) {
+                        JobState::Admitted { .. } => {
+                            let started = e.record.admitted_at.unwrap_or(now);
+                            let left = runtime::remaining(started, ms, now);
+                            inputs.ends.insert(id, now.saturating_add(left));
+                            // Run again in full if preempted in the forecast.
+                            inputs.runtimes.insert(id, ms);
+                        }
+                        JobState::Pending | JobState::Inadmissible(_) => {
+                            inputs.runtimes.insert(id, ms);
+                            runtimes.insert(uid.clone(), (ms, source));
+                            jobs.push((id, uid.clone()));
+                        }
+                        JobState::Finished => {}
+                    }
+                }
+                None => {
+                    let (Some(until), Some(j)) = (e.record.backoff_until, self.jobs.get(uid))
+                    else {
+                        continue;
+                    };
+                    let Ok(w) = &j.spec.0 else { continue };
+                    inputs.arrivals.push(Arrival {
+                        workload: w.clone(),
+                        at: until,
+                        runtime: ms,
+                    });
+                    if let Some(q) = &j.queue {
+                        queues.insert(uid.clone(), q.clone());
+                    }
+                    runtimes.insert(uid.clone(), (ms, source));
+                    arrivals.push(uid.clone());
+                }
+            }
+        }
+        (inputs, jobs, arrivals, runtimes, queues)
+    }
+
+    fn take_in(&mut self, o: Outcome) {
+        let mut by_uid = HashMap::new();
+        let mut per_queue: BTreeMap<String, (Vec<u64>, i64)> = BTreeMap::new();
+        let answers = o
+            .jobs
+            .iter()
+            .filter_map(|(id, uid)| Some((uid, o.est.get(*id)?)))
+            .chain(o.arrivals.iter().zip(o.est.arrivals.iter()));
+        for (uid, start) in answers {
+            let (ms, source) = o.runtimes.get(uid).copied().unwrap_or_default();
+            let mut e = StartEstimate {
+                runtime: Some(crate::sim::format_duration(ms)),
+                runtime_source: Some(source.as_str().to_string()),
+                ..StartEstimate::default()
+            };
+            let q = per_queue
+                .entry(o.queues.get(uid).cloned().unwrap_or_default())
+                .or_default();
+            match start {
+                Start::At {
+                    at,
+                    cluster,
+                    after,
+                    more,
+                } => {
+                    e.start = Some(timestamp(*at));
+                    e.cluster = Some(cluster.clone());
+                    e.after = after.clone();
+                    if *more > 0 {
+                        e.after.push(format!("+{more} more"));
+                    }
+                    q.0.push(at.saturating_sub(o.now) / 1000);
+                }
+                Start::Never(why) => {
+                    e.never = Some(why.clone());
+                    q.1 += 1;
+                }
+            }
+            by_uid.insert(uid.clone(), e);
+        }
+        tracing::debug!(
+            jobs = by_uid.len(),
+            instants = o.est.instants,
+            took_ms = o.took.as_millis() as u64,
+            "forecast made"
+        );
+        self.metrics.forecast(&per_queue, o.took.as_secs_f64());
+        self.forecasts.by_uid = by_uid;
+        self.forecasts.made_at = Some(o.now);
+    }
+
+    async fn load_history(&mut self) {
+        let api: Api<ConfigMap> = Api::namespaced(self.hub.clone(), &self.opts.namespace);
+        match api.get_opt(HISTORY_CONFIGMAP).await {
+            Ok(cm) => {
+                let text = cm
+                    .as_ref()
+                    .and_then(|c| c.data.as_ref())
+                    .and_then(|d| d.get(HISTORY_KEY));
+                if let Some(text) = text {
+                    match serde_json::from_str::<History>(text) {
+                        Ok(h) => self.forecasts.history = h,
+                        Err(e) => tracing::warn!(
+                            configmap = HISTORY_CONFIGMAP,
+                            field = HISTORY_KEY,
+                            error = %e,
+                            "run-time history unreadable; starting a new one"
+                        ),
+                    }
+                }
+                self.forecasts.history_loaded = true;
+            }
+            Err(e) => {
+                tracing::warn!(configmap = HISTORY_CONFIGMAP, error = %e, "cannot read the run-time history; trying again next pass");
+            }
+        }
+    }
+
+    async fn save_history(&mut self) {
+        if !self.leadership.is_leader() {
+            return;
+        }
+        let text = match serde_json::to_string(&self.forecasts.history) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot serialise the run-time history");
+                return;
+            }
+        };
+        let api: Api<ConfigMap> = Api::namespaced(self.hub.clone(), &self.opts.namespace);
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": HISTORY_CONFIGMAP,
+                "labels": {"app.kubernetes.io/managed-by": "muster"}},
+            "data": {HISTORY_KEY: text},
+        });
+        let pp = PatchParams::apply("muster").force();
+        self.forecasts.history_written = Some(Instant::now());
+        match api.patch(HISTORY_CONFIGMAP, &pp, &Patch::Apply(&cm)).await {
+            Ok(_) => self.forecasts.history_dirty = false,
+            Err(e) => {
+                tracing::warn!(configmap = HISTORY_CONFIGMAP, error = %e, "cannot write the run-time history")
+            }
+        }
+    }
+
+    /// The estimate to write for a waiting job: the last forecast's, unless the one already
+    /// written says the same within a tolerance (same member and reason, start within 30 s or a
+    /// tenth of the wait), so that a forecast does not rewrite every status.
+    pub(super) fn estimate_for(
+        &self,
+        uid: &str,
+        written: Option<&StartEstimate>,
+    ) -> Option<StartEstimate> {
+        let new = self.forecasts.by_uid.get(uid)?;
+        let (Some(old), Some(now)) = (written, self.forecasts.made_at) else {
+            return Some(new.clone());
+        };
+        let at = |e: &StartEstimate| {
+            e.start
+                .as_deref()
+                .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+                .map(|t| t.as_millisecond().max(0) as u64)
+        };
+        let close = match (at(old), at(new)) {
+            (Some(a), Some(b)) => {
+                let wait = b.saturating_sub(now);
+                a.abs_diff(b) <= (wait / 10).max(30_000)
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        let same_rest = old.cluster == new.cluster
+            && old.after == new.after
+            && old.never == new.never
+            && old.runtime == new.runtime
+            && old.runtime_source == new.runtime_source;
+        Some(if close && same_rest {
+            old.clone()
+        } else {
+            new.clone()
+        })
+    }
+}
+
+/// Milliseconds since the epoch as RFC 3339 (seconds).
+fn timestamp(ms: Ms) -> String {
+    let secs = i64::try_from(ms / 1000).unwrap_or(i64::MAX);
+    jiff::Timestamp::from_second(secs)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}

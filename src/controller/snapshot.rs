@@ -1,0 +1,263 @@
+//! Snapshots: the controller's live state as a `muster sim` scenario, served at `/snapshot` on
+//! the health port (and read by `muster snapshot` / `muster what-if`). The members as the core
+//! knows them (nodes, what other pods use, which do not answer), the quota tree in force, the
+//! PriorityClasses, and every followed job: running ones on their member as planned for their
+//! remaining expected time, waiting ones in their queue order, jobs in back-off arriving when it
+//! ends. Each job's run time is the controller's expectation, written as its `runFor` and its
+//! `muster.dev/expected-runtime`, so that the simulated forecast is the controller's.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use super::brain::Brain;
+use super::jobs::typed;
+use crate::runtime::{self, ANNOTATION};
+use crate::scheduler::JobState;
+use crate::sim::{ClusterSpec, JobSpec, NodeSpec, RunningSpec, Scenario, format_duration};
+
+/// A request for a snapshot: the YAML text, or why there is none.
+pub type Ask = oneshot::Sender<Result<String, String>>;
+
+impl Brain {
+    /// Answers every snapshot asked for since the last pass.
+    pub(super) fn answer_snapshots(&mut self) {
+        let Some(rx) = self.snapshots.as_mut() else {
+            return;
+        };
+        let mut asks = Vec::new();
+        while let Ok(a) = rx.try_recv() {
+            asks.push(a);
+        }
+        if asks.is_empty() {
+            return;
+        }
+        let text = serde_yaml::to_string(&self.snapshot()).map_err(|e| e.to_string());
+        for a in asks {
+            let _ = a.send(text.clone());
+        }
+    }
+
+    /// The live state as a scenario starting now.
+    pub(super) fn snapshot(&self) -> Scenario {
+        let now = super::now_ms();
+        let mut clusters: Vec<ClusterSpec> = self
+            .told_nodes
+            .values()
+            .map(|c| {
+                let usage = self.told_usage.get(&c.name);
+                ClusterSpec {
+                    name: c.name.clone(),
+                    labels: c.labels.clone(),
+                    nodes: c
+                        .nodes
+                        .iter()
+                        .map(|n| NodeSpec {
+                            name: n.name.clone(),
+                            count: 1,
+                            allocatable: n.allocatable.clone(),
+                            labels: n.labels.clone(),
+                            taints: n.taints.clone(),
+                            unschedulable: n.unschedulable || !n.ready,
+                            used: usage
+                                .and_then(|u| u.get(&n.name))
+                                .cloned()
+                                .unwrap_or_default(),
+                        })
+                        .collect(),
+                    placement: c.placement,
+                    reachable: self.told_reachable.get(&c.name).copied().unwrap_or(true),
+                }
+            })
+            .collect();
+        clusters.sort_by(|a, b| a.name.cmp(&b.name));
+        // Running first, then waiting in queue order (priority is the core's; among equals,
+        // submission order, which the file order keeps), then back-off arrivals.
+        let mut running = Vec::new();
+        let mut waiting: Vec<(u64, String, JobSpec)> = Vec::new();
+        let mut later = Vec::new();
+        for (uid, e) in self.book.iter() {
+            let Some(j) = self.jobs.get(uid) else {
+                continue;
+            };
+            if j.gone || j.spec.0.is_err() {
+                continue;
+            }
+            let Some(obj) = self.stores.job(j.kind, &j.namespace, &j.name) else {
+                continue;
+            };
+            let Ok(mut manifest) = serde_json::to_value(obj.as_ref()) else {
+                continue;
+            };
+            typed(&mut manifest, j.kind);
+            if let Some(m) = manifest.as_object_mut() {
+                m.remove("status");
+            }
+            if let Some(md) = manifest.get_mut("metadata").and_then(Value::as_object_mut) {
+                for k in ["managedFields", "resourceVersion", "generation", "uid"] {
+                    md.remove(k);
+                }
+            }
+            let (expected, _) = self.expected_runtime(uid);
+            let declare = |m: &mut Value, ms: u64| {
+                if let Some(md) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+                    let ann = md.entry("annotations").or_insert_with(|| json!({}));
+                    if let Some(a) = ann.as_object_mut() {
+                        a.insert(ANNOTATION.into(), json!(format_duration(ms)));
+                    }
+                }
+            };
+            match (e.id.map(|id| self.sched.state(id)), e.record.backoff_until) {
+                (Some(JobState::Admitted { .. }), _) => {
+                    let Some(id) = e.id else { continue };
+                    let Some((cluster, plan)) = self.sched.plan(id) else {
+                        continue;
+                    };
+                    let started = e.record.admitted_at.unwrap_or(now);
+                    let left = runtime::remaining(started, expected, now);
+                    declare(&mut manifest, left);
+                    running.push(JobSpec {
+                        at: 0,
+                        run_for: left,
+                        running: Some(RunningSpec {
+                            cluster: cluster.to_string(),
+                            placement: plan,
+                        }),
+                        manifest,
+                    });
+                }
+                (Some(JobState::Pending | JobState::Inadmissible(_)), _) => {
+                    declare(&mut manifest, expected);
+                    waiting.push((
+                        e.submitted,
+                        uid.clone(),
+                        JobSpec {
+                            at: 0,
+                            run_for: expected,
+                            running: None,
+                            manifest,
+                        },
+                    ));
+                }
+                (None, Some(until)) => {
+                    declare(&mut manifest, expected);
+                    later.push(JobSpec {
+                        at: until.saturating_sub(now),
+                        run_for: expected,
+                        running: None,
+                        manifest,
+                    });
+                }
+                _ => {}
+            }
+        }
+        waiting.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let mut jobs = running;
+        jobs.extend(waiting.into_iter().map(|(_, _, j)| j));
+        later.sort_by_key(|j| j.at);
+        jobs.extend(later);
+        Scenario {
+            clusters,
+            quota: self.tree_manifest.clone(),
+            priority_classes: self
+                .priorities
+                .clone()
+                .into_iter()
+                .collect::<BTreeMap<_, _>>(),
+            jobs,
+        }
+    }
+}
+
+/// Where `muster snapshot` and `muster what-if` read a live snapshot from.
+#[derive(Clone, Debug)]
+pub enum Live {
+    /// The controller's health port, e.g. `http://127.0.0.1:8080` (plain HTTP).
+    Url(String),
+    /// Through the hub API server's service proxy: the controller's metrics Service
+    /// (`namespace/name:port`). Standby replicas answer 503; the request is tried again.
+    Hub {
+        kubeconfig: Option<std::path::PathBuf>,
+        service: String,
+    },
+}
+
+/// Reads the live scenario YAML.
+pub async fn fetch(live: &Live) -> anyhow::Result<String> {
+    match live {
+        Live::Url(url) => fetch_url(url).await,
+        Live::Hub {
+            kubeconfig,
+            service,
+        } => {
+            let (ns, rest) = service.split_once('/').ok_or_else(|| {
+                anyhow::anyhow!("--service {service:?}: expected NAMESPACE/NAME:PORT")
+            })?;
+            let client = match kubeconfig {
+                Some(p) => {
+                    let text = std::fs::read_to_string(p)
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+                    super::members::client_from_kubeconfig("hub", &text).await?
+                }
+                None => kube::Client::try_default().await?,
+            };
+            let path = format!("/api/v1/namespaces/{ns}/services/{rest}/proxy/snapshot");
+            let mut last = String::new();
+            for _ in 0..10 {
+                let req = axum::http::Request::get(&path).body(Vec::new())?;
+                match client.request_text(req).await {
+                    Ok(t) => return Ok(t),
+                    Err(e) => last = e.to_string(),
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
+            Err(anyhow::anyhow!("{path}: {last}"))
+        }
+    }
+}
+
+async fn fetch_url(url: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow::anyhow!("--url {url:?}: only http:// URLs (the health port)"))?;
+    let (host, _) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut s = tokio::net::TcpStream::connect(host)
+        .await
+        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+    let req = format!("GET /snapshot HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("{url}: not an HTTP answer"))?;
+    let status = head.split_whitespace().nth(1).unwrap_or("");
+    if status != "200" {
+        return Err(anyhow::anyhow!("{url}/snapshot: {status}: {}", body.trim()));
+    }
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return Ok(dechunk(body));
+    }
+    Ok(body.to_string())
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}

@@ -1,0 +1,202 @@
+//! Start-time estimates in the simulator: when no job arrives later and run times are declared
+//! exactly, the forecast made at submission is the start that happens, for every job (the
+//! forecast runs the same core the same way). A snapshot's running jobs hold their nodes until
+//! their time is up.
+
+use muster::runtime::ANNOTATION;
+use muster::sim::{self, Estimating, Scenario};
+use serde_json::{Value, json};
+
+/// xorshift64*, deterministic per seed.
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+fn estimating() -> Estimating {
+    Estimating {
+        at_submission: true,
+        ..Estimating::default()
+    }
+}
+
+/// Two members of GPU nodes, a tree of two teams that borrow from each other, two priorities,
+/// and `jobs` batch Jobs submitted at once with their exact run time declared.
+fn random(seed: u64, jobs: usize) -> Scenario {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut text = String::from(
+        "clusters:\n\
+         - name: m1\n  nodes: [{name: a, count: 3, allocatable: {cpu: '16', memory: 64Gi, pods: '110', nvidia.com/gpu: '4'}}]\n\
+         - name: m2\n  nodes: [{name: b, count: 2, allocatable: {cpu: '16', memory: 64Gi, pods: '110', nvidia.com/gpu: '8'}}]\n\
+         priorityClasses: {low: 0, high: 100}\n\
+         quota:\n  apiVersion: scheduling.sigs.k8s.io/v1beta1\n  kind: ElasticQuotaTree\n  metadata: {name: t, namespace: kube-system}\n  spec:\n    root:\n      name: root\n      max: {nvidia.com/gpu: '28'}\n      children:\n      - {name: a, namespaces: [team-a], min: {nvidia.com/gpu: '12'}, max: {nvidia.com/gpu: '28'}}\n      - {name: b, namespaces: [team-b], min: {nvidia.com/gpu: '16'}, max: {nvidia.com/gpu: '28'}}\n\
+         jobs: []\n",
+    );
+    text.push('\n');
+    let mut sc = sim::parse_scenario("random", &text).expect("scenario reads");
+    for i in 0..jobs {
+        let run_s = 10 + rng.below(600);
+        let ns = ["team-a", "team-b"][rng.below(2) as usize];
+        let prio = ["low", "high"][rng.below(2) as usize];
+        let pods = 1 + rng.below(3);
+        let gpus = 1 + rng.below(4);
+        let manifest = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": format!("j{i}"), "namespace": ns,
+                "annotations": {ANNOTATION: format!("{run_s}s")}},
+            "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
+                "priorityClassName": prio,
+                "containers": [{"name": "c", "image": "x", "resources": {"limits": {
+                    "cpu": "1", "nvidia.com/gpu": gpus}}}]}}}
+        });
+        let spec: sim::JobSpec = serde_json::from_value(json!({
+            "at": "0s", "runFor": format!("{run_s}s"), "manifest": manifest
+        }))
+        .expect("job spec reads");
+        sc.jobs.push(spec);
+    }
+    sc
+}
+
+#[test]
+fn with_exact_run_times_and_no_later_arrival_every_estimate_is_the_start() {
+    let mut waited = 0;
+    let mut preempted = 0;
+    for seed in 1..=40 {
+        let sc = random(seed, 30);
+        let r = sim::run_estimated("random", &sc, &mut (), &estimating()).expect("runs");
+        preempted += r.summary.preemptions;
+        for j in &r.jobs {
+            let e = j
+                .estimate
+                .as_ref()
+                .unwrap_or_else(|| panic!("seed {seed}: {} has no estimate", j.name));
+            // The estimate is of the first start (a job may be preempted later).
+            let first = j.first_dispatched.clone().unwrap_or(j.dispatched.clone());
+            if e.start != Value::Null && j.preemptions == 0 {
+                assert_eq!(e.cluster, j.cluster, "seed {seed}: {}", j.name);
+            }
+            assert_eq!(
+                e.start, first,
+                "seed {seed}: {}/{} estimated {:?} on {:?}, started {:?} on {:?}",
+                j.namespace, j.name, e.start, e.cluster, j.dispatched, j.cluster
+            );
+            if j.dispatched.as_f64().is_some_and(|d| d > 0.0) {
+                waited += 1;
+            }
+        }
+    }
+    assert!(
+        waited > 200,
+        "the scenarios make jobs wait ({waited} waited)"
+    );
+    assert!(
+        preempted > 20,
+        "and reclaim preempts ({preempted} preemptions)"
+    );
+}
+
+#[test]
+fn a_later_arrival_of_higher_priority_is_what_makes_an_estimate_wrong() {
+    // The embedded scenario: eval-normal (submitted at 60 s) expects to start when eval-first
+    // ends (900 s); eval-urgent, submitted later with a higher priority, goes first.
+    let sc = sim::parse_scenario("default", sim::DEFAULT_SCENARIO).expect("reads");
+    let r = sim::run_estimated("default", &sc, &mut (), &estimating()).expect("runs");
+    let job = |n: &str| r.jobs.iter().find(|j| j.name == n).expect("job");
+    let normal = job("eval-normal");
+    assert_eq!(normal.estimated_start, Some(json!(900)));
+    assert_eq!(normal.dispatched, json!(1500));
+    let urgent = job("eval-urgent");
+    assert_eq!(urgent.estimated_start, Some(urgent.dispatched.clone()));
+    let wide = job("train-wide");
+    assert_eq!(wide.estimated_start, Some(Value::Null));
+    let why = wide
+        .estimate
+        .as_ref()
+        .and_then(|e| e.never.clone())
+        .unwrap_or_default();
+    assert!(why.contains("can never fit"), "{why}");
+}
+
+#[test]
+fn running_jobs_of_a_snapshot_hold_their_nodes_until_their_time_is_up() {
+    let text = r#"
+clusters:
+- name: m1
+  nodes: [{name: n, allocatable: {cpu: '8', nvidia.com/gpu: '2'}, used: {cpu: '4'}}]
+- name: m2
+  reachable: false
+  nodes: [{name: n, allocatable: {cpu: '8', nvidia.com/gpu: '2'}}]
+jobs:
+- at: 0s
+  runFor: 100s
+  running: {cluster: m1, placement: {job: {n: 1}}}
+  manifest:
+    apiVersion: batch/v1
+    kind: Job
+    metadata: {name: old, namespace: ns, annotations: {muster.dev/expected-runtime: 100s}}
+    spec: {template: {spec: {containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: 2}}}]}}}
+- at: 0s
+  runFor: 50s
+  manifest:
+    apiVersion: batch/v1
+    kind: Job
+    metadata: {name: new, namespace: ns, annotations: {muster.dev/expected-runtime: 50s}}
+    spec: {template: {spec: {containers: [{name: c, image: x, resources: {limits: {nvidia.com/gpu: 1, cpu: '4'}}}]}}}
+- at: 0s
+  runFor: 50s
+  manifest:
+    apiVersion: batch/v1
+    kind: Job
+    metadata: {name: too-much-cpu, namespace: ns}
+    spec: {template: {spec: {containers: [{name: c, image: x, resources: {limits: {cpu: '5'}}}]}}}
+"#;
+    let sc = sim::parse_scenario("snap", text).expect("reads");
+    let r = sim::run_estimated("snap", &sc, &mut (), &estimating()).expect("runs");
+    let job = |n: &str| r.jobs.iter().find(|j| j.name == n).expect("job");
+    assert_eq!(job("old").dispatched, json!(0));
+    assert_eq!(job("old").finished, json!(100));
+    // m2 does not answer; on m1 the old job holds both GPUs until 100 s.
+    assert_eq!(job("new").estimated_start, Some(json!(100)));
+    assert_eq!(job("new").dispatched, json!(100));
+    assert_eq!(job("new").cluster.as_deref(), Some("m1"));
+    // 4 of m1's 8 cpus are used by other pods: 5 never fit there.
+    assert_eq!(job("too-much-cpu").state, "Pending");
+    assert_eq!(job("too-much-cpu").estimated_start, Some(Value::Null));
+    // A scenario written back reads the same.
+    let again = serde_yaml::to_string(&sc).expect("writes");
+    let back = sim::parse_scenario("again", &again).expect("reads back");
+    let r2 = sim::run_estimated("again", &back, &mut (), &estimating()).expect("runs");
+    assert_eq!(
+        serde_json::to_value(&r2.jobs).expect("json"),
+        serde_json::to_value(&r.jobs).expect("json")
+    );
+}
+
+#[test]
+fn a_running_job_whose_plan_does_not_place_its_pods_is_refused_with_the_components() {
+    let text = r#"
+clusters:
+- name: m1
+  nodes: [{name: n, allocatable: {cpu: '8'}}]
+jobs:
+- at: 0s
+  runFor: 100s
+  running: {cluster: m1, placement: {main: {n: 1}}}
+  manifest:
+    apiVersion: batch/v1
+    kind: Job
+    metadata: {name: old, namespace: ns}
+    spec: {template: {spec: {containers: [{name: c, image: x, resources: {limits: {cpu: 1}}}]}}}
+"#;
+    let sc = sim::parse_scenario("snap", text).expect("reads");
+    let r = sim::run("snap", &sc, &mut ()).expect("runs");
+    assert_eq!(r.jobs[0].state, "Rejected");
+    let why = r.jobs[0].reason.clone().unwrap_or_default();
+    assert!(why.contains("job: 1"), "{why}");
+}
