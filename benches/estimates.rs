@@ -1,8 +1,10 @@
 //! Start-time estimate accuracy and cost. For generated scenarios (the scale benchmark's
 //! generator, scaled down), each job declares its run time (`muster.dev/expected-runtime`), exact
 //! or off by a random factor; the simulator forecasts each job's start at its submission and again
-//! midway through its wait, and this compares both with the start that really happened.
-//! Then the cost of one forecast over 10,000 waiting jobs.
+//! midway through its wait, and this compares both with the start that really happened; with
+//! exact run times, a sample of waiting jobs is run again without the jobs submitted after them,
+//! to show what moves the starts is later arrivals. Then the cost of one forecast over 10,000
+//! waiting jobs, as the controller makes it (a copy of the core, the forward run).
 //! Run: `cargo bench --bench estimates` (args: JOBS CLUSTERS NODES). Figures: docs/benchmarks.md.
 
 use std::collections::BTreeMap;
@@ -13,8 +15,12 @@ use serde_json::{Value, json};
 mod common;
 
 use common::{Rng, scenario_seeded};
+use muster::forecast::{self, Inputs};
+use muster::quota::QuotaTree;
 use muster::runtime::ANNOTATION;
+use muster::scheduler::{Config, Decision, JobState, Scheduler, Submitted};
 use muster::sim::{self, Estimating, JobReport, Scenario};
+use muster::workload::interpret;
 
 /// Declares each job's run time: exact (`noise` 0) or times a factor drawn in
 /// [1 - noise%, 1 + noise%].
@@ -81,7 +87,39 @@ impl Errors {
     }
 }
 
-fn accuracy(name: &str, sc: &Scenario) {
+/// Sampled waiting jobs whose estimate at submission is exactly the start they get in the same
+/// scenario without the jobs submitted after them: what the forecast can know, it gets right.
+fn fidelity(sc: &Scenario, r: &sim::Report, starts: &[Option<(u64, u64)>]) -> String {
+    const SAMPLE: usize = 40;
+    let waited: Vec<usize> = (0..r.jobs.len())
+        .filter(|&i| starts[i].is_some_and(|(s, d)| d > s) && r.jobs[i].estimate.is_some())
+        .collect();
+    let step = waited.len().div_ceil(SAMPLE).max(1);
+    let (mut same, mut n) = (0, 0);
+    for &i in waited.iter().step_by(step) {
+        let (j, at) = (&r.jobs[i], sc.jobs[i].at);
+        let mut known = sc.clone();
+        known.jobs.retain(|k| k.at <= at);
+        let alone = sim::run("known", &known, &mut ()).expect("runs");
+        let Some(k) = alone
+            .jobs
+            .iter()
+            .find(|k| k.name == j.name && k.namespace == j.namespace)
+        else {
+            continue;
+        };
+        let k_first = k.first_dispatched.as_ref().unwrap_or(&k.dispatched);
+        n += 1;
+        if j.estimate.as_ref().is_some_and(|e| &e.start == k_first) {
+            same += 1;
+        }
+    }
+    format!(
+        "without later arrivals: {same} of {n} sampled waiting jobs start exactly at their estimate"
+    )
+}
+
+fn accuracy(name: &str, sc: &Scenario, exact: bool) {
     let t = Instant::now();
     let first = sim::run_estimated(
         name,
@@ -120,8 +158,9 @@ fn accuracy(name: &str, sc: &Scenario) {
     )
     .expect("scenario runs");
     let (mut at_sub, mut midway) = (Errors::default(), Errors::default());
-    for (a, b) in first.jobs.iter().zip(&second.jobs) {
-        let Some((s, d)) = started(a) else { continue };
+    let starts: Vec<Option<(u64, u64)>> = first.jobs.iter().map(started).collect();
+    for (i, (a, b)) in first.jobs.iter().zip(&second.jobs).enumerate() {
+        let Some((s, d)) = starts[i] else { continue };
         if d == s {
             continue;
         }
@@ -141,6 +180,9 @@ fn accuracy(name: &str, sc: &Scenario) {
         s.preemptions
     );
     println!("  at submission: {}", at_sub.row());
+    if exact {
+        println!("  {}", fidelity(sc, &first, &starts));
+    }
     println!("  midway:        {}", midway.row());
 }
 
@@ -160,11 +202,16 @@ fn main() {
             accuracy(
                 &format!("seed {seed}, 3 priorities, run times {label}"),
                 &sc,
+                noise == 0,
             );
             for j in &mut sc.jobs {
                 one_priority(&mut j.manifest);
             }
-            accuracy(&format!("seed {seed}, 1 priority, run times {label}"), &sc);
+            accuracy(
+                &format!("seed {seed}, 1 priority, run times {label}"),
+                &sc,
+                noise == 0,
+            );
         }
         // The same jobs all submitted at once: no arrival the forecast could not know.
         let mut sc = scenario_seeded(0x9E37_79B9_7F4A_7C15 ^ seed, jobs, clusters, nodes);
@@ -175,39 +222,77 @@ fn main() {
         accuracy(
             &format!("seed {seed}, 3 priorities, run times exact, all at once"),
             &sc,
+            false,
         );
     }
-    // The cost of one forecast over 10,000 waiting jobs: all submitted at once.
+    // The cost of one forecast over 10,000 waiting jobs, as the controller makes it: a copy of
+    // the core (on the sync loop), then the forward run (off it).
     let waiting = if smoke { 500 } else { 10_000 };
     let mut sc = scenario_seeded(7, waiting, clusters, nodes);
     declare(&mut sc, 0, 7);
-    for j in &mut sc.jobs {
-        j.at = 0;
+    cost(&sc);
+}
+
+/// Every job of `sc` submitted at once, the cycles of that instant run, then one forecast timed.
+fn cost(sc: &Scenario) {
+    let mut sched = Scheduler::new(Config::default());
+    if let Some(q) = &sc.quota {
+        sched.set_quota_tree(Some(
+            QuotaTree::parse(q).expect("the generated tree is valid"),
+        ));
+    }
+    sched.set_priority_classes(sc.priority_classes.clone());
+    sim::apply_fleet(&mut sched, sc);
+    let mut ids = Vec::new();
+    for j in &sc.jobs {
+        let w = interpret(&j.manifest).expect("the generated jobs read");
+        if let Submitted::Queued(id) | Submitted::Inadmissible(id, _) = sched.submit(&w, 0) {
+            ids.push((id, j.run_for));
+        }
+    }
+    let mut cycles = 0;
+    while cycles < forecast::CYCLES_PER_INSTANT {
+        cycles += 1;
+        let moved = sched
+            .cycle()
+            .iter()
+            .any(|d| !matches!(d, Decision::Wait { .. }));
+        if !moved {
+            break;
+        }
+    }
+    let mut inputs = Inputs {
+        default_runtime: 3_600_000,
+        ..Inputs::default()
+    };
+    let mut waiting = 0;
+    for &(id, run_for) in &ids {
+        match sched.state(id) {
+            JobState::Admitted { .. } => {
+                inputs.ends.insert(id, run_for);
+            }
+            JobState::Pending => waiting += 1,
+            _ => {}
+        }
+        inputs.runtimes.insert(id, run_for);
     }
     let t = Instant::now();
-    let plain = sim::run("cost", &sc, &mut ()).expect("runs");
-    let without = t.elapsed();
+    let copy = sched.clone();
+    let clone = t.elapsed();
     let t = Instant::now();
-    let with = sim::run_estimated(
-        "cost",
-        &sc,
-        &mut (),
-        &Estimating {
-            at_submission: true,
-            ..Estimating::default()
-        },
-    )
-    .expect("runs");
-    let forecast = t.elapsed().saturating_sub(without);
-    let waited = with
+    let est = forecast::forecast(copy, &inputs);
+    let run = t.elapsed();
+    let started = est
         .jobs
-        .iter()
-        .filter(|j| num(&j.dispatched).is_none_or(|d| d > 0))
+        .values()
+        .filter(|s| matches!(s, forecast::Start::At { .. }))
         .count();
     println!(
-        "forecast cost: {waited} of {waiting} jobs waiting at once: one forecast {:.2}s (the run itself {:.2}s, {} dispatches)",
-        forecast.as_secs_f64(),
-        without.as_secs_f64(),
-        plain.summary.dispatches
+        "forecast cost: {waiting} of {} jobs waiting: copy of the core {:.1} ms, forward run {:.2} s ({} instants, {} cycles, {started} starts forecast)",
+        ids.len(),
+        clone.as_secs_f64() * 1000.0,
+        run.as_secs_f64(),
+        est.instants,
+        est.cycles
     );
 }

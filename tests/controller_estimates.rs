@@ -111,13 +111,28 @@ async fn a_waiting_job_is_told_when_and_where_it_starts_and_starts_then() {
                         assert_eq!(e.runtime.as_deref(), Some("30s"), "{e:?}");
                         assert_eq!(e.runtime_source.as_deref(), Some("declared"), "{e:?}");
                         let cluster = e.cluster.clone().expect("expected cluster");
-                        seen.push((ms(start), cluster, e.after.clone()));
                         if snapshot.is_none() {
                             let url = format!("http://127.0.0.1:{http}");
                             let (ok, text) = muster(&["snapshot", "--url", &url]);
                             assert!(ok, "muster snapshot: {text}");
                             snapshot = Some((jiff::Timestamp::now().as_millisecond(), text));
+                            // What-if on the live state: without the member it is expected on,
+                            // its estimate moves.
+                            let change = format!("remove-member={cluster}");
+                            let (ok, table) =
+                                muster(&["what-if", "--url", &url, "--change", &change]);
+                            assert!(ok, "muster what-if (live): {table}");
+                            let line = table
+                                .lines()
+                                .rev()
+                                .find(|l| l.contains("/third"))
+                                .unwrap_or_default();
+                            assert!(
+                                line.contains(&format!("on {cluster}")) && line.contains("changed"),
+                                "live what-if: {table}"
+                            );
                         }
+                        seen.push((ms(start), cluster, e.after.clone()));
                     }
                 }
                 _ if st.admitted_at.is_some() => break st,

@@ -21,7 +21,7 @@ pub struct Estimating {
     /// One estimate per job, made at the instant it is submitted.
     pub at_submission: bool,
     /// Job index (in the scenario) → virtual ms from which a second estimate is made (at the
-    /// first instant at or after it when the job still waits).
+    /// first instant at or after it when the job still waits for its first dispatch).
     pub again_at: BTreeMap<usize, u64>,
     pub rules: Rules,
 }
@@ -151,8 +151,11 @@ impl Estimator {
         }
         let mut again: Vec<usize> = Vec::new();
         for (&i, &from) in &self.opts.again_at {
+            // Still in its first wait: once dispatched, a later wait (after a preemption) is
+            // not what the estimate at submission was about.
             if from <= now
                 && self.again[i].is_none()
+                && jobs[i].first_dispatched.is_none()
                 && jobs[i]
                     .id
                     .is_some_and(|id| *sched.state(id) == JobState::Pending)

@@ -1,0 +1,312 @@
+//! The scenario format of `muster sim` (also what `muster snapshot` writes): members and their
+//! nodes, the quota tree, PriorityClasses and timed job manifests (some already running), with
+//! durations as text; reading it with errors that name the file and the field, and telling the
+//! core the fleet it describes.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Taint;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::fleet::{ClusterInfo, NodeInfo, PlacementMode};
+use crate::quantity::ResourceList;
+use crate::quota::Problem;
+use crate::scheduler::Scheduler;
+
+/// The scenario `muster sim` runs when no file is given.
+pub const DEFAULT_SCENARIO: &str = include_str!("../../examples/default.yaml");
+
+/// A scenario file (also what `muster snapshot` writes from a live controller).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Scenario {
+    pub clusters: Vec<ClusterSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Value>,
+    #[serde(default)]
+    pub priority_classes: BTreeMap<String, i32>,
+    #[serde(default)]
+    pub jobs: Vec<JobSpec>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterSpec {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub nodes: Vec<NodeSpec>,
+    /// How the member is held to the plan: `gates` (per pod, the default) or `pinned` (by node
+    /// set; only robust plans are made there).
+    #[serde(default)]
+    pub placement: PlacementMode,
+    /// A member that does not answer: nothing new is placed there (default true).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub reachable: bool,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NodeSpec {
+    pub name: String,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub count: u32,
+    pub allocatable: ResourceList,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unschedulable: bool,
+    /// What pods muster does not manage use on the node (each node, with `count`).
+    #[serde(default, skip_serializing_if = "ResourceList::is_empty")]
+    pub used: ResourceList,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct JobSpec {
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub at: u64,
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub run_for: u64,
+    /// Already running when the scenario starts (a snapshot's running jobs): placed at `at` on
+    /// this member as planned, without a cycle, and running for `runFor` from then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<RunningSpec>,
+    pub manifest: Value,
+}
+
+/// Where a job already runs: the member and its plan (`{component: {node: pods}}`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RunningSpec {
+    pub cluster: String,
+    #[serde(default)]
+    pub placement: crate::scheduler::Plan,
+}
+
+/// Milliseconds as the shortest duration text that reads back the same (`90s`, `1h30m`, `250ms`).
+pub fn format_duration(ms: u64) -> String {
+    if ms == 0 {
+        return "0s".into();
+    }
+    let mut out = String::new();
+    let mut rest = ms;
+    for (unit, size) in [("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)] {
+        if rest >= size {
+            out.push_str(&format!("{}{unit}", rest / size));
+            rest %= size;
+        }
+    }
+    out
+}
+
+fn ser_duration<S: serde::Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_duration(*ms))
+}
+
+/// Parses `90s`, `10m`, `1h30m`, `500ms`, `2d` or a plain number of seconds into milliseconds.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty duration".into());
+    }
+    if let Ok(secs) = t.parse::<u64>() {
+        return secs
+            .checked_mul(1000)
+            .ok_or_else(|| format!("{s:?} is too long"));
+    }
+    let mut total: u64 = 0;
+    let mut num = String::new();
+    let mut chars = t.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let unit = if c == 'm' && chars.peek() == Some(&'s') {
+            chars.next();
+            "ms".to_string()
+        } else {
+            c.to_string()
+        };
+        let n: u64 = num
+            .parse()
+            .map_err(|_| format!("{s:?} is not a duration (like 90s, 10m, 1h30m)"))?;
+        num.clear();
+        let mult = match unit.as_str() {
+            "ms" => 1,
+            "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(format!("{s:?} is not a duration: unknown unit {unit:?}")),
+        };
+        total = n
+            .checked_mul(mult)
+            .and_then(|x| total.checked_add(x))
+            .ok_or_else(|| format!("{s:?} is too long"))?;
+    }
+    if !num.is_empty() {
+        return Err(format!("{s:?} is not a duration: {num} has no unit"));
+    }
+    Ok(total)
+}
+
+fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let v = Value::deserialize(d)?;
+    let s = match v {
+        Value::String(s) => s,
+        Value::Number(n) => n.to_string(),
+        other => {
+            return Err(serde::de::Error::custom(format!(
+                "expected a duration, found {other}"
+            )));
+        }
+    };
+    parse_duration(&s).map_err(serde::de::Error::custom)
+}
+
+/// A scenario that cannot be run: names the file and the field; exit code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("{file}: {message}")]
+    Read { file: String, message: String },
+    #[error("{file}: {field}: {message}")]
+    Field {
+        file: String,
+        field: String,
+        message: String,
+    },
+    #[error("{file}: quota: the ElasticQuotaTree is invalid:\n{}", .problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"))]
+    Quota {
+        file: String,
+        problems: Vec<Problem>,
+    },
+    #[error("--explain {job}: {file} has no job {job} (jobs are named NAMESPACE/NAME)")]
+    Explain { file: String, job: String },
+}
+
+/// Reads a scenario from YAML text; `file` names it in errors.
+pub fn parse_scenario(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    let sc: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        let mut message = e.inner().to_string();
+        // serde_yaml starts its message with (part of) the path we already print.
+        if let Some((head, rest)) = message.split_once(": ")
+            && !head.is_empty()
+            && field.starts_with(head)
+        {
+            message = rest.to_string();
+        }
+        if field == "." || field.is_empty() {
+            ScenarioError::Read {
+                file: file.into(),
+                message,
+            }
+        } else {
+            ScenarioError::Field {
+                file: file.into(),
+                field,
+                message,
+            }
+        }
+    })?;
+    let mut seen = BTreeMap::new();
+    for (i, c) in sc.clusters.iter().enumerate() {
+        if let Some(j) = seen.insert(c.name.clone(), i) {
+            return Err(ScenarioError::Field {
+                file: file.into(),
+                field: format!("clusters[{i}].name"),
+                message: format!("duplicate cluster name {:?} (also clusters[{j}])", c.name),
+            });
+        }
+        for (k, n) in c.nodes.iter().enumerate() {
+            if let Some((r, _)) = n.allocatable.iter().find(|(_, q)| q.is_negative()) {
+                return Err(ScenarioError::Field {
+                    file: file.into(),
+                    field: format!("clusters[{i}].nodes[{k}].allocatable[{r}]"),
+                    message: "negative quantity".into(),
+                });
+            }
+        }
+    }
+    Ok(sc)
+}
+
+/// The fleet of a scenario, nodes expanded (`count > 1` names them `name-0`, `name-1`, ...).
+pub fn cluster_infos(sc: &Scenario) -> Vec<ClusterInfo> {
+    sc.clusters
+        .iter()
+        .map(|c| ClusterInfo {
+            name: c.name.clone(),
+            labels: c.labels.clone(),
+            nodes: c
+                .nodes
+                .iter()
+                .flat_map(|n| {
+                    (0..n.count).map(move |i| NodeInfo {
+                        name: if n.count == 1 {
+                            n.name.clone()
+                        } else {
+                            format!("{}-{i}", n.name)
+                        },
+                        labels: n.labels.clone(),
+                        taints: n.taints.clone(),
+                        allocatable: n.allocatable.clone(),
+                        unschedulable: n.unschedulable,
+                        ready: true,
+                    })
+                })
+                .collect(),
+            placement: c.placement,
+        })
+        .collect()
+}
+
+/// Tells the core the scenario's fleet: members, their nodes, what other pods use on them and
+/// which members do not answer.
+pub fn apply_fleet(sched: &mut Scheduler, sc: &Scenario) {
+    for c in cluster_infos(sc) {
+        sched.set_cluster(&c);
+    }
+    for c in &sc.clusters {
+        for n in c.nodes.iter().filter(|n| !n.used.is_empty()) {
+            for i in 0..n.count {
+                let name = if n.count == 1 {
+                    n.name.clone()
+                } else {
+                    format!("{}-{i}", n.name)
+                };
+                sched.set_external_usage(&c.name, &name, &n.used);
+            }
+        }
+        if !c.reachable {
+            sched.set_reachable(&c.name, false);
+        }
+    }
+}
