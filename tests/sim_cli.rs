@@ -222,7 +222,9 @@ fn default_scenario_table() {
     let header: Vec<&str> = lines[0].split_whitespace().collect();
     assert_eq!(
         header,
-        ["JOB", "QUEUE", "CLUSTER", "WAIT", "STATE", "REASON"]
+        [
+            "JOB", "QUEUE", "CLUSTER", "WAIT", "EST.WAIT", "STATE", "REASON"
+        ]
     );
     let row = lines
         .iter()
@@ -230,20 +232,30 @@ fn default_scenario_table() {
         .expect("a line for train-big");
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(
-        cells[..5],
+        cells[..6],
         [
             "research/train-big",
             "root/research",
             "member-c",
             "0s",
+            "0s",
             "Finished"
         ]
     );
+    // Told at submission it would wait until eval-first ends (840 s); eval-urgent, submitted
+    // later with a higher priority, went first.
+    let normal = lines
+        .iter()
+        .find(|l| l.starts_with("platform/eval-normal "))
+        .expect("a line for eval-normal");
+    let cells: Vec<&str> = normal.split_whitespace().collect();
+    assert_eq!(cells[3..6], ["1440s", "840s", "Finished"], "{normal}");
     let wide = lines
         .iter()
         .find(|l| l.starts_with("research/train-wide "))
         .expect("a line for train-wide");
     assert!(wide.contains("Inadmissible") && wide.contains("the most free on any node is 2"));
+    assert!(wide.contains(" never "), "{wide}");
     assert!(
         text.contains(
             "7 jobs: 5 finished, 0 running, 0 pending, 1 inadmissible, 1 rejected, 0 ignored; 5 dispatches, 0 preemptions"
