@@ -4,7 +4,7 @@
 //! nodeSelector, required node affinity, unschedulable, NotReady) and cluster summaries used to
 //! prune. Knows nothing about jobs, queues or quota; never decides from cluster totals alone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{
     Node as K8sNode, NodeSelector, NodeSelectorRequirement, Taint, Toleration,
@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::quantity::ResourceList;
 use crate::resources::{PODS, Res, ResourceTable, at, set};
+use crate::workload::JobKind;
 
 /// A node as the core is told about it (from a Node object or a scenario file).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -97,6 +98,61 @@ pub struct ClusterInfo {
     pub nodes: Vec<NodeInfo>,
     /// How the member is held to the plan; decides which plans are made for it.
     pub placement: PlacementMode,
+    /// What the member can create: job kinds and PriorityClasses.
+    pub serves: Serves,
+}
+
+/// What a member can create, as far as it is known: a job of a kind it does not serve, or whose
+/// pods name a PriorityClass it lacks, is refused there by its API server (or never becomes
+/// pods), so such a member is no candidate. `None` is "not known": nothing is refused for it
+/// (a scenario that says nothing about it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Serves {
+    /// The job kinds whose CRD (and, where it can be seen, operator) the member has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<BTreeSet<JobKind>>,
+    /// The names of the member's PriorityClasses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_classes: Option<BTreeSet<String>>,
+}
+
+impl Serves {
+    /// Nothing known: nothing refused.
+    pub fn is_unknown(&self) -> bool {
+        self.kinds.is_none() && self.priority_classes.is_none()
+    }
+
+    /// Why the member cannot create a job of `kind` whose pods name `priority_classes`, if it
+    /// cannot (`cluster` names the member in the reason).
+    pub fn refuses(
+        &self,
+        cluster: &str,
+        kind: JobKind,
+        priority_classes: &BTreeSet<String>,
+    ) -> Option<String> {
+        if let Some(k) = &self.kinds
+            && !k.contains(&kind)
+        {
+            return Some(format!("{cluster} does not serve {}", kind.as_str()));
+        }
+        if let Some(have) = &self.priority_classes {
+            let missing: Vec<&str> = priority_classes
+                .iter()
+                .filter(|p| !have.contains(*p))
+                .map(String::as_str)
+                .collect();
+            if !missing.is_empty() {
+                let noun = if missing.len() == 1 {
+                    "PriorityClass"
+                } else {
+                    "PriorityClasses"
+                };
+                return Some(format!("no {noun} {} on {cluster}", missing.join(", ")));
+            }
+        }
+        None
+    }
 }
 
 /// Node constraints of one component (a pod template).
@@ -275,6 +331,8 @@ pub struct Cluster {
     pub reachable: bool,
     /// How the member is held to the plan (pinned: only robust plans are made).
     pub placement: PlacementMode,
+    /// What the member can create.
+    pub serves: Serves,
     /// Bumped on every change of usage or nodes; lets callers memoize per-cluster results.
     pub version: u64,
     /// Bumped when nodes, labels or taints change (eligibility caches).
@@ -298,6 +356,7 @@ impl Cluster {
             node_index,
             reachable: true,
             placement: info.placement,
+            serves: info.serves.clone(),
             version,
             topology: version,
             summary: Summary::default(),

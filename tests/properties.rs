@@ -312,6 +312,7 @@ fn cluster_info(ci: usize, nodes: &[NodeSpec]) -> ClusterInfo {
             })
             .collect(),
         placement: Default::default(),
+        serves: Default::default(),
     }
 }
 
@@ -1117,6 +1118,7 @@ fn small_cluster(nodes: &[SmallNode], table: &mut ResourceTable) -> Cluster {
             })
             .collect(),
         placement: Default::default(),
+        serves: Default::default(),
     };
     let mut c = Cluster::new(&info, table, 1);
     let cpu = table.intern("cpu");

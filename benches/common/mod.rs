@@ -117,6 +117,7 @@ pub fn scenario_seeded(seed: u64, jobs: usize, clusters: usize, nodes: u32) -> S
             ],
             placement: Default::default(),
             reachable: true,
+            serves: Default::default(),
         })
         .collect();
     let total_gpu = clusters as u64 * u64::from(gpu_nodes) * 8;

@@ -85,6 +85,14 @@ pub struct MemberClusterStatus {
     /// Why that mode (spec, API server version, gates seen dropped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement_reason: Option<String>,
+    /// The job kinds the member serves (their CRDs are installed there); a job of another kind
+    /// is never sent to it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<String>,
+    /// The member's PriorityClasses; a job whose pods name another is never sent to it. Absent
+    /// when muster may not list them there (then they are not checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_classes: Option<Vec<String>>,
 }
 
 /// Reference to the job a QueuedJob stands for.

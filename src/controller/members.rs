@@ -1,16 +1,18 @@
 //! Member clusters at runtime: a client per member (from the kubeconfig Secret its
-//! MemberCluster names), watches of its Nodes, Pods and muster's job copies, a liveness probe,
-//! and the translation of what is watched into the core's view (nodes, and per-node usage by
-//! pods muster does not account for itself). Never decides anything.
+//! MemberCluster names), watches of its Nodes, Pods, PriorityClasses and muster's job copies, a
+//! liveness probe, discovery of the job kinds it serves (again every 15 s), and the translation
+//! of what is watched into the core's view (nodes, what the member can create, and per-node
+//! usage by pods muster does not account for itself). Never decides anything.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DynamicObject};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -19,7 +21,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::kinds;
-use crate::fleet::{ClusterInfo, NodeInfo};
+use crate::fleet::{ClusterInfo, NodeInfo, Serves};
 use crate::quantity::ResourceList;
 use crate::workload::{JobKind, pod_spec_requests};
 
@@ -79,8 +81,14 @@ pub struct Member {
     /// a change reconnects.
     pub source: String,
     pub kinds: Vec<JobKind>,
+    /// The kinds the member serves as last discovered (every 15 s): when they differ from
+    /// `kinds`, the member is connected again.
+    discovered: Arc<std::sync::Mutex<Vec<JobKind>>>,
     pub nodes: Watched<Node>,
     pub pods: Watched<Pod>,
+    /// `None` when the member's API server does not let muster list PriorityClasses: then
+    /// they are not checked there.
+    pub priority_classes: Option<Watched<PriorityClass>>,
     pub jobs: HashMap<JobKind, Watched<DynamicObject>>,
     /// The API server's (major, minor) version at connection ((0, 0) when unreadable).
     pub server_version: (u32, u32),
@@ -147,6 +155,45 @@ impl Member {
             wake.clone(),
             &mut tasks,
         );
+        let pc_api = Api::<PriorityClass>::all(client.clone());
+        let priority_classes = match tokio::time::timeout(
+            Duration::from_secs(10),
+            pc_api.list_metadata(&ListParams::default().limit(1)),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("member {name}: listing PriorityClasses timed out"))?
+        {
+            Ok(_) => Some(watch(
+                pc_api,
+                watcher::Config::default(),
+                (),
+                wake.clone(),
+                &mut tasks,
+            )),
+            Err(kube::Error::Api(e)) if e.code == 403 => {
+                tracing::warn!(member = %name, error = %e, "cannot list PriorityClasses: the jobs' PriorityClasses are not checked on this member");
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let discovered = Arc::new(std::sync::Mutex::new(kinds.clone()));
+        {
+            let (d, c, w) = (discovered.clone(), client.clone(), wake.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(15)).await;
+                    let found =
+                        tokio::time::timeout(Duration::from_secs(10), kinds::served(&c)).await;
+                    if let Ok(Ok(k)) = found
+                        && let Ok(mut was) = d.lock()
+                        && *was != k
+                    {
+                        *was = k;
+                        w.notify_one();
+                    }
+                }
+            }));
+        }
         let mut jobs = HashMap::new();
         for &k in &kinds {
             let ar = kinds::api_resource(k);
@@ -180,8 +227,10 @@ impl Member {
             client,
             source,
             kinds,
+            discovered,
             nodes,
             pods,
+            priority_classes,
             jobs,
             health,
             connected_at: Instant::now(),
@@ -191,7 +240,33 @@ impl Member {
 
     /// Whether every watch has listed once (a view the core may trust).
     pub fn synced(&self) -> bool {
-        self.nodes.is_ready() && self.pods.is_ready() && self.jobs.values().all(|s| s.is_ready())
+        self.nodes.is_ready()
+            && self.pods.is_ready()
+            && self.priority_classes.as_ref().is_none_or(|p| p.is_ready())
+            && self.jobs.values().all(|s| s.is_ready())
+    }
+
+    /// Whether the kinds the member serves changed since this connection was made (a CRD
+    /// installed or removed there): the connection is then made again.
+    pub fn kinds_changed(&self) -> bool {
+        self.discovered
+            .lock()
+            .map(|d| *d != self.kinds)
+            .unwrap_or(false)
+    }
+
+    /// What the member can create: the kinds this connection serves, and its PriorityClasses
+    /// (unknown when it does not let muster list them).
+    pub fn serves(&self) -> Serves {
+        Serves {
+            kinds: Some(self.kinds.iter().copied().collect()),
+            priority_classes: self.priority_classes.as_ref().map(|p| {
+                p.state()
+                    .iter()
+                    .map(|pc| pc.name_any())
+                    .collect::<BTreeSet<String>>()
+            }),
+        }
     }
 
     /// The member's copy of a hub job, by the hub job's UID.
@@ -299,6 +374,7 @@ pub fn cluster_info(
             labels: labels.clone(),
             nodes: out,
             placement: Default::default(),
+            serves: Default::default(),
         },
         problems,
     )

@@ -156,7 +156,11 @@ impl Brain {
                             .get(name)
                             .is_some_and(|at| at.elapsed() > Duration::from_secs(30));
                         let newest = self.incoming.get(name).or(self.members.get(name));
-                        let stale = rediscover || newest.is_none_or(|m| m.source != source);
+                        // A CRD installed or removed on the member: discovery anew.
+                        let kinds_changed = newest.is_some_and(|m| m.kinds_changed());
+                        let stale = rediscover
+                            || kinds_changed
+                            || newest.is_none_or(|m| m.source != source);
                         let pending = self.connecting.get(name).is_some_and(|(s, _)| *s == source);
                         if stale && !pending {
                             // Connected off the sync loop: discovery on a frozen member must
@@ -197,6 +201,7 @@ impl Brain {
                         members::cluster_info(name, &labels, &m.nodes.state());
                     // The core makes only robust plans for a member placed by node set.
                     info.placement = self.placement_mode(name).0;
+                    info.serves = m.serves();
                     for p in problems {
                         tracing::warn!(member = %name, problem = %p, "node left out");
                     }
@@ -221,6 +226,7 @@ impl Brain {
                         labels: labels.clone(),
                         nodes: vec![],
                         placement: Default::default(),
+                        serves: Default::default(),
                     });
                 }
                 self.sched.set_reachable(name, reachable);
@@ -302,6 +308,14 @@ impl Brain {
             };
             if let Some(c) = cluster {
                 st.nodes = c.nodes.len() as u32;
+                if let Some(k) = &c.serves.kinds {
+                    st.kinds = k.iter().map(|k| k.as_str().to_string()).collect();
+                }
+                st.priority_classes = c
+                    .serves
+                    .priority_classes
+                    .as_ref()
+                    .map(|p| p.iter().cloned().collect());
                 for r in (0..table.len()).map(|i| crate::resources::Res(i as u16)) {
                     if r == MAX_JOBS {
                         continue;

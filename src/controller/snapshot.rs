@@ -68,6 +68,7 @@ impl Brain {
                         .collect(),
                     placement: c.placement,
                     reachable: self.told_reachable.get(&c.name).copied().unwrap_or(true),
+                    serves: c.serves.clone(),
                 }
             })
             .collect();

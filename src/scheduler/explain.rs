@@ -104,6 +104,10 @@ pub struct ClusterFit {
     pub placement: PlacementMode,
     /// Ruled out by the job's `muster.dev/clusters` / `muster.dev/cluster-selector` annotations.
     pub excluded: bool,
+    /// Why the member cannot create the job (it does not serve its kind, lacks a PriorityClass
+    /// its pods name); such a member is no candidate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     pub fit: Fit,
 }
 
@@ -317,15 +321,19 @@ impl Scheduler {
 
 fn cluster_fit(c: &Cluster, shape: &Shape, empty: bool, table: &ResourceTable) -> ClusterFit {
     let excluded = !shape.candidates.allows(&c.name, &c.labels);
+    let refused = c
+        .serves
+        .refuses(&c.name, shape.kind, &shape.pod_priority_classes);
     let mut out = ClusterFit {
         cluster: c.name.clone(),
         reachable: c.reachable,
         placement: c.placement,
         excluded,
+        refused: refused.clone(),
         fit: Fit::NotTried,
     };
     // Admissibility ignores reachability (a member that does not answer now may later).
-    if excluded || (!empty && !c.reachable) {
+    if excluded || refused.is_some() || (!empty && !c.reachable) {
         return out;
     }
     let emptied;
@@ -565,7 +573,7 @@ pub fn fmt_placement(mode: PlacementMode) -> &'static str {
 /// A member's line in the text, and below it how the member is held to the plan.
 fn write_member(f: &mut fmt::Formatter<'_>, c: &ClusterFit) -> fmt::Result {
     writeln!(f, "  {}", c.describe())?;
-    if c.excluded {
+    if c.excluded || c.refused.is_some() {
         return Ok(());
     }
     writeln!(f, "    placement: {}", fmt_placement(c.placement))
@@ -577,6 +585,9 @@ impl ClusterFit {
         let name = &self.cluster;
         if self.excluded {
             return format!("{name}: excluded by the job's cluster restriction");
+        }
+        if let Some(why) = &self.refused {
+            return format!("{name}: cannot create it: {why}");
         }
         match &self.fit {
             Fit::NotTried => {
@@ -618,7 +629,7 @@ impl Pending {
     fn candidates(&self) -> impl Iterator<Item = &ClusterFit> {
         self.clusters
             .iter()
-            .filter(|c| !c.excluded && !matches!(c.fit, Fit::NotTried))
+            .filter(|c| !c.excluded && c.refused.is_none() && !matches!(c.fit, Fit::NotTried))
     }
 
     /// What keeps the job itself out (quota, or no cluster fits), apart from the queue.

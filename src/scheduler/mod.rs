@@ -13,10 +13,12 @@ use crate::quantity::{Quantity, ResourceList};
 use crate::queue::{JobOrder, Queues};
 use crate::quota::{QuotaState, QuotaTree, Strategy};
 use crate::resources::{Demand, MAX_JOBS, ONE, PODS, Res, ResourceTable, at};
-use crate::workload::{ClusterRestriction, Workload};
+use crate::workload::{ClusterRestriction, JobKind, Workload};
 
 pub mod explain;
 mod reclaim;
+#[cfg(test)]
+mod serves_tests;
 pub mod view;
 
 pub type JobId = usize;
@@ -92,6 +94,9 @@ struct Shape {
     /// Sum over pods, plus `pods` and `kube-queue/max-jobs: 1`: what quota is charged.
     quota_demand: Demand,
     candidates: ClusterRestriction,
+    /// What a member must serve to create the job: its kind and its pods' PriorityClasses.
+    kind: JobKind,
+    pod_priority_classes: BTreeSet<String>,
     /// The requested resource scarcest in the fleet (cluster choice key).
     key_res: Res,
     /// Per cluster: (topology version, eligible nodes per group).
@@ -723,7 +728,7 @@ impl Scheduler {
         let mut order: Vec<(i128, usize)> = Vec::with_capacity(ncl);
         for ci in 0..ncl {
             let c = &self.clusters[ci];
-            if !c.reachable || !self.shapes[shape_id].candidates.allows(&c.name, &c.labels) {
+            if !c.reachable || !self.candidate(shape_id, ci) {
                 continue;
             }
             let free = at(&self.clusters[ci].summary().total_free, key);
@@ -932,6 +937,20 @@ impl Scheduler {
         self.capacity_freed();
     }
 
+    /// Whether member `ci` is a candidate for the shape: the job's cluster restriction allows
+    /// it and it can create the job.
+    fn candidate(&self, shape_id: ShapeId, ci: usize) -> bool {
+        let c = &self.clusters[ci];
+        self.shapes[shape_id].candidates.allows(&c.name, &c.labels)
+            && self.refusal(shape_id, ci).is_none()
+    }
+
+    /// Why member `ci` cannot create a job of the shape (its kind, its pods' PriorityClasses).
+    fn refusal(&self, shape_id: ShapeId, ci: usize) -> Option<String> {
+        let (s, c) = (&self.shapes[shape_id], &self.clusters[ci]);
+        c.serves.refuses(&c.name, s.kind, &s.pod_priority_classes)
+    }
+
     fn all_changed(&mut self) {
         self.fleet_blocked.clear();
         self.quota_blocked.clear();
@@ -986,10 +1005,15 @@ impl Scheduler {
         }
         // Could the whole job fit in some candidate cluster if it were empty?
         let mut reasons = Vec::new();
+        let mut refused = Vec::new();
         let mut any = false;
         for ci in 0..self.clusters.len() {
             let c = &self.clusters[ci];
             if !self.shapes[shape_id].candidates.allows(&c.name, &c.labels) {
+                continue;
+            }
+            if let Some(why) = self.refusal(shape_id, ci) {
+                refused.push(why);
                 continue;
             }
             any = true;
@@ -1023,6 +1047,8 @@ impl Scheduler {
         if !any {
             return Err(if self.clusters.is_empty() {
                 "no member clusters are known".to_string()
+            } else if !refused.is_empty() {
+                format!("no member can create it: {}", refused.join("; "))
             } else {
                 "no member cluster matches the job's cluster restriction".to_string()
             });
@@ -1090,7 +1116,10 @@ impl Scheduler {
                 }
             })
             .collect();
-        let key = format!("{:?}|{:?}", groups, w.candidates);
+        let key = format!(
+            "{:?}|{:?}|{:?}|{:?}",
+            groups, w.candidates, w.kind, w.pod_priority_classes
+        );
         if let Some(&s) = self.shape_ids.get(&key) {
             return s;
         }
@@ -1105,6 +1134,8 @@ impl Scheduler {
             groups,
             quota_demand,
             candidates: w.candidates.clone(),
+            kind: w.kind,
+            pod_priority_classes: w.pod_priority_classes.clone(),
             key_res,
             eligible: HashMap::new(),
             seen: Vec::new(),

@@ -77,7 +77,7 @@ impl Scheduler {
                 .unwrap_or(0);
             for ci in 0..self.clusters.len() {
                 let c = &self.clusters[ci];
-                if !c.reachable || !self.shapes[shape_id].candidates.allows(&c.name, &c.labels) {
+                if !c.reachable || !self.candidate(shape_id, ci) {
                     continue;
                 }
                 let s = self.clusters[ci].summary();
@@ -165,7 +165,7 @@ impl Scheduler {
             for (_, _, ci) in clusters {
                 let order = by_cluster.remove(&ci).unwrap_or_default();
                 let c = &self.clusters[ci];
-                if !c.reachable || !self.shapes[shape].candidates.allows(&c.name, &c.labels) {
+                if !c.reachable || !self.candidate(shape, ci) {
                     continue;
                 }
                 // Same cluster state and same candidates as a failed trial: same failure.

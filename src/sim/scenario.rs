@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Taint;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::fleet::{ClusterInfo, NodeInfo, PlacementMode};
+use crate::fleet::{ClusterInfo, NodeInfo, PlacementMode, Serves};
 use crate::quantity::ResourceList;
 use crate::quota::Problem;
 use crate::scheduler::Scheduler;
@@ -45,6 +45,10 @@ pub struct ClusterSpec {
     /// A member that does not answer: nothing new is placed there (default true).
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub reachable: bool,
+    /// What the member can create: `kinds` (e.g. `[Job, PyTorchJob]`) and `priorityClasses`
+    /// (names); each left out is not checked.
+    #[serde(default, skip_serializing_if = "Serves::is_unknown")]
+    pub serves: Serves,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -284,6 +288,7 @@ pub fn cluster_infos(sc: &Scenario) -> Vec<ClusterInfo> {
                 })
                 .collect(),
             placement: c.placement,
+            serves: c.serves.clone(),
         })
         .collect()
 }

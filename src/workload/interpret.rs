@@ -589,11 +589,13 @@ fn pod_template_at(
 struct Parts {
     components: Vec<Component>,
     priority_class_names: BTreeSet<String>,
+    pod_priority_classes: BTreeSet<String>,
 }
 
 impl Parts {
     fn push(&mut self, t: Template) {
         if let Some(pc) = t.priority_class {
+            self.pod_priority_classes.insert(pc.clone());
             self.priority_class_names.insert(pc);
         }
         self.components.push(t.component);
@@ -718,6 +720,7 @@ pub fn interpret(manifest: &Value) -> Result<Workload, InterpretError> {
         annotations,
         components: parts.components,
         priority_class_names: parts.priority_class_names,
+        pod_priority_classes: parts.pod_priority_classes,
         candidates,
     };
     if workload.pod_count() == 0 {

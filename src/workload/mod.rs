@@ -22,7 +22,9 @@ pub const CLUSTERS_ANNOTATION: &str = "muster.dev/clusters";
 pub const CLUSTER_SELECTOR_ANNOTATION: &str = "muster.dev/cluster-selector";
 
 /// The job kinds muster understands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum JobKind {
     PyTorchJob,
     TFJob,
@@ -52,6 +54,9 @@ pub struct Workload {
     /// templates' `priorityClassName` (and a Kubeflow `runPolicy.schedulingPolicy.priorityClass`).
     /// Resolved to a value by the core, which knows the PriorityClasses.
     pub priority_class_names: BTreeSet<String>,
+    /// The templates' own `priorityClassName`s: each must exist on the member, whose API server
+    /// refuses a pod that names a missing one.
+    pub pod_priority_classes: BTreeSet<String>,
     /// Which member clusters the job may go to (from the annotations above).
     pub candidates: ClusterRestriction,
 }

@@ -1,0 +1,288 @@
+//! What a member can create, as a hard fit condition, on the local fleet: a job whose pods name
+//! a PriorityClass only member-c has goes to member-c; one naming a PriorityClass no member has
+//! is never dispatched (watched the whole time) and says which member lacks what, until the
+//! PriorityClass is created on member-b, where it then runs; a member whose MPIJob CRD is removed
+//! is no longer a candidate for MPIJobs, and is again once the CRD is back. MemberCluster status
+//! lists what each member serves.
+
+// The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
+#![allow(clippy::await_holding_lock)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
+use muster::controller::crd::{MemberCluster, QueuedJobState, QueuedJobStatus};
+use serde_json::{Value, json};
+use support::failures::*;
+use support::fleet::{self, client_for, unique_name, wait_for};
+use support::hub::{self, Controller};
+
+/// A batch Job of one 1-GPU pod that names `class`, running 600 s.
+fn job_with_class(ns: &str, name: &str, class: &str) -> Value {
+    let mut j = batch_job(ns, name, 1, 1, 600);
+    j["spec"]["template"]["spec"]["priorityClassName"] = json!(class);
+    j["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] =
+        json!("1");
+    j["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] =
+        json!("1");
+    j
+}
+
+async fn create_class(c: &Client, name: &str) {
+    let pc: PriorityClass = serde_json::from_value(
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                      "metadata": {"name": name}, "value": 1000}),
+    )
+    .expect("a PriorityClass");
+    Api::<PriorityClass>::all(c.clone())
+        .create(&PostParams::default(), &pc)
+        .await
+        .unwrap_or_else(|e| panic!("creating PriorityClass {name}: {e}"));
+}
+
+async fn delete_class(c: &Client, name: &str) {
+    let _ = Api::<PriorityClass>::all(c.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+}
+
+async fn status(hub: &Client, ns: &str, kind: &str, name: &str) -> QueuedJobStatus {
+    hub::queued_job(hub, ns, kind, name)
+        .await
+        .and_then(|q| q.status)
+        .unwrap_or_default()
+}
+
+async fn member_status(hub: &Client, name: &str) -> muster::controller::crd::MemberClusterStatus {
+    Api::<MemberCluster>::all(hub.clone())
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|m| m.status)
+        .unwrap_or_default()
+}
+
+/// Pods of `ns` on `member` that run.
+async fn running_pods(member: &str, ns: &str) -> usize {
+    let c = client_for(member).await;
+    fleet::list_pods(&c, ns, "")
+        .await
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_go_only_to_members_that_have_their_priority_class() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("serves");
+    let hub = setup(&[&ns], root(vec![leaf("serves", &ns)])).await;
+    let only_c = unique_name("only-c");
+    let nowhere = unique_name("nowhere");
+    // Both exist on the hub (the hub's PriorityClasses give a job its priority); on the members
+    // only-c exists on member-c alone, nowhere on none.
+    create_class(&hub, &only_c).await;
+    create_class(&hub, &nowhere).await;
+    let member_c = client_for("member-c").await;
+    let member_b = client_for("member-b").await;
+    create_class(&member_c, &only_c).await;
+    let controller = Controller::start("serves", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        wait_for("member-c lists the PriorityClass", T, || async {
+            let st = member_status(&hub, "member-c").await;
+            match &st.priority_classes {
+                Some(p) if p.contains(&only_c) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        fleet::create_json(&hub, "jobs", job_with_class(&ns, "on-c", &only_c))
+            .await
+            .expect("create");
+        fleet::create_json(&hub, "jobs", job_with_class(&ns, "waits", &nowhere))
+            .await
+            .expect("create");
+        // The first runs on member-c; the second is never dispatched and says why, watched
+        // the whole time until then.
+        let deadline = Instant::now() + T;
+        let mut waited_reason = None;
+        loop {
+            assert!(Instant::now() < deadline, "on-c never ran on member-c");
+            let on_c = status(&hub, &ns, "Job", "on-c").await;
+            if let Some(c) = &on_c.cluster {
+                assert_eq!(c, "member-c", "{on_c:?}");
+            }
+            let w = status(&hub, &ns, "Job", "waits").await;
+            assert!(
+                w.cluster.is_none(),
+                "dispatched with no PriorityClass: {w:?}"
+            );
+            assert!(
+                !matches!(
+                    w.state,
+                    QueuedJobState::Admitted | QueuedJobState::Dispatched
+                ),
+                "{w:?}"
+            );
+            if let Some(r) = &w.reason
+                && r.contains("PriorityClass")
+            {
+                waited_reason = Some(r.clone());
+            }
+            if on_c.state == QueuedJobState::Running && waited_reason.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert_eq!(running_pods("member-c", &ns).await, 1);
+        let why = waited_reason.unwrap_or_default();
+        for m in ["member-a", "member-b", "member-c"] {
+            assert!(
+                why.contains(&format!("no PriorityClass {nowhere} on {m}")),
+                "{m} in {why:?}"
+            );
+        }
+        let (ok, text) = hub::explain(&format!("{ns}/waits"));
+        assert!(ok, "{text}");
+        assert!(
+            text.contains(&format!(
+                "member-b: cannot create it: no PriorityClass {nowhere} on member-b"
+            )),
+            "{text}"
+        );
+        // The PriorityClass is created on member-b: picked up live, the job runs there.
+        create_class(&member_b, &nowhere).await;
+        wait_for("waits running on member-b", T, || async {
+            let w = status(&hub, &ns, "Job", "waits").await;
+            match (&w.cluster, w.state) {
+                (Some(c), QueuedJobState::Running) if c == "member-b" => Ok(()),
+                (Some(c), _) => {
+                    assert_eq!(c, "member-b", "{w:?}");
+                    Err(format!("{w:?}"))
+                }
+                _ => Err(format!("{w:?}")),
+            }
+        })
+        .await;
+        assert_eq!(running_pods("member-b", &ns).await, 1);
+    }))
+    .await;
+    for (c, n) in [
+        (&member_c, &only_c),
+        (&member_b, &nowhere),
+        (&hub, &only_c),
+        (&hub, &nowhere),
+    ] {
+        delete_class(c, n).await;
+    }
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+/// An MPIJob (no MPI operator runs on the fleet: only its copy's creation is looked at) that may
+/// go to member-a only.
+fn mpijob_for_a(ns: &str, name: &str) -> Value {
+    let c = |gpu: &str| {
+        json!([{"name": "mpi", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"limits": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": gpu}}}])
+    };
+    json!({
+        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+        "metadata": {"name": name, "namespace": ns,
+                     "annotations": {"muster.dev/clusters": "member-a"}},
+        "spec": {"slotsPerWorker": 1, "mpiReplicaSpecs": {
+            "Launcher": {"replicas": 1, "template": {"spec": {"containers": c("0")}}},
+            "Worker": {"replicas": 2, "template": {"spec": {"containers": c("1")}}}}}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_crd_is_removed_is_not_chosen_until_it_is_back() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("crd");
+    let hub = setup(&[&ns], root(vec![leaf("crd", &ns)])).await;
+    let name = "mpijobs.kubeflow.org";
+    let member_a = client_for("member-a").await;
+    let crds: Api<CustomResourceDefinition> = Api::all(member_a.clone());
+    let mut crd = crds
+        .get(name)
+        .await
+        .expect("the fleet installs the MPIJob CRD on every member");
+    crd.metadata = kube::api::ObjectMeta {
+        name: crd.metadata.name.clone(),
+        labels: crd.metadata.labels.clone(),
+        annotations: crd.metadata.annotations.clone(),
+        ..Default::default()
+    };
+    crd.status = None;
+    let controller = Controller::start("crd", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        wait_for("member-a lists MPIJob", T, || async {
+            let st = member_status(&hub, "member-a").await;
+            if st.kinds.iter().any(|k| k == "MPIJob") {
+                Ok(())
+            } else {
+                Err(format!("{:?}", st.kinds))
+            }
+        })
+        .await;
+        let _ = crds.delete(name, &DeleteParams::default()).await;
+        wait_for("member-a no longer lists MPIJob", T, || async {
+            let st = member_status(&hub, "member-a").await;
+            if st.kinds.iter().any(|k| k == "MPIJob") || st.kinds.is_empty() {
+                Err(format!("{:?}", st.kinds))
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+        fleet::create_json(&hub, "mpijobs", mpijob_for_a(&ns, "mpi"))
+            .await
+            .expect("create");
+        let q = wait_for("the MPIJob says why it waits", T, || async {
+            let st = status(&hub, &ns, "MPIJob", "mpi").await;
+            assert!(st.cluster.is_none(), "dispatched: {st:?}");
+            match &st.reason {
+                Some(r) if r.contains("member-a does not serve MPIJob") => Ok(st),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        assert!(q.cluster.is_none());
+        // Watched for 5 s more: it stays off member-a.
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            let st = status(&hub, &ns, "MPIJob", "mpi").await;
+            assert!(st.cluster.is_none(), "dispatched: {st:?}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        // The CRD is back: found live, the MPIJob's copy is created on member-a.
+        crds.create(&PostParams::default(), &crd)
+            .await
+            .expect("the CRD back");
+        wait_for("the MPIJob copied to member-a", T, || async {
+            let on =
+                hub::members_with("kubeflow.org/v2beta1", "MPIJob", "mpijobs", &ns, "mpi").await;
+            if on == ["member-a"] {
+                Ok(())
+            } else {
+                Err(format!(
+                    "on {on:?}; {:?}",
+                    status(&hub, &ns, "MPIJob", "mpi").await
+                ))
+            }
+        })
+        .await;
+    }))
+    .await;
+    // Whatever happened, member-a gets its CRD back.
+    if crds.get_opt(name).await.ok().flatten().is_none() {
+        let _ = crds.create(&PostParams::default(), &crd).await;
+    }
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
