@@ -3,7 +3,7 @@
 //! is never dispatched (watched the whole time) and says which member lacks what, until the
 //! PriorityClass is created on member-b, where it then runs; a member whose MPIJob CRD is removed
 //! is no longer a candidate for MPIJobs, and is again once the CRD is back. MemberCluster status
-//! lists what each member serves.
+//! lists what each member serves. A member's own refusal of a copy's pods is the QueuedJob's reason.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -284,5 +284,46 @@ async fn a_member_whose_crd_is_removed_is_not_chosen_until_it_is_back() {
     if crds.get_opt(name).await.ok().flatten().is_none() {
         let _ = crds.create(&PostParams::default(), &crd).await;
     }
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+/// The member's own refusal of a copy's pods is the QueuedJob's reason: member-a's namespace
+/// has a ResourceQuota of no pods, so its Job controller cannot create the pod (`FailedCreate`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_refusal_of_the_pods_is_the_reason() {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("refused");
+    let hub = setup(&[&ns], root(vec![leaf("refused", &ns)])).await;
+    let member_a = client_for("member-a").await;
+    fleet::create_namespace(&member_a, &ns).await;
+    let rq: ResourceQuota = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "none", "namespace": ns}, "spec": {"hard": {"pods": "0"}}
+    }))
+    .expect("a ResourceQuota");
+    Api::<ResourceQuota>::namespaced(member_a.clone(), &ns)
+        .create(&PostParams::default(), &rq)
+        .await
+        .expect("the quota");
+    let controller = Controller::start("refused", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        let mut job = batch_job(&ns, "quota", 1, 1, 600);
+        job["metadata"]["annotations"] = json!({"muster.dev/clusters": "member-a"});
+        fleet::create_json(&hub, "jobs", job).await.expect("create");
+        let st = wait_for("the member's refusal in the reason", T, || async {
+            let st = status(&hub, &ns, "Job", "quota").await;
+            match &st.reason {
+                Some(r) if r.contains("member-a refuses: FailedCreate") => Ok(st),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        let why = st.reason.unwrap_or_default();
+        eprintln!("reason: {why}");
+        assert!(why.contains("exceeded quota"), "{why}");
+        assert_eq!(st.state, QueuedJobState::Dispatched, "{why}");
+    }))
+    .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
 }

@@ -1,8 +1,9 @@
 //! Member clusters at runtime: a client per member (from the kubeconfig Secret its
-//! MemberCluster names), watches of its Nodes, Pods, PriorityClasses and muster's job copies, a
-//! liveness probe, discovery of the job kinds it serves (again every 15 s), and the translation
-//! of what is watched into the core's view (nodes, what the member can create, and per-node
-//! usage by pods muster does not account for itself). Never decides anything.
+//! MemberCluster names), watches of its Nodes, Pods, PriorityClasses, warning Events and muster's
+//! job copies, a liveness probe, discovery of the job kinds it serves (again every 15 s), and the
+//! translation of what is watched into the core's view (nodes, what the member can create, and
+//! per-node usage by pods muster does not account for itself) and into what a copy's status
+//! says (the member's refusals of its pods). Never decides anything.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -89,6 +90,9 @@ pub struct Member {
     /// `None` when the member's API server does not let muster list PriorityClasses: then
     /// they are not checked there.
     pub priority_classes: Option<Watched<PriorityClass>>,
+    /// Warning Events about objects other than pods (a job controller's `FailedCreate`): what
+    /// the member refused of a copy. `None` when the member does not let muster list Events.
+    pub warnings: Option<Watched<Event>>,
     pub jobs: HashMap<JobKind, Watched<DynamicObject>>,
     /// The API server's (major, minor) version at connection ((0, 0) when unreadable).
     pub server_version: (u32, u32),
@@ -176,6 +180,28 @@ impl Member {
             }
             Err(e) => return Err(e.into()),
         };
+        let ev_api = Api::<Event>::all(client.clone());
+        let warnings_only = "type=Warning,involvedObject.kind!=Pod";
+        let warnings = match tokio::time::timeout(
+            Duration::from_secs(10),
+            ev_api.list_metadata(&ListParams::default().fields(warnings_only).limit(1)),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("member {name}: listing Events timed out"))?
+        {
+            Ok(_) => Some(watch(
+                ev_api,
+                watcher::Config::default().fields(warnings_only),
+                (),
+                wake.clone(),
+                &mut tasks,
+            )),
+            Err(kube::Error::Api(e)) if e.code == 403 => {
+                tracing::warn!(member = %name, error = %e, "cannot list Events: the member's refusals of a job's pods are not shown");
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
         let discovered = Arc::new(std::sync::Mutex::new(kinds.clone()));
         {
             let (d, c, w) = (discovered.clone(), client.clone(), wake.clone());
@@ -231,6 +257,7 @@ impl Member {
             nodes,
             pods,
             priority_classes,
+            warnings,
             jobs,
             health,
             connected_at: Instant::now(),
@@ -253,6 +280,15 @@ impl Member {
             .lock()
             .map(|d| *d != self.kinds)
             .unwrap_or(false)
+    }
+
+    /// The member's newest refusal of something the copy needs: a warning Event whose reason
+    /// starts with `Failed` (`FailedCreate`, `FailedCreatePod`, ...) about the copy itself, or
+    /// about a Job it made (a JobSet's child Jobs, an MPIJob's launcher, named `<copy>-...`),
+    /// since the copy was created. As `FailedCreate: <message>`.
+    pub fn refusal(&self, copy: &DynamicObject) -> Option<String> {
+        let events = self.warnings.as_ref()?.state();
+        refusal_in(&events, copy)
     }
 
     /// What the member can create: the kinds this connection serves, and its PriorityClasses
@@ -350,6 +386,40 @@ where
             .await;
     }));
     Watched { store, ready }
+}
+
+/// The newest refusal about `copy` among `events` (see [`Member::refusal`]).
+pub fn refusal_in(events: &[Arc<Event>], copy: &DynamicObject) -> Option<String> {
+    let (uid, ns, name) = (copy.uid()?, copy.namespace()?, copy.name_any());
+    let created = copy.creation_timestamp().map(|t| t.0);
+    let child = format!("{name}-");
+    events
+        .iter()
+        .filter(|e| e.reason.as_deref().is_some_and(|r| r.starts_with("Failed")))
+        .filter(|e| {
+            let o = &e.involved_object;
+            o.uid.as_deref() == Some(uid.as_str())
+                || (o.namespace.as_deref() == Some(ns.as_str())
+                    && o.kind.as_deref() == Some("Job")
+                    && o.name.as_deref().is_some_and(|n| n.starts_with(&child)))
+        })
+        .filter_map(|e| {
+            let at = e
+                .last_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .or(e.event_time.as_ref().map(|t| t.0))
+                .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))?;
+            created.is_none_or(|c| at >= c).then_some((at, e))
+        })
+        .max_by_key(|(at, _)| *at)
+        .map(|(_, e)| {
+            format!(
+                "{}: {}",
+                e.reason.as_deref().unwrap_or_default(),
+                e.message.as_deref().unwrap_or_default().trim()
+            )
+        })
 }
 
 /// The core's description of a member from its Node objects (sorted by name). Nodes whose
@@ -465,5 +535,77 @@ mod tests {
         assert_eq!(u["n1"].get("cpu").milli(), 1500);
         assert_eq!(u["n2"].get("cpu").milli(), 3000);
         assert_eq!(pods_of(&pods, "held").len(), 1);
+    }
+
+    fn event(kind: &str, name: &str, uid: &str, reason: &str, at: &str, msg: &str) -> Arc<Event> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("{name}.{at}"), "namespace": "ns"},
+                "involvedObject": {"kind": kind, "name": name, "namespace": "ns", "uid": uid},
+                "reason": reason, "message": msg, "type": "Warning", "lastTimestamp": at
+            }))
+            .expect("an Event"),
+        )
+    }
+
+    #[test]
+    fn the_newest_failure_about_the_copy_or_its_jobs_since_it_was_made_is_its_refusal() {
+        let copy: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "js", "namespace": "ns", "uid": "u1",
+                         "creationTimestamp": "2026-12-01T10:00:00Z"}
+        }))
+        .expect("a copy");
+        let quota = "pods \"js-w-0-0\" is forbidden: exceeded quota: none, requested: pods=1";
+        let events = vec![
+            // Before the copy was made: an earlier copy of the same name.
+            event(
+                "Job",
+                "js-w-0",
+                "old",
+                "FailedCreate",
+                "2026-12-01T09:00:00Z",
+                "old",
+            ),
+            // Not a failure.
+            event(
+                "JobSet",
+                "js",
+                "u1",
+                "UpdateFailed?",
+                "2026-12-01T10:00:02Z",
+                "x",
+            ),
+            event(
+                "JobSet",
+                "js",
+                "u1",
+                "SuccessfulCreate",
+                "2026-12-01T10:00:03Z",
+                "ok",
+            ),
+            // Another job's.
+            event(
+                "Job",
+                "jsx-w-0",
+                "u9",
+                "FailedCreate",
+                "2026-12-01T10:00:09Z",
+                "other",
+            ),
+            event(
+                "Job",
+                "js-w-0",
+                "u2",
+                "FailedCreate",
+                "2026-12-01T10:00:05Z",
+                quota,
+            ),
+        ];
+        assert_eq!(
+            refusal_in(&events, &copy).as_deref(),
+            Some(format!("FailedCreate: {quota}").as_str())
+        );
+        assert_eq!(refusal_in(&events[..3], &copy), None);
     }
 }

@@ -211,8 +211,17 @@ impl Brain {
                 self.sched.rebind(id, &plan);
             }
             let placed = self.place_pods(uid, cluster, &copy.data, &pods).await;
+            // Pods missing: what the member refused, if it said (a quota, an admission webhook).
+            let refused = (tally.running + tally.waiting + tally.succeeded < expected)
+                .then(|| self.members.get(cluster)?.refusal(copy.as_ref()))
+                .flatten()
+                .map(|r| format!("{cluster} refuses: {r}"));
             if let Some(j) = self.jobs.get_mut(uid) {
-                j.waiting = placed.pending.or(placed.held);
+                let waiting = placed.pending.or(placed.held);
+                j.waiting = match (refused, waiting) {
+                    (Some(r), Some(w)) => Some(format!("{r}; {w}")),
+                    (r, w) => r.or(w),
+                };
                 j.pods = Some(PodCounts {
                     expected,
                     scheduled: tally.scheduled,
