@@ -147,6 +147,23 @@ build_jobset() {
   stamp jobset
 }
 
+build_kuberay() {
+  done_ kuberay && return 0
+  local v="$KUBERAY_VERSION" src="$FLEET_CACHE/src/kuberay"
+  # The operator's main package is the module root (ray-operator/main.go); built through a
+  # wrapper module, as JobSet is, so that only the exact version is asked of the proxy.
+  rm -rf "$src"; mkdir -p "$src"
+  fleet_log "kuberay $v: building github.com/ray-project/kuberay/ray-operator via a wrapper module"
+  (
+    cd "$src"
+    go mod init muster.local/fleet/kuberay >/dev/null 2>&1
+    go mod edit -require="github.com/ray-project/kuberay/ray-operator@$v"
+    nice -n "$GO_NICE" go build -p "$GOBUILD_P" -trimpath -ldflags "-s -w" \
+      -o "$FLEET_BIN/kuberay-operator" github.com/ray-project/kuberay/ray-operator
+  )
+  stamp kuberay
+}
+
 collect_crds() {
   done_ crds && return 0
   local d tmp="$FLEET_CRDS.tmp"
@@ -158,7 +175,10 @@ collect_crds() {
   d="$(mod_dir "sigs.k8s.io/jobset@$JOBSET_VERSION")"
   cp "$d"/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml "$tmp/"
   d="$(mod_dir "github.com/ray-project/kuberay/ray-operator@$KUBERAY_VERSION")"
-  cp "$d"/config/crd/bases/ray.io_rayjobs.yaml "$d"/config/crd/bases/ray.io_rayclusters.yaml "$tmp/"
+  # RayService too: muster does not manage it, but the KubeRay operator's RayService controller
+  # waits for its CRD (an error every 10 s without it).
+  cp "$d"/config/crd/bases/ray.io_rayjobs.yaml "$d"/config/crd/bases/ray.io_rayclusters.yaml \
+     "$d"/config/crd/bases/ray.io_rayservices.yaml "$tmp/"
   d="$(mod_dir "github.com/kubeflow/mpi-operator@$MPI_OPERATOR_VERSION")"
   # MPIJob v2beta1 (see docs/development.md).
   cp "$d"/manifests/base/kubeflow.org_mpijobs.yaml "$tmp/mpi-operator_kubeflow.org_mpijobs.yaml"
@@ -167,7 +187,7 @@ collect_crds() {
   stamp crds
 }
 
-for step in ${FLEET_BUILD_STEPS:-build_kubernetes build_etcd build_kwok build_training_operator build_jobset collect_crds}; do
+for step in ${FLEET_BUILD_STEPS:-build_kubernetes build_etcd build_kwok build_training_operator build_jobset build_kuberay collect_crds}; do
   t=$SECONDS
   "$step"
   fleet_log "$step: done in $((SECONDS - t))s"

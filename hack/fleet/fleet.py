@@ -3,9 +3,9 @@
 
 Run through hack/fleet/fleet.sh (which sets FLEET_* from lib.sh), normally via make:
   up      start etcd, the four apiservers, the members' scheduler, controller-manager, kwok,
-          training-operator and JobSet controller, the hub's controller-manager; install CRDs;
-          create fake nodes from the fleet file; wait until everything is ready. Reuses a healthy
-          running fleet.
+          training-operator, JobSet controller and KubeRay operator, the hub's
+          controller-manager; install CRDs; create fake nodes from the fleet file; wait until
+          everything is ready. Reuses a healthy running fleet.
   down    stop every process it started, by pid; check that no port is left open.
   status  one line per component: pid, health, RSS, log.
 
@@ -91,6 +91,8 @@ def ports(cluster=None):
         "jobset-metrics": b + 110 + i,
         "jobset-health": b + 120 + i,
         "jobset-webhook": b + 130 + i,
+        "kuberay-metrics": b + 140 + i,
+        "kuberay-health": b + 150 + i,
     }
 
 
@@ -106,6 +108,7 @@ def components():
             (f"{c}/kwok", c, "kwok"),
             (f"{c}/training-operator", c, "training-operator"),
             (f"{c}/jobset-controller", c, "jobset-controller"),
+            (f"{c}/kuberay-operator", c, "kuberay-operator"),
         ]
     return out
 
@@ -535,6 +538,18 @@ def start_jobset_controller(c):
     ], env={"TMPDIR": p(c, "tmp")})
 
 
+def start_kuberay_operator(c):
+    """The KubeRay operator: RayCluster and RayJob controllers, no webhooks (they run only with
+    ENABLE_WEBHOOKS=true), no leader election, metrics and probes on 127.0.0.1."""
+    pt = ports(c)
+    start(f"{c}/kuberay-operator", "kuberay-operator", [
+        f"--metrics-addr=127.0.0.1:{pt['kuberay-metrics']}",
+        f"--health-probe-bind-address=127.0.0.1:{pt['kuberay-health']}",
+        "--enable-leader-election=false",
+        "--log-stdout-encoder=console",
+    ], env={"TMPDIR": p(c, "tmp"), "KUBECONFIG": kubeconfig_path(c)})
+
+
 def copy_serving_cert(dst_dir):
     os.makedirs(dst_dir, exist_ok=True)
     shutil.copy(p("pki", "serving.crt"), os.path.join(dst_dir, "tls.crt"))
@@ -760,7 +775,7 @@ def healthy(fleet_file):
                 code, _ = insecure_get(f"{scheme}://127.0.0.1:{ports(c)[k]}{path}")
                 if code != 200:
                     return False
-            for k in ("training-operator-health", "jobset-health"):
+            for k in ("training-operator-health", "jobset-health", "kuberay-health"):
                 code, _ = insecure_get(f"http://127.0.0.1:{ports(c)[k]}/readyz")
                 if code != 200:
                     return False
@@ -783,7 +798,7 @@ def up(fleet_file):
                          + ", ".join(f"{k}={v}" for k, v in busy.items())
                          + " (set FLEET_PORT_BASE to move them)")
     for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-              "training-operator", "jobset-controller"):
+              "training-operator", "jobset-controller", "kuberay-operator"):
         if not os.access(os.path.join(BIN, b), os.X_OK):
             raise FleetError(f"{BIN}/{b} missing: run `make fleet-build`")
     fleet = load_fleet_file(fleet_file)
@@ -833,6 +848,7 @@ def up(fleet_file):
         start_kwok(c)
         start_training_operator(c)
         start_jobset_controller(c)
+        start_kuberay_operator(c)
 
     node_names = {}
     for c in MEMBERS:
@@ -859,6 +875,8 @@ def up(fleet_file):
                  health(c, "training-operator-health", "http", "/readyz"), "/readyz")
         wait_for(f"{c}/jobset-controller", "jobset-controller",
                  health(c, "jobset-health", "http", "/readyz"), "/readyz")
+        wait_for(f"{c}/kuberay-operator", "kuberay-operator",
+                 health(c, "kuberay-health", "http", "/readyz"), "/readyz")
     wait_for(f"{HUB}/kube-controller-manager", "kube-controller-manager",
              lambda: default_sa(apis[HUB]), "ServiceAccount default/default")
 
@@ -891,6 +909,8 @@ def status():
                     f"http://127.0.0.1:{ports(c)['training-operator-health']}/readyz")
             elif b == "jobset-controller":
                 code, _ = insecure_get(f"http://127.0.0.1:{ports(c)['jobset-health']}/readyz")
+            elif b == "kuberay-operator":
+                code, _ = insecure_get(f"http://127.0.0.1:{ports(c)['kuberay-health']}/readyz")
             else:
                 key = "controller-manager" if b == "kube-controller-manager" else "scheduler"
                 code, _ = insecure_get(f"https://127.0.0.1:{ports(c)[key]}/healthz")

@@ -1,0 +1,162 @@
+//! RayCluster and RayJob for real on the local fleet: the KubeRay operator runs in every member.
+//! The README's examples (`examples/jobs/raycluster.yaml`, `examples/jobs/rayjob.yaml`) are
+//! submitted to the hub, each is dispatched whole to exactly one member, the operator there makes
+//! every pod (head, workers, and for the RayJob its submitter), each runs, and the member's
+//! status comes back to the hub object.
+
+// The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
+#![allow(clippy::await_holding_lock)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use muster::controller::crd::{QueuedJobState, QueuedJobStatus};
+use serde_json::Value;
+use support::failures::*;
+use support::fleet::{self, client_for, unique_name, wait_for};
+use support::hub::{self, Controller};
+
+fn example(file: &str, ns: &str) -> Value {
+    let path = fleet::repo_root().join("examples/jobs").join(file);
+    let text = std::fs::read_to_string(&path).expect("the example");
+    let mut v: Value = serde_yaml::from_str(&text).expect("YAML");
+    v["metadata"]["namespace"] = Value::from(ns);
+    v
+}
+
+async fn status(hub: &Client, ns: &str, kind: &str, name: &str) -> QueuedJobStatus {
+    hub::queued_job(hub, ns, kind, name)
+        .await
+        .and_then(|q| q.status)
+        .unwrap_or_default()
+}
+
+/// Pods of `ns` per member: (member, running, all).
+async fn pods_per_member(ns: &str) -> Vec<(String, usize, usize)> {
+    let mut out = Vec::new();
+    for m in fleet::MEMBERS {
+        let pods = fleet::list_pods(&client_for(m).await, ns, "").await;
+        let running = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if !pods.is_empty() {
+            out.push((m.to_string(), running, pods.len()));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raycluster_runs_whole_on_one_member() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("ray");
+    let hub = setup(&[&ns], root(vec![leaf("ray", &ns)])).await;
+    let controller = Controller::start("ray", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        fleet::create_json(&hub, "rayclusters", example("raycluster.yaml", &ns))
+            .await
+            .expect("create");
+        // Watched until every pod runs: never pods on two members, never more than 6.
+        let deadline = Instant::now() + T;
+        let st = loop {
+            assert!(
+                Instant::now() < deadline,
+                "never running: {:?}",
+                pods_per_member(&ns).await
+            );
+            let per = pods_per_member(&ns).await;
+            assert!(per.len() <= 1, "pods on more than one member: {per:?}");
+            assert!(per.iter().all(|p| p.2 <= 6), "more than 6 pods: {per:?}");
+            let st = status(&hub, &ns, "RayCluster", "tune-cluster").await;
+            if st.state == QueuedJobState::Running {
+                break st;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        let cluster = st.cluster.clone().expect("a member");
+        assert_eq!(
+            pods_per_member(&ns).await,
+            [(cluster.clone(), 6, 6)],
+            "head + 2 GPU + 3 cpu workers run there"
+        );
+        let on = hub::members_with(
+            "ray.io/v1",
+            "RayCluster",
+            "rayclusters",
+            &ns,
+            "tune-cluster",
+        )
+        .await;
+        assert_eq!(on, [cluster.clone()]);
+        // The operator's status, synced to the hub.
+        wait_for("the RayCluster's status on the hub", T, || async {
+            let api = fleet::dynamic_api(&hub, "ray.io/v1", "RayCluster", "rayclusters", Some(&ns));
+            let obj = api.get("tune-cluster").await.map_err(|e| e.to_string())?;
+            match obj.data["status"]["state"].as_str() {
+                Some("ready") => Ok(()),
+                _ => Err(format!("{}", obj.data["status"])),
+            }
+        })
+        .await;
+    }))
+    .await;
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rayjob_runs_its_cluster_and_submitter_on_one_member() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("rayjob");
+    let hub = setup(&[&ns], root(vec![leaf("rayjob", &ns)])).await;
+    let controller = Controller::start("rayjob", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        fleet::create_json(&hub, "rayjobs", example("rayjob.yaml", &ns))
+            .await
+            .expect("create");
+        // Watched until the submitter exists beside the running head and workers: pods on one
+        // member only, never more than 4.
+        let deadline = Instant::now() + T;
+        let mut member: Option<String> = None;
+        loop {
+            let per = pods_per_member(&ns).await;
+            assert!(
+                Instant::now() < deadline,
+                "the submitter never came: {per:?}"
+            );
+            assert!(per.len() <= 1, "pods on more than one member: {per:?}");
+            assert!(per.iter().all(|p| p.2 <= 4), "more than 4 pods: {per:?}");
+            let st = status(&hub, &ns, "RayJob", "batch-inference").await;
+            if let Some(c) = &st.cluster {
+                assert_eq!(member.get_or_insert(c.clone()), c, "moved: {st:?}");
+            }
+            if let (Some(c), [(m, running, 4)]) = (&member, per.as_slice())
+                && m == c
+                && *running >= 3
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let cluster = member.expect("a member");
+        let on = hub::members_with("ray.io/v1", "RayJob", "rayjobs", &ns, "batch-inference").await;
+        assert_eq!(on, [cluster.clone()]);
+        // The operator's status, synced to the hub.
+        wait_for("the RayJob's status on the hub", T, || async {
+            let api = fleet::dynamic_api(&hub, "ray.io/v1", "RayJob", "rayjobs", Some(&ns));
+            let obj = api
+                .get("batch-inference")
+                .await
+                .map_err(|e| e.to_string())?;
+            match obj.data["status"]["jobDeploymentStatus"].as_str() {
+                Some(_) => Ok(()),
+                None => Err(format!("{}", obj.data["status"])),
+            }
+        })
+        .await;
+    }))
+    .await;
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
