@@ -90,7 +90,7 @@ async fn a_raycluster_runs_whole_on_one_member() {
             "tune-cluster",
         )
         .await;
-        assert_eq!(on, [cluster.clone()]);
+        assert_eq!(on, std::slice::from_ref(&cluster));
         // The operator's status, synced to the hub.
         wait_for("the RayCluster's status on the hub", T, || async {
             let api = fleet::dynamic_api(&hub, "ray.io/v1", "RayCluster", "rayclusters", Some(&ns));
@@ -142,7 +142,7 @@ async fn a_rayjob_runs_its_cluster_and_submitter_on_one_member() {
         }
         let cluster = member.expect("a member");
         let on = hub::members_with("ray.io/v1", "RayJob", "rayjobs", &ns, "batch-inference").await;
-        assert_eq!(on, [cluster.clone()]);
+        assert_eq!(on, std::slice::from_ref(&cluster));
         // The operator's status, synced to the hub.
         wait_for("the RayJob's status on the hub", T, || async {
             let api = fleet::dynamic_api(&hub, "ray.io/v1", "RayJob", "rayjobs", Some(&ns));
