@@ -407,17 +407,11 @@ async fn a_job_kind_installed_after_the_start_is_handled() {
     let hub = setup(&[&ns], root(vec![leaf("late", &ns)])).await;
     let crds: Api<CustomResourceDefinition> = Api::all(hub.clone());
     let name = "xgboostjobs.kubeflow.org";
-    let mut crd = crds
-        .get(name)
-        .await
-        .expect("the fleet installs the XGBoostJob CRD");
-    crd.metadata = kube::api::ObjectMeta {
-        name: crd.metadata.name.clone(),
-        labels: crd.metadata.labels.clone(),
-        annotations: crd.metadata.annotations.clone(),
-        ..Default::default()
-    };
-    crd.status = None;
+    let crd = hub::recreatable(
+        crds.get(name)
+            .await
+            .expect("the fleet installs the XGBoostJob CRD"),
+    );
     let _ = crds.delete(name, &Default::default()).await;
     wait_for("the CRD gone", T, || async {
         match crds.get_opt(name).await {

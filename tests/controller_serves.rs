@@ -209,17 +209,11 @@ async fn a_member_whose_crd_is_removed_is_not_chosen_until_it_is_back() {
     let name = "mpijobs.kubeflow.org";
     let member_a = client_for("member-a").await;
     let crds: Api<CustomResourceDefinition> = Api::all(member_a.clone());
-    let mut crd = crds
-        .get(name)
-        .await
-        .expect("the fleet installs the MPIJob CRD on every member");
-    crd.metadata = kube::api::ObjectMeta {
-        name: crd.metadata.name.clone(),
-        labels: crd.metadata.labels.clone(),
-        annotations: crd.metadata.annotations.clone(),
-        ..Default::default()
-    };
-    crd.status = None;
+    let crd = hub::recreatable(
+        crds.get(name)
+            .await
+            .expect("the fleet installs the MPIJob CRD on every member"),
+    );
     let controller = Controller::start("crd", &[]).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         wait_for("member-a lists MPIJob", T, || async {

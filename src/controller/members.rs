@@ -159,49 +159,24 @@ impl Member {
             wake.clone(),
             &mut tasks,
         );
-        let pc_api = Api::<PriorityClass>::all(client.clone());
-        let priority_classes = match tokio::time::timeout(
-            Duration::from_secs(10),
-            pc_api.list_metadata(&ListParams::default().limit(1)),
+        let priority_classes = optional_watch(
+            name,
+            Api::<PriorityClass>::all(client.clone()),
+            None,
+            "the jobs' PriorityClasses are not checked on this member",
+            &wake,
+            &mut tasks,
         )
-        .await
-        .map_err(|_| anyhow::anyhow!("member {name}: listing PriorityClasses timed out"))?
-        {
-            Ok(_) => Some(watch(
-                pc_api,
-                watcher::Config::default(),
-                (),
-                wake.clone(),
-                &mut tasks,
-            )),
-            Err(kube::Error::Api(e)) if e.code == 403 => {
-                tracing::warn!(member = %name, error = %e, "cannot list PriorityClasses: the jobs' PriorityClasses are not checked on this member");
-                None
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let ev_api = Api::<Event>::all(client.clone());
-        let warnings_only = "type=Warning,involvedObject.kind!=Pod";
-        let warnings = match tokio::time::timeout(
-            Duration::from_secs(10),
-            ev_api.list_metadata(&ListParams::default().fields(warnings_only).limit(1)),
+        .await?;
+        let warnings = optional_watch(
+            name,
+            Api::<Event>::all(client.clone()),
+            Some("type=Warning,involvedObject.kind!=Pod"),
+            "the member's refusals of a job's pods are not shown",
+            &wake,
+            &mut tasks,
         )
-        .await
-        .map_err(|_| anyhow::anyhow!("member {name}: listing Events timed out"))?
-        {
-            Ok(_) => Some(watch(
-                ev_api,
-                watcher::Config::default().fields(warnings_only),
-                (),
-                wake.clone(),
-                &mut tasks,
-            )),
-            Err(kube::Error::Api(e)) if e.code == 403 => {
-                tracing::warn!(member = %name, error = %e, "cannot list Events: the member's refusals of a job's pods are not shown");
-                None
-            }
-            Err(e) => return Err(e.into()),
-        };
+        .await?;
         let discovered = Arc::new(std::sync::Mutex::new(kinds.clone()));
         {
             let (d, c, w) = (discovered.clone(), client.clone(), wake.clone());
@@ -346,6 +321,45 @@ where
     type Target = Store<K>;
     fn deref(&self) -> &Store<K> {
         &self.store
+    }
+}
+
+/// A watch of something muster can do without: `None`, logged once with what is lost, when the
+/// member does not let muster list it (HTTP 403); other errors fail the connection.
+async fn optional_watch<K>(
+    member: &str,
+    api: Api<K>,
+    fields: Option<&str>,
+    without: &str,
+    wake: &Arc<Notify>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<Option<Watched<K>>>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let mut lp = ListParams::default().limit(1);
+    let mut cfg = watcher::Config::default();
+    if let Some(f) = fields {
+        lp = lp.fields(f);
+        cfg = cfg.fields(f);
+    }
+    let plural = K::plural(&()).to_string();
+    match tokio::time::timeout(Duration::from_secs(10), api.list_metadata(&lp))
+        .await
+        .map_err(|_| anyhow::anyhow!("member {member}: listing {plural} timed out"))?
+    {
+        Ok(_) => Ok(Some(watch(api, cfg, (), wake.clone(), tasks))),
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            tracing::warn!(member = %member, error = %e, "cannot list {plural}: {without}");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -35,6 +35,19 @@ pub async fn install_crds(hub: &Client) {
     }
 }
 
+/// A CRD as read, made ready to be created again after it is deleted: name, labels and
+/// annotations kept, server-set metadata and status dropped.
+pub fn recreatable(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    crd.metadata = kube::api::ObjectMeta {
+        name: crd.metadata.name.clone(),
+        labels: crd.metadata.labels.clone(),
+        annotations: crd.metadata.annotations.clone(),
+        ..Default::default()
+    };
+    crd.status = None;
+    crd
+}
+
 /// Waits until the CRD `name` is Established on the hub.
 pub async fn wait_established(hub: &Client, name: &str) {
     let api: Api<CustomResourceDefinition> = Api::all(hub.clone());
