@@ -1,8 +1,8 @@
-//! RayCluster and RayJob for real on the local fleet: the KubeRay operator runs in every member.
-//! The README's examples (`examples/jobs/raycluster.yaml`, `examples/jobs/rayjob.yaml`) are
-//! submitted to the hub, each is dispatched whole to exactly one member, the operator there makes
-//! every pod (head, workers, and for the RayJob its submitter), each runs, and the member's
-//! status comes back to the hub object.
+//! Every kind for real on the local fleet, with the operator that runs it in every member: the
+//! examples in `examples/jobs/` (RayCluster and RayJob under the KubeRay operator; TFJob,
+//! PaddleJob and JAXJob under the training-operator) are submitted to the hub, each is dispatched
+//! whole to exactly one member, the operator there makes every pod (for a RayJob also its
+//! submitter), each runs, watched throughout, and the member's status comes back to the hub object.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -159,4 +159,79 @@ async fn a_rayjob_runs_its_cluster_and_submitter_on_one_member() {
     }))
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+/// A training-operator kind from its example: dispatched whole to one member, all `pods` of it
+/// Running there (watched throughout: never pods on two members, never more than `pods`), its
+/// copy on that member alone, and the operator's `Running` condition synced to the hub job.
+async fn training_job_runs_whole(file: &str, kind: &str, plural: &str, name: &str, pods: usize) {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name(&kind.to_lowercase());
+    let hub = setup(&[&ns], root(vec![leaf("kinds", &ns)])).await;
+    let controller = Controller::start("kinds", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        fleet::create_json(&hub, plural, example(file, &ns))
+            .await
+            .expect("create");
+        let deadline = Instant::now() + T;
+        let st = loop {
+            let per = pods_per_member(&ns).await;
+            assert!(Instant::now() < deadline, "{kind} never running: {per:?}");
+            assert!(per.len() <= 1, "pods on more than one member: {per:?}");
+            assert!(
+                per.iter().all(|p| p.2 <= pods),
+                "more than {pods} pods: {per:?}"
+            );
+            let st = status(&hub, &ns, kind, name).await;
+            if st.state == QueuedJobState::Running {
+                break st;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        let cluster = st.cluster.clone().expect("a member");
+        assert_eq!(pods_per_member(&ns).await, [(cluster.clone(), pods, pods)]);
+        let on = hub::members_with("kubeflow.org/v1", kind, plural, &ns, name).await;
+        assert_eq!(on, std::slice::from_ref(&cluster));
+        wait_for("the operator's status on the hub", T, || async {
+            let api = fleet::dynamic_api(&hub, "kubeflow.org/v1", kind, plural, Some(&ns));
+            let obj = api.get(name).await.map_err(|e| e.to_string())?;
+            let running = obj.data["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Running" && c["status"] == "True")
+                });
+            if running {
+                Ok(())
+            } else {
+                Err(format!("{}", obj.data["status"]))
+            }
+        })
+        .await;
+    }))
+    .await;
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tfjob_runs_whole_on_one_member() {
+    // Chief, parameter server and 2 workers.
+    training_job_runs_whole("tfjob.yaml", "TFJob", "tfjobs", "wide-deep", 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paddlejob_runs_whole_on_one_member() {
+    training_job_runs_whole(
+        "paddlejob.yaml",
+        "PaddleJob",
+        "paddlejobs",
+        "ernie-finetune",
+        2,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jaxjob_runs_whole_on_one_member() {
+    training_job_runs_whole("jaxjob.yaml", "JAXJob", "jaxjobs", "jax-mnist", 2).await;
 }
