@@ -123,18 +123,19 @@ pub fn forecast(mut sched: Scheduler, inputs: &Inputs) -> Estimates {
     for (index, a) in inputs.arrivals.iter().enumerate() {
         events.push(Reverse((a.at.max(inputs.now), Event::Arrive { index })));
     }
-    let mut arrival_ids: Vec<Option<JobId>> = vec![None; inputs.arrivals.len()];
+    // An arrival's job id → its index, once it has been submitted.
+    let mut arrival_of: HashMap<JobId, usize> = HashMap::new();
     let mut arrived = 0usize;
     let mut arrival_starts: Vec<Option<Start>> = vec![None; inputs.arrivals.len()];
-    let runtime_of = |job: JobId, arrivals: &[Option<JobId>]| -> Ms {
-        if let Some(i) = arrivals.iter().position(|a| *a == Some(job)) {
-            return inputs.arrivals[i].runtime;
+    let runtime_of = |job: JobId, arrival_of: &HashMap<JobId, usize>| -> Ms {
+        match arrival_of.get(&job) {
+            Some(&i) => inputs.arrivals[i].runtime,
+            None => inputs
+                .runtimes
+                .get(&job)
+                .copied()
+                .unwrap_or(inputs.default_runtime),
         }
-        inputs
-            .runtimes
-            .get(&job)
-            .copied()
-            .unwrap_or(inputs.default_runtime)
     };
     let mut now = inputs.now;
     let mut ended: Vec<JobId> = Vec::new();
@@ -151,7 +152,7 @@ pub fn forecast(mut sched: Scheduler, inputs: &Inputs) -> Estimates {
                     Decision::Admit { job, cluster, .. } => {
                         let run = runs.entry(job).or_insert(0);
                         *run += 1;
-                        let at = now.saturating_add(runtime_of(job, &arrival_ids));
+                        let at = now.saturating_add(runtime_of(job, &arrival_of));
                         events.push(Reverse((at, Event::End { job, run: *run })));
                         // Its first start is the answer (a preemption later does not move it).
                         if let Some(w) = watched.get_mut(&job)
@@ -207,7 +208,7 @@ pub fn forecast(mut sched: Scheduler, inputs: &Inputs) -> Estimates {
                     arrived += 1;
                     match sched.submit(&a.workload, now) {
                         Submitted::Queued(id) | Submitted::Inadmissible(id, _) => {
-                            arrival_ids[index] = Some(id);
+                            arrival_of.insert(id, index);
                             watched.insert(id, Watched::new(Target::Arrival(index)));
                         }
                         Submitted::Ignored(why) => {

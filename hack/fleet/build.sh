@@ -31,6 +31,21 @@ mod_dir() {
   go mod download -json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(d["Error"]) if d.get("Error") else print(d["Dir"])'
 }
 
+# Builds package PKG of MODULE@VERSION into OUT through a wrapper module (src/NAME) that requires
+# that exact version: Go's minimal version selection then picks the module's own dependency
+# versions, and the proxy is asked for that version only (not the version list `go install
+# module@version` asks for). Usage: wrapper_build NAME MODULE@VERSION PKG OUT LDFLAGS
+wrapper_build() {
+  local name="$1" modver="$2" pkg="$3" out="$4" ld="$5" src="$FLEET_CACHE/src/$1"
+  rm -rf "$src"; mkdir -p "$src"
+  (
+    cd "$src"
+    go mod init "muster.local/fleet/$name" >/dev/null 2>&1
+    go mod edit -require="$modver"
+    nice -n "$GO_NICE" go build -p "$GOBUILD_P" -trimpath -ldflags "$ld" -o "$out" "$pkg"
+  )
+}
+
 build_kubernetes() {
   done_ kubernetes && return 0
   local v="$KUBERNETES_VERSION" minor src info gomod time
@@ -118,24 +133,17 @@ build_training_operator() {
 
 build_jobset() {
   done_ jobset && return 0
-  local v="$JOBSET_VERSION" src="$FLEET_CACHE/src/jobset" dir commit
+  local v="$JOBSET_VERSION" dir commit
   # The manager's main package is the module root (sigs.k8s.io/jobset, main.go). Not `go install
   # module@version`: that asks the proxy for the module's version list (for deprecations), which
   # the proxy here refuses for sigs.k8s.io/jobset (403). A wrapper module requiring the exact
   # version needs no list; Go's minimal version selection then picks jobset's own dependency versions.
-  rm -rf "$src"; mkdir -p "$src"
   # The tag's commit, as the module proxy records it, for its version string.
   commit="$(go mod download -json "sigs.k8s.io/jobset@$v" | python3 -c \
     'import json,sys; print(json.load(open(json.load(sys.stdin)["Info"])).get("Origin",{}).get("Hash","unknown"))')"
   fleet_log "jobset $v ($commit): building sigs.k8s.io/jobset via a wrapper module"
-  (
-    cd "$src"
-    go mod init muster.local/fleet/jobset >/dev/null 2>&1
-    go mod edit -require="sigs.k8s.io/jobset@$v"
-    nice -n "$GO_NICE" go build -p "$GOBUILD_P" -trimpath \
-      -ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$v -X sigs.k8s.io/jobset/pkg/version.GitCommit=$commit" \
-      -o "$FLEET_BIN/jobset-controller" sigs.k8s.io/jobset
-  )
+  wrapper_build jobset "sigs.k8s.io/jobset@$v" sigs.k8s.io/jobset "$FLEET_BIN/jobset-controller" \
+    "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$v -X sigs.k8s.io/jobset/pkg/version.GitCommit=$commit"
   # Its admission webhook configurations (service-based; fleet.py points them at 127.0.0.1) and
   # the kustomize patches that give the pod webhooks their objectSelector.
   dir="$(mod_dir "sigs.k8s.io/jobset@$v")"
@@ -149,18 +157,11 @@ build_jobset() {
 
 build_kuberay() {
   done_ kuberay && return 0
-  local v="$KUBERAY_VERSION" src="$FLEET_CACHE/src/kuberay"
+  local v="$KUBERAY_VERSION" m=github.com/ray-project/kuberay/ray-operator
   # The operator's main package is the module root (ray-operator/main.go); built through a
   # wrapper module, as JobSet is, so that only the exact version is asked of the proxy.
-  rm -rf "$src"; mkdir -p "$src"
-  fleet_log "kuberay $v: building github.com/ray-project/kuberay/ray-operator via a wrapper module"
-  (
-    cd "$src"
-    go mod init muster.local/fleet/kuberay >/dev/null 2>&1
-    go mod edit -require="github.com/ray-project/kuberay/ray-operator@$v"
-    nice -n "$GO_NICE" go build -p "$GOBUILD_P" -trimpath -ldflags "-s -w" \
-      -o "$FLEET_BIN/kuberay-operator" github.com/ray-project/kuberay/ray-operator
-  )
+  fleet_log "kuberay $v: building $m via a wrapper module"
+  wrapper_build kuberay "$m@$v" "$m" "$FLEET_BIN/kuberay-operator" "-s -w"
   stamp kuberay
 }
 
