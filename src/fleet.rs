@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::quantity::ResourceList;
 use crate::resources::{PODS, Res, ResourceTable, at, set};
-use crate::workload::JobKind;
+use crate::workload::{JobKind, RuntimeNeed, Workload};
 
 /// A node as the core is told about it (from a Node object or a scenario file).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -102,10 +102,11 @@ pub struct ClusterInfo {
     pub serves: Serves,
 }
 
-/// What a member can create, as far as it is known: a job of a kind it does not serve, or whose
-/// pods name a PriorityClass it lacks, is refused there by its API server (or never becomes
-/// pods), so such a member is no candidate. `None` is "not known": nothing is refused for it
-/// (a scenario that says nothing about it).
+/// What a member can create, as far as it is known: a job of a kind it does not serve, whose
+/// pods name a PriorityClass it lacks, or built from a training runtime it does not have (the
+/// same), is refused there by its API server or operator (or never becomes pods), so such a
+/// member is no candidate. `None` is "not known": nothing is refused for it (a scenario that
+/// says nothing about it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Serves {
@@ -115,29 +116,48 @@ pub struct Serves {
     /// The names of the member's PriorityClasses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_classes: Option<BTreeSet<String>>,
+    /// The member's training runtimes (`ClusterTrainingRuntime NAME`, `TrainingRuntime NS/NAME`)
+    /// with the digest of each one's spec (empty: present, not compared, as a scenario says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtimes: Option<BTreeMap<String, String>>,
+}
+
+/// What a member must serve to create a job: its kind, its pods' PriorityClasses and (a
+/// TrainJob) its training runtime.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Needs {
+    pub kind: JobKind,
+    pub pod_priority_classes: BTreeSet<String>,
+    pub runtime: Option<RuntimeNeed>,
+}
+
+impl Needs {
+    pub fn of(w: &Workload) -> Self {
+        Self {
+            kind: w.kind,
+            pod_priority_classes: w.pod_priority_classes.clone(),
+            runtime: w.runtime.clone(),
+        }
+    }
 }
 
 impl Serves {
     /// Nothing known: nothing refused.
     pub fn is_unknown(&self) -> bool {
-        self.kinds.is_none() && self.priority_classes.is_none()
+        self.kinds.is_none() && self.priority_classes.is_none() && self.runtimes.is_none()
     }
 
-    /// Why the member cannot create a job of `kind` whose pods name `priority_classes`, if it
-    /// cannot (`cluster` names the member in the reason).
-    pub fn refuses(
-        &self,
-        cluster: &str,
-        kind: JobKind,
-        priority_classes: &BTreeSet<String>,
-    ) -> Option<String> {
+    /// Why the member cannot create a job with these needs, if it cannot (`cluster` names the
+    /// member in the reason).
+    pub fn refuses(&self, cluster: &str, needs: &Needs) -> Option<String> {
         if let Some(k) = &self.kinds
-            && !k.contains(&kind)
+            && !k.contains(&needs.kind)
         {
-            return Some(format!("{cluster} does not serve {}", kind.as_str()));
+            return Some(format!("{cluster} does not serve {}", needs.kind.as_str()));
         }
         if let Some(have) = &self.priority_classes {
-            let missing: Vec<&str> = priority_classes
+            let missing: Vec<&str> = needs
+                .pod_priority_classes
                 .iter()
                 .filter(|p| !have.contains(*p))
                 .map(String::as_str)
@@ -149,6 +169,16 @@ impl Serves {
                     "PriorityClasses"
                 };
                 return Some(format!("no {noun} {} on {cluster}", missing.join(", ")));
+            }
+        }
+        if let (Some(have), Some(need)) = (&self.runtimes, &needs.runtime) {
+            let key = need.key.to_string();
+            match have.get(&key) {
+                None => return Some(format!("no {key} on {cluster}")),
+                Some(d) if !d.is_empty() && *d != need.digest => {
+                    return Some(format!("{cluster}'s {key} differs from the hub's"));
+                }
+                Some(_) => {}
             }
         }
         None

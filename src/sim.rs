@@ -25,7 +25,7 @@ use crate::metrics::{Metrics, Outcome, RequeueReason};
 use crate::quantity::ResourceList;
 use crate::quota::QuotaTree;
 use crate::scheduler::{Config, Decision, JobId, JobState, Scheduler, Submitted};
-use crate::workload::interpret;
+use crate::workload::interpret_with;
 use report::summarize;
 
 /// Milliseconds as seconds, for metrics.
@@ -173,6 +173,7 @@ fn run_inner(
     sched.set_priority_classes(sc.priority_classes.clone());
     apply_fleet(&mut sched, sc);
     let mut jobs: Vec<SimJob> = Vec::with_capacity(sc.jobs.len());
+    let runtimes = scenario::runtimes(sc);
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
     for (i, j) in sc.jobs.iter().enumerate() {
         let meta = j.manifest.get("metadata");
@@ -272,7 +273,7 @@ fn run_inner(
                 }
                 Event::Submit { job } => {
                     let j = &mut jobs[job];
-                    match interpret(&sc.jobs[job].manifest) {
+                    match interpret_with(&sc.jobs[job].manifest, &runtimes) {
                         Err(e) => {
                             j.state = "Rejected";
                             j.reason = Some(e.to_string());

@@ -379,6 +379,15 @@ fn rbac_is_exactly_what_the_controller_calls() {
         &["list", "watch"],
         "*",
     );
+    for r in ["clustertrainingruntimes", "trainingruntimes"] {
+        expect(
+            &mut cluster,
+            "trainer.kubeflow.org",
+            r,
+            &["list", "watch"],
+            "*",
+        );
+    }
     expect(
         &mut cluster,
         "events.k8s.io",

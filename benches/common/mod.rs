@@ -162,5 +162,6 @@ pub fn scenario_seeded(seed: u64, jobs: usize, clusters: usize, nodes: u32) -> S
         ]
         .into(),
         jobs: job_v,
+        runtimes: Vec::new(),
     }
 }

@@ -24,6 +24,7 @@ use crate::lifecycle::{Book, Ms, Settings};
 use crate::metrics::Metrics;
 use crate::quantity::ResourceList;
 use crate::scheduler::{Config, Scheduler};
+use crate::workload::{JobKind, TrainingRuntimes};
 
 pub(super) struct Brain {
     pub hub: Client,
@@ -72,6 +73,8 @@ pub(super) struct Brain {
     /// with the evidence.
     pub gates_dropped: BTreeMap<String, String>,
     pub priorities: BTreeMap<String, i32>,
+    /// The hub's training runtimes, which TrainJobs are read against.
+    pub runtimes: TrainingRuntimes,
     pub epoch: Instant,
     /// When the hub's job kinds were last discovered.
     pub kinds_checked: Instant,
@@ -129,6 +132,7 @@ impl Brain {
             tree_ref: None,
             gates_dropped: BTreeMap::new(),
             priorities: BTreeMap::new(),
+            runtimes: TrainingRuntimes::default(),
             epoch: Instant::now(),
             kinds_checked: Instant::now(),
             rediscover: BTreeMap::new(),
@@ -143,6 +147,7 @@ impl Brain {
         // 1. What the hub and the members say.
         self.next_wake = None;
         self.sync_priorities();
+        self.sync_runtimes();
         self.sync_tree().await;
         self.sync_members().await;
         if !self.members_settled() {
@@ -193,6 +198,22 @@ impl Brain {
         if p != self.priorities {
             self.sched.set_priority_classes(p.clone());
             self.priorities = p;
+        }
+    }
+
+    /// The hub's training runtimes; when they change, every TrainJob is read again.
+    fn sync_runtimes(&mut self) {
+        let Some(w) = &self.stores.runtimes else {
+            return;
+        };
+        let now = w.index();
+        if now != self.runtimes {
+            self.runtimes = now;
+            for j in self.jobs.values_mut() {
+                if j.kind == JobKind::TrainJob {
+                    j.generation = i64::MIN;
+                }
+            }
         }
     }
 

@@ -80,6 +80,9 @@ pub fn member_copy(
             }
         }
     }
+    if w.kind == JobKind::TrainJob {
+        add_runtime_patch(&mut obj, w);
+    }
     for c in &w.components {
         let Some(tp) = &c.template_pointer else {
             continue;
@@ -106,6 +109,43 @@ pub fn member_copy(
         }
     }
     obj
+}
+
+/// A TrainJob's pods are made by Kubeflow Trainer from its runtime: muster's labels, node pins and
+/// gate go into one more runtime patch (manager [`MANAGED_BY`]), with one replicated job per
+/// component in the order the components' template pointers name. Trainer merges the patch into
+/// the runtime's pod templates with a strategic merge, which replaces lists: each template starts
+/// with the job's own required node-affinity terms, so that pinning ANDs into them.
+fn add_runtime_patch(obj: &mut Value, w: &Workload) {
+    let jobs: Vec<Value> = w
+        .components
+        .iter()
+        .map(|c| {
+            let mut spec = json!({});
+            if let Some(a) = &c.required_node_affinity {
+                spec = json!({"affinity": {"nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": a
+                }}});
+            }
+            json!({
+                "name": c.name,
+                "template": {"spec": {"template": {"metadata": {"labels": {}}, "spec": spec}}},
+            })
+        })
+        .collect();
+    let patch = json!({
+        "manager": MANAGED_BY,
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}},
+    });
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    match spec.get_mut("runtimePatches") {
+        Some(Value::Array(a)) => a.push(patch),
+        _ => {
+            spec.insert("runtimePatches".into(), Value::Array(vec![patch]));
+        }
+    }
 }
 
 /// Appends muster's scheduling gate to a pod template (once).
@@ -397,6 +437,68 @@ mod tests {
             copy.pointer(&format!("{t}/spec/schedulingGates")),
             Some(&json!([{"name": GATE}]))
         );
+    }
+
+    #[test]
+    fn trainjob_copy_carries_musters_runtime_patch() {
+        let runtime = json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": "torch"},
+            "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [{
+                "name": "node",
+                "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"template": {"spec": {
+                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}]}}},
+                        "containers": [{"name": "node", "image": "x"}]}}}}}]}}}
+        });
+        let mut rt = crate::workload::TrainingRuntimes::default();
+        rt.apply(&runtime).expect("runtime");
+        let user_patch = json!({"manager": "example.com/p", "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {"nodeSelector": {"a": "b"}}}}}}]}}}});
+        let hub = json!({
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "t", "namespace": "ns", "uid": "U3"},
+            "spec": {"suspend": true, "runtimeRef": {"name": "torch"},
+                "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "2"}}},
+                "runtimePatches": [user_patch.clone()]}
+        });
+        let w = crate::workload::interpret_with(&hub, &rt).expect("interprets");
+        let copy = member_copy(
+            &hub,
+            &w,
+            "U3",
+            "hub",
+            &plan("node", &[("n1", 1), ("n2", 1)]),
+            true,
+        );
+        assert_eq!(copy.pointer("/spec/suspend"), Some(&json!(false)));
+        // The user's patch is kept, first; muster's follows.
+        assert_eq!(copy.pointer("/spec/runtimePatches/0"), Some(&user_patch));
+        let p = copy
+            .pointer("/spec/runtimePatches/1")
+            .expect("muster's patch");
+        assert_eq!(p["manager"], json!(MANAGED_BY));
+        let rj = &p["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0];
+        assert_eq!(rj["name"], json!("node"));
+        let t = &rj["template"]["spec"]["template"];
+        assert_eq!(t["metadata"]["labels"]["muster.dev/job-uid"], json!("U3"));
+        assert_eq!(
+            t["metadata"]["labels"]["muster.dev/component"],
+            json!("node")
+        );
+        assert_eq!(t["spec"]["schedulingGates"], json!([{"name": GATE}]));
+        // A strategic merge replaces the runtime's terms: each keeps the runtime's requirement.
+        let terms =
+            t["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                ["nodeSelectorTerms"]
+                .as_array()
+                .expect("terms");
+        assert_eq!(terms.len(), 2);
+        for (term, node) in terms.iter().zip(["n1", "n2"]) {
+            assert_eq!(term["matchExpressions"][0]["key"], json!("gpu"));
+            assert_eq!(term["matchFields"][0]["values"], json!([node]));
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::members::COMPONENT_LABEL;
 use crate::placement::{GATE, PodSeen};
-use crate::workload::{JobKind, Workload};
+use crate::workload::Workload;
 
 /// The pod as placement sees it.
 pub fn seen(p: &Pod) -> PodSeen {
@@ -65,24 +65,13 @@ fn allowed_nodes(spec: &k8s_openapi::api::core::v1::PodSpec) -> Option<BTreeSet<
 }
 
 /// Components an operator creates only after the others run (released as their own gang):
-/// an MPIJob's launcher, a RayJob's submitter, every replicated job but the first of a JobSet
-/// that starts in order.
-pub fn staged(kind: JobKind, spec: &Value, w: &Workload) -> BTreeSet<String> {
-    let in_order = || {
-        spec.pointer("/spec/startupPolicy/startupPolicyOrder")
-            .and_then(Value::as_str)
-            == Some("InOrder")
-    };
+/// an MPIJob's launcher, a RayJob's submitter, a JobSet's (or TrainJob's) replicated job that
+/// starts in order or depends on another ([`crate::workload::Component::staged`]).
+pub fn staged(w: &Workload) -> BTreeSet<String> {
     w.components
         .iter()
-        .enumerate()
-        .filter(|(i, c)| match kind {
-            JobKind::MPIJob => c.name == "launcher",
-            JobKind::RayJob => c.name == "submitter",
-            JobKind::JobSet => *i > 0 && in_order(),
-            _ => false,
-        })
-        .map(|(_, c)| c.name.clone())
+        .filter(|c| c.staged)
+        .map(|c| c.name.clone())
         .collect()
 }
 

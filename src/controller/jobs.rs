@@ -19,7 +19,7 @@ use super::brain::Brain;
 use super::crd::{PodCounts, PodPlacement, QueuedJob, QueuedJobStatus};
 use super::{intake, kinds, queued_job_name, record};
 use crate::lifecycle::{Intent, Spec, spec_of};
-use crate::workload::{JobKind, interpret};
+use crate::workload::{JobKind, interpret_with};
 
 /// What the controller knows of a followed hub job beyond its lifecycle record.
 pub(super) struct Job {
@@ -169,7 +169,8 @@ impl Brain {
                         // no apiVersion and kind for built-in kinds such as batch Jobs.
                         typed(&mut v, kind);
                         let deadline = crate::runtime::deadline(&v);
-                        (spec_of(interpret(&v).map_err(|e| e.to_string())), deadline)
+                        let read = interpret_with(&v, &self.runtimes).map_err(|e| e.to_string());
+                        (spec_of(read), deadline)
                     }
                     Err(e) => (spec_of(Err(e.to_string())), None),
                 };
@@ -413,6 +414,7 @@ fn new_job(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workload::interpret;
 
     /// A batch Job as a list returns it (after a restart): no apiVersion, no kind. It must read
     /// the same as when a watch event brought it, or every running Job would look edited.

@@ -93,6 +93,8 @@ pub struct Member {
     /// Warning Events about objects other than pods (a job controller's `FailedCreate`): what
     /// the member refused of a copy. `None` when the member does not let muster list Events.
     pub warnings: Option<Watched<Event>>,
+    /// Its training runtimes, when it serves TrainJob and lets muster list them.
+    pub runtimes: Option<super::runtimes::Watches>,
     pub jobs: HashMap<JobKind, Watched<DynamicObject>>,
     /// The API server's (major, minor) version at connection ((0, 0) when unreadable).
     pub server_version: (u32, u32),
@@ -162,6 +164,7 @@ impl Member {
         let priority_classes = optional_watch(
             name,
             Api::<PriorityClass>::all(client.clone()),
+            (),
             None,
             "the jobs' PriorityClasses are not checked on this member",
             &wake,
@@ -171,12 +174,18 @@ impl Member {
         let warnings = optional_watch(
             name,
             Api::<Event>::all(client.clone()),
+            (),
             Some("type=Warning,involvedObject.kind!=Pod"),
             "the member's refusals of a job's pods are not shown",
             &wake,
             &mut tasks,
         )
         .await?;
+        let runtimes = if kinds.contains(&JobKind::TrainJob) {
+            super::runtimes::Watches::start(name, &client, &wake, &mut tasks).await?
+        } else {
+            None
+        };
         let discovered = Arc::new(std::sync::Mutex::new(kinds.clone()));
         {
             let (d, c, w) = (discovered.clone(), client.clone(), wake.clone());
@@ -233,6 +242,7 @@ impl Member {
             pods,
             priority_classes,
             warnings,
+            runtimes,
             jobs,
             health,
             connected_at: Instant::now(),
@@ -245,6 +255,7 @@ impl Member {
         self.nodes.is_ready()
             && self.pods.is_ready()
             && self.priority_classes.as_ref().is_none_or(|p| p.is_ready())
+            && self.runtimes.as_ref().is_none_or(|r| r.is_ready())
             && self.jobs.values().all(|s| s.is_ready())
     }
 
@@ -266,8 +277,8 @@ impl Member {
         refusal_in(&events, copy)
     }
 
-    /// What the member can create: the kinds this connection serves, and its PriorityClasses
-    /// (unknown when it does not let muster list them).
+    /// What the member can create: the kinds this connection serves, its PriorityClasses and
+    /// training runtimes (unknown when it does not let muster list them).
     pub fn serves(&self) -> Serves {
         Serves {
             kinds: Some(self.kinds.iter().copied().collect()),
@@ -276,6 +287,13 @@ impl Member {
                     .iter()
                     .map(|pc| pc.name_any())
                     .collect::<BTreeSet<String>>()
+            }),
+            runtimes: self.runtimes.as_ref().map(|r| {
+                r.index()
+                    .digests()
+                    .into_iter()
+                    .map(|(k, d)| (k.to_string(), d))
+                    .collect()
             }),
         }
     }
@@ -325,23 +343,26 @@ where
 }
 
 /// A watch of something muster can do without: `None`, logged once with what is lost, when the
-/// member does not let muster list it (HTTP 403); other errors fail the connection.
-async fn optional_watch<K>(
+/// member does not let muster list it (HTTP 403) or does not serve it (404); other errors fail
+/// the connection.
+pub(super) async fn optional_watch<K>(
     member: &str,
     api: Api<K>,
+    dyntype: K::DynamicType,
     fields: Option<&str>,
     without: &str,
     wake: &Arc<Notify>,
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<Option<Watched<K>>>
 where
-    K: kube::Resource<DynamicType = ()>
+    K: kube::Resource
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
         + Send
         + Sync
         + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let mut lp = ListParams::default().limit(1);
     let mut cfg = watcher::Config::default();
@@ -349,13 +370,13 @@ where
         lp = lp.fields(f);
         cfg = cfg.fields(f);
     }
-    let plural = K::plural(&()).to_string();
+    let plural = K::plural(&dyntype).to_string();
     match tokio::time::timeout(Duration::from_secs(10), api.list_metadata(&lp))
         .await
         .map_err(|_| anyhow::anyhow!("member {member}: listing {plural} timed out"))?
     {
-        Ok(_) => Ok(Some(watch(api, cfg, (), wake.clone(), tasks))),
-        Err(kube::Error::Api(e)) if e.code == 403 => {
+        Ok(_) => Ok(Some(watch(api, cfg, dyntype, wake.clone(), tasks))),
+        Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => {
             tracing::warn!(member = %member, error = %e, "cannot list {plural}: {without}");
             Ok(None)
         }

@@ -36,6 +36,7 @@ mod observe;
 mod placing;
 mod record;
 pub mod registration;
+mod runtimes;
 pub mod shutdown;
 pub mod snapshot;
 pub mod status;
@@ -123,6 +124,8 @@ struct HubStores {
     members: Watched<MemberCluster>,
     queued: Watched<QueuedJob>,
     priorities: Watched<PriorityClass>,
+    /// Kubeflow Trainer's runtimes, when the hub serves TrainJob.
+    runtimes: Option<runtimes::Watches>,
     jobs: BTreeMap<JobKind, Watched<DynamicObject>>,
     _tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -140,6 +143,7 @@ impl HubStores {
             && self.members.is_ready()
             && self.queued.is_ready()
             && self.priorities.is_ready()
+            && self.runtimes.as_ref().is_none_or(|r| r.is_ready())
             && self.jobs.values().all(|s| s.is_ready())
     }
 }
@@ -180,6 +184,11 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
     tracing::info!(kinds = ?hub_kinds, "job kinds served by the hub");
     let mut tasks = Vec::new();
     let cfg = watcher::Config::default;
+    let runtimes = if hub_kinds.contains(&JobKind::TrainJob) {
+        runtimes::Watches::start("hub", &hub, &wake, &mut tasks).await?
+    } else {
+        None
+    };
     let stores = HubStores {
         trees: watch(
             Api::namespaced(hub.clone(), &opts.quota_namespace),
@@ -191,6 +200,7 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
         members: watch(Api::all(hub.clone()), cfg(), (), wake.clone(), &mut tasks),
         queued: watch(Api::all(hub.clone()), cfg(), (), wake.clone(), &mut tasks),
         priorities: watch(Api::all(hub.clone()), cfg(), (), wake.clone(), &mut tasks),
+        runtimes,
         jobs: hub_kinds
             .iter()
             .map(|&k| {

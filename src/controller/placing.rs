@@ -115,7 +115,7 @@ impl Brain {
             .into_iter()
             .filter(|(c, _)| managed.contains(c))
             .collect();
-        let staged = gates::staged(t.kind, copy, w);
+        let staged = gates::staged(w);
         let seen: Vec<placement::PodSeen> = pods.iter().map(|p| gates::seen(p)).collect();
         let pinned: BTreeSet<String> = managed.difference(&gated_copy).cloned().collect();
         let step = placement::step(&plan, &staged, &pinned, &seen, &t.released);

@@ -167,6 +167,7 @@ impl Brain {
                 .into_iter()
                 .collect::<BTreeMap<_, _>>(),
             jobs,
+            runtimes: self.runtimes.objects(),
         }
     }
 }

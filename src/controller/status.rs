@@ -55,7 +55,7 @@ pub fn outcome(kind: JobKind, copy: &Value) -> Option<Observed> {
         JobKind::RayCluster => None,
         _ => {
             let (ok, bad): (&[&str], &[&str]) = match kind {
-                JobKind::Job => (&["Complete"], &["Failed"]),
+                JobKind::Job | JobKind::TrainJob => (&["Complete"], &["Failed"]),
                 JobKind::JobSet => (&["Completed"], &["Failed"]),
                 _ => (&["Succeeded"], &["Failed"]),
             };

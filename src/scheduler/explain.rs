@@ -321,9 +321,7 @@ impl Scheduler {
 
 fn cluster_fit(c: &Cluster, shape: &Shape, empty: bool, table: &ResourceTable) -> ClusterFit {
     let excluded = !shape.candidates.allows(&c.name, &c.labels);
-    let refused = c
-        .serves
-        .refuses(&c.name, shape.kind, &shape.pod_priority_classes);
+    let refused = c.serves.refuses(&c.name, &shape.needs);
     let mut out = ClusterFit {
         cluster: c.name.clone(),
         reachable: c.reachable,

@@ -8,12 +8,12 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 
 use crate::estimate::{self, Placement, PodGroup};
-use crate::fleet::{Cluster, ClusterInfo, Constraints};
+use crate::fleet::{Cluster, ClusterInfo, Constraints, Needs};
 use crate::quantity::{Quantity, ResourceList};
 use crate::queue::{JobOrder, Queues};
 use crate::quota::{QuotaState, QuotaTree, Strategy};
 use crate::resources::{Demand, MAX_JOBS, ONE, PODS, Res, ResourceTable, at};
-use crate::workload::{ClusterRestriction, JobKind, Workload};
+use crate::workload::{ClusterRestriction, Workload};
 
 pub mod explain;
 mod reclaim;
@@ -94,9 +94,8 @@ struct Shape {
     /// Sum over pods, plus `pods` and `kube-queue/max-jobs: 1`: what quota is charged.
     quota_demand: Demand,
     candidates: ClusterRestriction,
-    /// What a member must serve to create the job: its kind and its pods' PriorityClasses.
-    kind: JobKind,
-    pod_priority_classes: BTreeSet<String>,
+    /// What a member must serve to create the job.
+    needs: Needs,
     /// The requested resource scarcest in the fleet (cluster choice key).
     key_res: Res,
     /// Per cluster: (topology version, eligible nodes per group).
@@ -948,7 +947,7 @@ impl Scheduler {
     /// Why member `ci` cannot create a job of the shape (its kind, its pods' PriorityClasses).
     fn refusal(&self, shape_id: ShapeId, ci: usize) -> Option<String> {
         let (s, c) = (&self.shapes[shape_id], &self.clusters[ci]);
-        c.serves.refuses(&c.name, s.kind, &s.pod_priority_classes)
+        c.serves.refuses(&c.name, &s.needs)
     }
 
     fn all_changed(&mut self) {
@@ -1116,10 +1115,8 @@ impl Scheduler {
                 }
             })
             .collect();
-        let key = format!(
-            "{:?}|{:?}|{:?}|{:?}",
-            groups, w.candidates, w.kind, w.pod_priority_classes
-        );
+        let needs = Needs::of(w);
+        let key = format!("{:?}|{:?}|{:?}", groups, w.candidates, needs);
         if let Some(&s) = self.shape_ids.get(&key) {
             return s;
         }
@@ -1134,8 +1131,7 @@ impl Scheduler {
             groups,
             quota_demand,
             candidates: w.candidates.clone(),
-            kind: w.kind,
-            pod_priority_classes: w.pod_priority_classes.clone(),
+            needs,
             key_res,
             eligible: HashMap::new(),
             seen: Vec::new(),

@@ -2,11 +2,9 @@
 //! job's kind, or lacks a PriorityClass its pods name, is never a candidate; the reason names
 //! the member and what it lacks; a change of what a member serves is taken in at once.
 
-use std::collections::BTreeSet;
-
 use super::*;
-use crate::fleet::{NodeInfo, Serves};
-use crate::workload::interpret;
+use crate::fleet::{Needs, NodeInfo, Serves};
+use crate::workload::{JobKind, interpret};
 
 fn member(name: &str, kinds: &[JobKind], classes: &[&str]) -> ClusterInfo {
     ClusterInfo {
@@ -23,6 +21,7 @@ fn member(name: &str, kinds: &[JobKind], classes: &[&str]) -> ClusterInfo {
         serves: Serves {
             kinds: Some(kinds.iter().copied().collect()),
             priority_classes: Some(classes.iter().map(|c| c.to_string()).collect()),
+            runtimes: None,
         },
         ..Default::default()
     }
@@ -158,17 +157,22 @@ fn a_member_whose_kind_goes_away_is_no_longer_chosen() {
 
 #[test]
 fn unknown_serves_refuses_nothing() {
+    let needs = |kind: JobKind, classes: &[&str]| Needs {
+        kind,
+        pod_priority_classes: classes.iter().map(|c| c.to_string()).collect(),
+        runtime: None,
+    };
     let open = Serves::default();
-    let classes: BTreeSet<String> = ["x".to_string()].into_iter().collect();
-    assert_eq!(open.refuses("m", JobKind::MPIJob, &classes), None);
+    assert_eq!(open.refuses("m", &needs(JobKind::MPIJob, &["x"])), None);
     let some = Serves {
         kinds: None,
         priority_classes: Some(["x".to_string(), "y".to_string()].into_iter().collect()),
+        runtimes: None,
     };
-    assert_eq!(some.refuses("m", JobKind::MPIJob, &classes), None);
-    let both: BTreeSet<String> = ["a".to_string(), "b".to_string()].into_iter().collect();
+    assert_eq!(some.refuses("m", &needs(JobKind::MPIJob, &["x"])), None);
     assert_eq!(
-        some.refuses("m", JobKind::Job, &both).as_deref(),
+        some.refuses("m", &needs(JobKind::Job, &["a", "b"]))
+            .as_deref(),
         Some("no PriorityClasses a, b on m")
     );
 }

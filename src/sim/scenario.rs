@@ -13,6 +13,7 @@ use crate::fleet::{ClusterInfo, NodeInfo, PlacementMode, Serves};
 use crate::quantity::ResourceList;
 use crate::quota::Problem;
 use crate::scheduler::Scheduler;
+use crate::workload::TrainingRuntimes;
 
 /// The scenario `muster sim` runs when no file is given.
 pub const DEFAULT_SCENARIO: &str = include_str!("../../examples/default.yaml");
@@ -28,6 +29,10 @@ pub struct Scenario {
     pub priority_classes: BTreeMap<String, i32>,
     #[serde(default)]
     pub jobs: Vec<JobSpec>,
+    /// Kubeflow Trainer runtimes on the hub (`ClusterTrainingRuntime`, `TrainingRuntime`
+    /// objects), which TrainJobs are read against.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runtimes: Vec<Value>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -259,7 +264,21 @@ pub fn parse_scenario(file: &str, text: &str) -> Result<Scenario, ScenarioError>
             }
         }
     }
+    for (i, r) in sc.runtimes.iter().enumerate() {
+        if let Err(e) = TrainingRuntimes::default().apply(r) {
+            return Err(ScenarioError::Field {
+                file: file.into(),
+                field: format!("runtimes[{i}].{}", e.field),
+                message: e.message,
+            });
+        }
+    }
     Ok(sc)
+}
+
+/// The hub's training runtimes of a scenario (every one of them reads: see [`parse_scenario`]).
+pub fn runtimes(sc: &Scenario) -> TrainingRuntimes {
+    TrainingRuntimes::from_objects(&sc.runtimes).0
 }
 
 /// The fleet of a scenario, nodes expanded (`count > 1` names them `name-0`, `name-1`, ...).

@@ -7,118 +7,22 @@
 //! so no normalisation is needed before deserializing; every quantity is then parsed exactly by
 //! [`crate::quantity::Quantity::parse`].
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-
 use k8s_openapi::api::batch::v1::{JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     CLUSTER_SELECTOR_ANNOTATION, CLUSTERS_ANNOTATION, ClusterRestriction, Component,
-    InterpretError, JobKind, Workload,
+    InterpretError, JobKind, TrainingRuntimes, Workload,
 };
 use crate::labels::LabelSelector;
 use crate::quantity::{Quantity, ResourceList};
 
-const KUBEFLOW_V1: &str = "kubeflow.org/v1";
-const KUBEFLOW_V2BETA1: &str = "kubeflow.org/v2beta1";
-const BATCH_V1: &str = "batch/v1";
-const JOBSET_V1ALPHA2: &str = "jobset.x-k8s.io/v1alpha2";
-const RAY_V1: &str = "ray.io/v1";
-
-impl JobKind {
-    pub const ALL: [JobKind; 10] = [
-        JobKind::PyTorchJob,
-        JobKind::TFJob,
-        JobKind::XGBoostJob,
-        JobKind::PaddleJob,
-        JobKind::JAXJob,
-        JobKind::MPIJob,
-        JobKind::Job,
-        JobKind::JobSet,
-        JobKind::RayJob,
-        JobKind::RayCluster,
-    ];
-
-    /// The kind as written in manifests (`PyTorchJob`, `Job`, ...).
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            JobKind::PyTorchJob => "PyTorchJob",
-            JobKind::TFJob => "TFJob",
-            JobKind::XGBoostJob => "XGBoostJob",
-            JobKind::PaddleJob => "PaddleJob",
-            JobKind::JAXJob => "JAXJob",
-            JobKind::MPIJob => "MPIJob",
-            JobKind::Job => "Job",
-            JobKind::JobSet => "JobSet",
-            JobKind::RayJob => "RayJob",
-            JobKind::RayCluster => "RayCluster",
-        }
-    }
-
-    /// The preferred apiVersion of the kind. MPIJob is also accepted as the training-operator's
-    /// `kubeflow.org/v1` ([`JobKind::from_type`]); this returns the mpi-operator's v2beta1.
-    pub fn api_version(&self) -> &'static str {
-        match self {
-            JobKind::PyTorchJob
-            | JobKind::TFJob
-            | JobKind::XGBoostJob
-            | JobKind::PaddleJob
-            | JobKind::JAXJob => KUBEFLOW_V1,
-            JobKind::MPIJob => KUBEFLOW_V2BETA1,
-            JobKind::Job => BATCH_V1,
-            JobKind::JobSet => JOBSET_V1ALPHA2,
-            JobKind::RayJob | JobKind::RayCluster => RAY_V1,
-        }
-    }
-
-    /// Every apiVersion accepted for the kind.
-    pub fn api_versions(&self) -> &'static [&'static str] {
-        match self {
-            JobKind::MPIJob => &[KUBEFLOW_V2BETA1, KUBEFLOW_V1],
-            JobKind::PyTorchJob
-            | JobKind::TFJob
-            | JobKind::XGBoostJob
-            | JobKind::PaddleJob
-            | JobKind::JAXJob => &[KUBEFLOW_V1],
-            JobKind::Job => &[BATCH_V1],
-            JobKind::JobSet => &[JOBSET_V1ALPHA2],
-            JobKind::RayJob | JobKind::RayCluster => &[RAY_V1],
-        }
-    }
-
-    /// JSON pointer (RFC 6901) of the boolean that suspends the job, for a JSON patch.
-    pub fn suspend_pointer(&self) -> &'static str {
-        match self {
-            JobKind::PyTorchJob
-            | JobKind::TFJob
-            | JobKind::XGBoostJob
-            | JobKind::PaddleJob
-            | JobKind::JAXJob
-            | JobKind::MPIJob => "/spec/runPolicy/suspend",
-            JobKind::Job | JobKind::JobSet | JobKind::RayJob | JobKind::RayCluster => {
-                "/spec/suspend"
-            }
-        }
-    }
-
-    /// The kind for an (apiVersion, kind) pair, `None` when muster does not understand it.
-    pub fn from_type(api_version: &str, kind: &str) -> Option<JobKind> {
-        JobKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == kind && k.api_versions().contains(&api_version))
-    }
-}
-
-impl fmt::Display for JobKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+mod trainjob;
 
 fn err(field: impl Into<String>, message: impl Into<String>) -> InterpretError {
     InterpretError::new(field, message)
@@ -491,6 +395,7 @@ fn template_component(
             tolerations: spec.tolerations.clone().unwrap_or_default(),
             required_node_affinity,
             template_pointer: path_to_pointer(template_path),
+            staged: false,
         },
         priority_class: spec.priority_class_name.clone().filter(|s| !s.is_empty()),
     })
@@ -602,8 +507,17 @@ impl Parts {
     }
 }
 
-/// Interprets a job manifest (already parsed from YAML or JSON).
+/// Interprets a job manifest (already parsed from YAML or JSON). A TrainJob needs its training
+/// runtime: see [`interpret_with`].
 pub fn interpret(manifest: &Value) -> Result<Workload, InterpretError> {
+    interpret_with(manifest, &TrainingRuntimes::default())
+}
+
+/// Interprets a job manifest; a TrainJob is read against `runtimes` (the hub's).
+pub fn interpret_with(
+    manifest: &Value,
+    runtimes: &TrainingRuntimes,
+) -> Result<Workload, InterpretError> {
     if !manifest.is_object() {
         return Err(err(
             ".",
@@ -684,6 +598,7 @@ pub fn interpret(manifest: &Value) -> Result<Workload, InterpretError> {
     };
 
     let mut parts = Parts::default();
+    let mut runtime = None;
     match kind {
         JobKind::PyTorchJob => kubeflow(spec, "pytorchReplicaSpecs", kind, &mut parts)?,
         JobKind::TFJob => kubeflow(spec, "tfReplicaSpecs", kind, &mut parts)?,
@@ -693,8 +608,18 @@ pub fn interpret(manifest: &Value) -> Result<Workload, InterpretError> {
         JobKind::MPIJob => kubeflow(spec, "mpiReplicaSpecs", kind, &mut parts)?,
         JobKind::Job => batch_job(spec, &mut parts)?,
         JobKind::JobSet => jobset(spec, &mut parts)?,
+        JobKind::TrainJob => {
+            runtime = Some(trainjob::trainjob(spec, &namespace, runtimes, &mut parts)?);
+        }
         JobKind::RayCluster => ray_cluster(spec, "spec", &[], &mut parts)?,
         JobKind::RayJob => ray_job(spec, &mut parts)?,
+    }
+    // What the operators create only once the rest runs (JobSet's stages are read with it).
+    for c in &mut parts.components {
+        c.staged |= matches!(
+            (kind, c.name.as_str()),
+            (JobKind::MPIJob, "launcher") | (JobKind::RayJob, "submitter")
+        );
     }
 
     let mut seen = BTreeSet::new();
@@ -722,6 +647,7 @@ pub fn interpret(manifest: &Value) -> Result<Workload, InterpretError> {
         priority_class_names: parts.priority_class_names,
         pod_priority_classes: parts.pod_priority_classes,
         candidates,
+        runtime,
     };
     if workload.pod_count() == 0 {
         return Err(err(
@@ -874,6 +800,10 @@ fn jobset(spec: &Value, parts: &mut Parts) -> Result<(), InterpretError> {
             ));
         }
     };
+    let in_order = spec
+        .pointer("/startupPolicy/startupPolicyOrder")
+        .and_then(Value::as_str)
+        == Some("InOrder");
     for (i, rj) in rjs.iter().enumerate() {
         let path = format!("spec.replicatedJobs[{i}]");
         if !rj.is_object() {
@@ -895,13 +825,15 @@ fn jobset(spec: &Value, parts: &mut Parts) -> Result<(), InterpretError> {
         };
         let per_job = job_pods(js, &jpath)?;
         let pods = mul_pods(replicas, per_job, &path)?;
-        parts.push(template_component(
-            name,
-            pods,
-            &js.template,
-            &format!("{jpath}.template"),
-            &[],
-        )?);
+        let mut t =
+            template_component(name, pods, &js.template, &format!("{jpath}.template"), &[])?;
+        // Created only once the earlier ones are ready: in order, or after what it depends on.
+        let depends = rj
+            .get("dependsOn")
+            .and_then(Value::as_array)
+            .is_some_and(|d| !d.is_empty());
+        t.component.staged = depends || (i > 0 && in_order);
+        parts.push(t);
     }
     Ok(())
 }

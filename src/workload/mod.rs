@@ -13,30 +13,17 @@ use crate::labels::LabelSelector;
 use crate::quantity::ResourceList;
 
 mod interpret;
-pub use interpret::{interpret, pod_spec_requests};
+mod kind;
+mod runtimes;
+pub use interpret::{interpret, interpret_with, pod_spec_requests};
+pub use kind::JobKind;
+pub use runtimes::{RuntimeKey, RuntimeNeed, TrainingRuntime, TrainingRuntimes};
 
 /// Annotation restricting the clusters a job may be dispatched to, by name (comma-separated).
 pub const CLUSTERS_ANNOTATION: &str = "muster.dev/clusters";
 /// Annotation restricting the clusters a job may be dispatched to, by a label selector over the
 /// MemberCluster labels (`region=eu,tier in (large,medium)`).
 pub const CLUSTER_SELECTOR_ANNOTATION: &str = "muster.dev/cluster-selector";
-
-/// The job kinds muster understands.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-pub enum JobKind {
-    PyTorchJob,
-    TFJob,
-    XGBoostJob,
-    PaddleJob,
-    JAXJob,
-    MPIJob,
-    Job,
-    JobSet,
-    RayJob,
-    RayCluster,
-}
 
 /// A job as the scheduling core sees it.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,6 +46,8 @@ pub struct Workload {
     pub pod_priority_classes: BTreeSet<String>,
     /// Which member clusters the job may go to (from the annotations above).
     pub candidates: ClusterRestriction,
+    /// The training runtime a TrainJob is built from: a member must have the same one.
+    pub runtime: Option<RuntimeNeed>,
 }
 
 /// One pod template of a job and how many pods it makes.
@@ -77,6 +66,10 @@ pub struct Component {
     /// JSON pointer (RFC 6901) of this component's pod template in the manifest, where a
     /// dispatcher adds labels and node affinity; `None` for a template muster defaulted.
     pub template_pointer: Option<String>,
+    /// Its pods are created only after the earlier components run (an MPIJob's launcher, a
+    /// RayJob's submitter, a replicated job that starts in order or depends on another): the
+    /// operator's gang is released in stages.
+    pub staged: bool,
 }
 
 /// The member clusters a job may be placed in. Empty restriction = all clusters.

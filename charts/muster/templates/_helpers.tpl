@@ -88,6 +88,7 @@ against the controller's own list.
 - {group: jobset.x-k8s.io, version: v1alpha2, resource: jobsets}
 - {group: ray.io, version: v1, resource: rayjobs}
 - {group: ray.io, version: v1, resource: rayclusters}
+- {group: trainer.kubeflow.org, version: v1alpha1, resource: trainjobs}
 {{- end }}
 
 {{/*

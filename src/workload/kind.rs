@@ -1,0 +1,125 @@
+//! Job kinds: the kinds muster understands, their apiVersions and where each is suspended.
+//! Nothing about their contents (that is [`super::interpret`]).
+
+use std::fmt;
+
+/// The job kinds muster understands.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum JobKind {
+    PyTorchJob,
+    TFJob,
+    XGBoostJob,
+    PaddleJob,
+    JAXJob,
+    MPIJob,
+    Job,
+    JobSet,
+    RayJob,
+    RayCluster,
+    TrainJob,
+}
+
+const KUBEFLOW_V1: &str = "kubeflow.org/v1";
+const KUBEFLOW_V2BETA1: &str = "kubeflow.org/v2beta1";
+const BATCH_V1: &str = "batch/v1";
+const JOBSET_V1ALPHA2: &str = "jobset.x-k8s.io/v1alpha2";
+const RAY_V1: &str = "ray.io/v1";
+const TRAINER_V1ALPHA1: &str = "trainer.kubeflow.org/v1alpha1";
+
+impl JobKind {
+    pub const ALL: [JobKind; 11] = [
+        JobKind::PyTorchJob,
+        JobKind::TFJob,
+        JobKind::XGBoostJob,
+        JobKind::PaddleJob,
+        JobKind::JAXJob,
+        JobKind::MPIJob,
+        JobKind::Job,
+        JobKind::JobSet,
+        JobKind::RayJob,
+        JobKind::RayCluster,
+        JobKind::TrainJob,
+    ];
+
+    /// The kind as written in manifests (`PyTorchJob`, `Job`, ...).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            JobKind::PyTorchJob => "PyTorchJob",
+            JobKind::TFJob => "TFJob",
+            JobKind::XGBoostJob => "XGBoostJob",
+            JobKind::PaddleJob => "PaddleJob",
+            JobKind::JAXJob => "JAXJob",
+            JobKind::MPIJob => "MPIJob",
+            JobKind::Job => "Job",
+            JobKind::JobSet => "JobSet",
+            JobKind::RayJob => "RayJob",
+            JobKind::RayCluster => "RayCluster",
+            JobKind::TrainJob => "TrainJob",
+        }
+    }
+
+    /// The preferred apiVersion of the kind. MPIJob is also accepted as the training-operator's
+    /// `kubeflow.org/v1` ([`JobKind::from_type`]); this returns the mpi-operator's v2beta1.
+    pub fn api_version(&self) -> &'static str {
+        match self {
+            JobKind::PyTorchJob
+            | JobKind::TFJob
+            | JobKind::XGBoostJob
+            | JobKind::PaddleJob
+            | JobKind::JAXJob => KUBEFLOW_V1,
+            JobKind::MPIJob => KUBEFLOW_V2BETA1,
+            JobKind::Job => BATCH_V1,
+            JobKind::JobSet => JOBSET_V1ALPHA2,
+            JobKind::RayJob | JobKind::RayCluster => RAY_V1,
+            JobKind::TrainJob => TRAINER_V1ALPHA1,
+        }
+    }
+
+    /// Every apiVersion accepted for the kind.
+    pub fn api_versions(&self) -> &'static [&'static str] {
+        match self {
+            JobKind::MPIJob => &[KUBEFLOW_V2BETA1, KUBEFLOW_V1],
+            JobKind::PyTorchJob
+            | JobKind::TFJob
+            | JobKind::XGBoostJob
+            | JobKind::PaddleJob
+            | JobKind::JAXJob => &[KUBEFLOW_V1],
+            JobKind::Job => &[BATCH_V1],
+            JobKind::JobSet => &[JOBSET_V1ALPHA2],
+            JobKind::RayJob | JobKind::RayCluster => &[RAY_V1],
+            JobKind::TrainJob => &[TRAINER_V1ALPHA1],
+        }
+    }
+
+    /// JSON pointer (RFC 6901) of the boolean that suspends the job, for a JSON patch.
+    pub fn suspend_pointer(&self) -> &'static str {
+        match self {
+            JobKind::PyTorchJob
+            | JobKind::TFJob
+            | JobKind::XGBoostJob
+            | JobKind::PaddleJob
+            | JobKind::JAXJob
+            | JobKind::MPIJob => "/spec/runPolicy/suspend",
+            JobKind::Job
+            | JobKind::JobSet
+            | JobKind::RayJob
+            | JobKind::RayCluster
+            | JobKind::TrainJob => "/spec/suspend",
+        }
+    }
+
+    /// The kind for an (apiVersion, kind) pair, `None` when muster does not understand it.
+    pub fn from_type(api_version: &str, kind: &str) -> Option<JobKind> {
+        JobKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == kind && k.api_versions().contains(&api_version))
+    }
+}
+
+impl fmt::Display for JobKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
