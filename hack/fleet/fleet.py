@@ -37,7 +37,7 @@ STAGES = os.environ["FLEET_STAGES"]
 JOBSET = os.environ["FLEET_JOBSET"]
 STATE = os.environ["FLEET_STATE"]
 REPO = os.environ["FLEET_REPO_ROOT"]
-PINS = os.environ.get("FLEET_PINS_HASH", "")
+BUILD = os.environ.get("FLEET_BUILD_KEY", "")
 
 HUB = "hub"
 MEMBERS = ["member-a", "member-b", "member-c"]
@@ -741,7 +741,7 @@ def load_fleet_file(path):
 def fleet_id(fleet_file):
     with open(fleet_file, "rb") as f:
         h = hashlib.sha256(f.read())
-    h.update(PINS.encode())
+    h.update(BUILD.encode())
     h.update(str(PORT_BASE).encode())
     # The fleet's own kwok stages: a changed stage means a fleet started anew.
     ours = os.path.join(REPO, "hack", "fleet", "stages")
