@@ -2,10 +2,10 @@
 """muster's local fleet: one hub and three member clusters on 127.0.0.1.
 
 Run through hack/fleet/fleet.sh (which sets FLEET_* from lib.sh), normally via make:
-  up      start etcd, the four apiservers, the members' scheduler, controller-manager, kwok,
-          training-operator, JobSet controller and KubeRay operator, the hub's
-          controller-manager; install CRDs; create fake nodes from the fleet file; wait until
-          everything is ready. Reuses a healthy running fleet.
+  up      start etcd, the four apiservers, the hub's controller-manager and, on each member, a
+          controller-manager, scheduler, kwok, training-operator, JobSet controller, KubeRay
+          operator and MPI operator; install CRDs; create fake nodes from the fleet file; wait
+          until everything is ready. Reuses a healthy running fleet.
   down    stop every process it started, by pid; check that no port is left open.
   status  one line per component: pid, health, RSS, log.
 
@@ -14,6 +14,7 @@ Only the Python standard library and PyYAML are used. Runtime state lives in $FL
 """
 
 import argparse
+import calendar
 import concurrent.futures
 import fcntl
 import hashlib
@@ -93,6 +94,7 @@ def ports(cluster=None):
         "jobset-webhook": b + 130 + i,
         "kuberay-metrics": b + 140 + i,
         "kuberay-health": b + 150 + i,
+        "mpi-operator-health": b + 160 + i,
     }
 
 
@@ -109,6 +111,7 @@ def components():
             (f"{c}/training-operator", c, "training-operator"),
             (f"{c}/jobset-controller", c, "jobset-controller"),
             (f"{c}/kuberay-operator", c, "kuberay-operator"),
+            (f"{c}/mpi-operator", c, "mpi-operator"),
         ]
     return out
 
@@ -299,6 +302,10 @@ def rss_kib(pid):
     return 0
 
 
+# When each process was started by this run of fleet.py (epoch seconds).
+STARTED = {}
+
+
 def start(name, binary, args, env=None):
     os.makedirs(p("logs"), exist_ok=True)
     os.makedirs(p("pids"), exist_ok=True)
@@ -316,6 +323,7 @@ def start(name, binary, args, env=None):
                                 start_new_session=True)
     with open(pid_path(name), "w") as f:
         f.write(f"{proc.pid}\n")
+    STARTED[name] = time.time()
     return proc.pid
 
 
@@ -550,6 +558,39 @@ def start_kuberay_operator(c):
     ], env={"TMPDIR": p(c, "tmp"), "KUBECONFIG": kubeconfig_path(c)})
 
 
+MPI_LOCK_NAMESPACE = "mpi-operator"
+
+
+def start_mpi_operator(c):
+    """The MPI operator (MPIJob v2beta1), built with its health server's port and host taken from
+    MPI_OPERATOR_HEALTH_PORT/HOST (upstream: a constant :8080 on every interface). Its leader
+    election cannot be turned off: it holds the Lease mpi-operator/mpi-operator of its member."""
+    start(f"{c}/mpi-operator", "mpi-operator", [
+        f"-kubeConfig={kubeconfig_path(c)}",
+        "-namespace=",  # every namespace, whatever KUBEFLOW_NAMESPACE says
+        f"-lock-namespace={MPI_LOCK_NAMESPACE}",
+        "-monitoring-port=0",  # no metrics server (it would listen on every interface)
+        "-kube-api-qps=50", "-kube-api-burst=100",
+    ], env={"MPI_OPERATOR_HEALTH_PORT": str(ports(c)["mpi-operator-health"]),
+            "MPI_OPERATOR_HEALTH_HOST": "127.0.0.1", "TMPDIR": p(c, "tmp")})
+
+
+def mpi_operator_leading(api, since):
+    """Has an MPI operator started since `since` (epoch seconds) taken its member's Lease?"""
+    code, lease = api.req("GET", f"/apis/coordination.k8s.io/v1/namespaces/{MPI_LOCK_NAMESPACE}"
+                          "/leases/mpi-operator")
+    if code != 200:
+        return f"Lease {MPI_LOCK_NAMESPACE}/mpi-operator: HTTP {code}"
+    spec = lease.get("spec", {})
+    acquired = spec.get("acquireTime")
+    if not spec.get("holderIdentity") or not acquired:
+        return "Lease mpi-operator not held"
+    t = calendar.timegm(time.strptime(acquired[:19], "%Y-%m-%dT%H:%M:%S"))
+    if t < since - 1:
+        return f"Lease mpi-operator held by an earlier process ({spec['holderIdentity']})"
+    return True
+
+
 def copy_serving_cert(dst_dir):
     os.makedirs(dst_dir, exist_ok=True)
     shutil.copy(p("pki", "serving.crt"), os.path.join(dst_dir, "tls.crt"))
@@ -751,8 +792,41 @@ def fleet_id(fleet_file):
     return h.hexdigest()[:16]
 
 
+def health_check(c, binary):
+    """The check that says a process of the fleet is healthy: (what, fn), fn() -> (code, body).
+    The same for `up` (readiness), `status` and the reuse of a running fleet."""
+    if binary == "kube-apiserver":
+        return "/readyz", lambda: Api(c).req("GET", "/readyz", timeout=5)
+    pt = ports(c) if c else ports()
+    scheme, key, path = {
+        "etcd": ("http", "etcd-client", "/health"),
+        "kube-controller-manager": ("https", "controller-manager", "/healthz"),
+        "kube-scheduler": ("https", "scheduler", "/healthz"),
+        "kwok": ("http", "kwok", "/healthz"),
+        "training-operator": ("http", "training-operator-health", "/readyz"),
+        "jobset-controller": ("http", "jobset-health", "/readyz"),
+        "kuberay-operator": ("http", "kuberay-health", "/readyz"),
+        "mpi-operator": ("http", "mpi-operator-health", "/healthz"),
+    }[binary]
+    url = f"{scheme}://127.0.0.1:{pt[key]}{path}"
+    return path, lambda: insecure_get(url)
+
+
+def check_ok(check):
+    """A health check as wait_for wants it: True, or what is wrong."""
+    def fn():
+        code, body = check()
+        return True if code == 200 else f"HTTP {code} {str(body)[:200]}"
+    return fn
+
+
+# The controllers: everything but etcd and the apiservers.
+CONTROLLERS = {"kube-controller-manager", "kube-scheduler", "kwok", "training-operator",
+               "jobset-controller", "kuberay-operator", "mpi-operator"}
+
+
 def healthy(fleet_file):
-    """Is a complete fleet, started from this fleet file and these pins, running and ready?"""
+    """Is a complete fleet, started from this fleet file and this build, running and ready?"""
     try:
         with open(p("fleet-id")) as f:
             if f.read().strip() != fleet_id(fleet_file):
@@ -764,24 +838,38 @@ def healthy(fleet_file):
         if pid is None or not proc_alive(pid, b):
             return False
     try:
-        for c in CLUSTERS:
-            code, _ = Api(c).req("GET", "/readyz", timeout=5)
-            if code != 200:
+        for _, c, b in components():
+            if health_check(c, b)[1]()[0] != 200:
                 return False
-        for c in MEMBERS:
-            for k, path in (("controller-manager", "/healthz"), ("scheduler", "/healthz"),
-                            ("kwok", "/healthz")):
-                scheme = "http" if k == "kwok" else "https"
-                code, _ = insecure_get(f"{scheme}://127.0.0.1:{ports(c)[k]}{path}")
-                if code != 200:
-                    return False
-            for k in ("training-operator-health", "jobset-health", "kuberay-health"):
-                code, _ = insecure_get(f"http://127.0.0.1:{ports(c)[k]}/readyz")
-                if code != 200:
-                    return False
     except Exception:  # noqa: BLE001
         return False
     return True
+
+
+def starter(binary):
+    return {
+        "kube-controller-manager": start_controller_manager,
+        "kube-scheduler": start_scheduler,
+        "kwok": start_kwok,
+        "training-operator": start_training_operator,
+        "jobset-controller": start_jobset_controller,
+        "kuberay-operator": start_kuberay_operator,
+        "mpi-operator": start_mpi_operator,
+    }[binary]
+
+
+def wait_controllers(procs, apis, node_names):
+    """Each controller's health check, in start order; then what each must have done."""
+    for n, c, b in procs:
+        what, check = health_check(c, b)
+        wait_for(n, b, check_ok(check), what)
+        if b == "kwok":
+            wait_for(n, b, lambda c=c: nodes_ready(apis[c], node_names[c]), "nodes Ready")
+        elif b == "kube-controller-manager":
+            wait_for(n, b, lambda c=c: default_sa(apis[c]), "ServiceAccount default/default")
+        elif b == "mpi-operator":
+            wait_for(n, b, lambda c=c, n=n: mpi_operator_leading(apis[c], STARTED[n]),
+                     "its Lease")
 
 
 def up(fleet_file):
@@ -797,8 +885,7 @@ def up(fleet_file):
         raise FleetError("ports needed by the fleet are in use by something else: "
                          + ", ".join(f"{k}={v}" for k, v in busy.items())
                          + " (set FLEET_PORT_BASE to move them)")
-    for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-              "training-operator", "jobset-controller", "kuberay-operator"):
+    for b in sorted({b for _, _, b in components()}):
         if not os.access(os.path.join(BIN, b), os.X_OK):
             raise FleetError(f"{BIN}/{b} missing: run `make fleet-build`")
     fleet = load_fleet_file(fleet_file)
@@ -835,50 +922,26 @@ def up(fleet_file):
     for c in MEMBERS:
         setup_training_operator_objects(apis[c])
         setup_jobset_objects(apis[c], c)
+        # The MPI operator's leader election Lease lives there.
+        apis[c].create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                              "metadata": {"name": MPI_LOCK_NAMESPACE}})
     prepare_training_operator_files()
     for c in CLUSTERS:
         wait_for(f"{c}/kube-apiserver", "kube-apiserver",
                  lambda c=c: crds_established(apis[c], crd_names[c]), "CRDs Established")
     log(f"{len(crd_names[HUB])} CRDs established in every cluster ({time.monotonic() - t0:.1f}s)")
 
-    start_controller_manager(HUB)
-    for c in MEMBERS:
-        start_controller_manager(c)
-        start_scheduler(c)
-        start_kwok(c)
-        start_training_operator(c)
-        start_jobset_controller(c)
-        start_kuberay_operator(c)
+    # The controllers, in start order (the MPI operator after the CRDs: it exits at once if the
+    # MPIJob CRD is missing).
+    controllers = [x for x in components() if x[2] in CONTROLLERS]
+    for n, c, b in controllers:
+        starter(b)(c)
 
     node_names = {}
     for c in MEMBERS:
         node_names[c] = create_nodes(apis[c], c, fleet.get(c, {}))
 
-    def health(c, key, scheme="https", path="/healthz"):
-        def check():
-            code, body = insecure_get(f"{scheme}://127.0.0.1:{ports(c)[key]}{path}")
-            return True if code == 200 else f"{path}: {code} {body[:200]}"
-        return check
-
-    wait_for(f"{HUB}/kube-controller-manager", "kube-controller-manager",
-             health(HUB, "controller-manager"), "/healthz")
-    for c in MEMBERS:
-        wait_for(f"{c}/kube-controller-manager", "kube-controller-manager",
-                 health(c, "controller-manager"), "/healthz")
-        wait_for(f"{c}/kube-scheduler", "kube-scheduler", health(c, "scheduler"), "/healthz")
-        wait_for(f"{c}/kwok", "kwok", health(c, "kwok", "http"), "/healthz")
-        wait_for(f"{c}/kwok", "kwok", lambda c=c: nodes_ready(apis[c], node_names[c]),
-                 "nodes Ready")
-        wait_for(f"{c}/kube-controller-manager", "kube-controller-manager",
-                 lambda c=c: default_sa(apis[c]), "ServiceAccount default/default")
-        wait_for(f"{c}/training-operator", "training-operator",
-                 health(c, "training-operator-health", "http", "/readyz"), "/readyz")
-        wait_for(f"{c}/jobset-controller", "jobset-controller",
-                 health(c, "jobset-health", "http", "/readyz"), "/readyz")
-        wait_for(f"{c}/kuberay-operator", "kuberay-operator",
-                 health(c, "kuberay-health", "http", "/readyz"), "/readyz")
-    wait_for(f"{HUB}/kube-controller-manager", "kube-controller-manager",
-             lambda: default_sa(apis[HUB]), "ServiceAccount default/default")
+    wait_controllers(controllers, apis, node_names)
 
     with open(p("fleet-id"), "w") as f:
         f.write(fleet_id(fleet_file) + "\n")
@@ -891,33 +954,22 @@ def up(fleet_file):
 def status():
     total = 0
     running = 0
-    print(f"{'component':34} {'pid':>8} {'state':8} {'health':8} {'rss MiB':>8}  log")
+    width = max(len(n) for n, _, _ in components()) + 1
+    print(f"{'component':{width}} {'pid':>8} {'state':8} {'health':8} {'rss MiB':>8}  log")
     for n, c, b in components():
         pid = read_pid(n)
         alive = pid is not None and proc_alive(pid, b)
         h = "-"
         if alive:
             running += 1
-            if b == "etcd":
-                code, _ = insecure_get(f"http://127.0.0.1:{ports()['etcd-client']}/health")
-            elif b == "kube-apiserver":
-                code = Api(c).req("GET", "/readyz", timeout=5)[0]
-            elif b == "kwok":
-                code, _ = insecure_get(f"http://127.0.0.1:{ports(c)['kwok']}/healthz")
-            elif b == "training-operator":
-                code, _ = insecure_get(
-                    f"http://127.0.0.1:{ports(c)['training-operator-health']}/readyz")
-            elif b == "jobset-controller":
-                code, _ = insecure_get(f"http://127.0.0.1:{ports(c)['jobset-health']}/readyz")
-            elif b == "kuberay-operator":
-                code, _ = insecure_get(f"http://127.0.0.1:{ports(c)['kuberay-health']}/readyz")
-            else:
-                key = "controller-manager" if b == "kube-controller-manager" else "scheduler"
-                code, _ = insecure_get(f"https://127.0.0.1:{ports(c)[key]}/healthz")
+            try:
+                code = health_check(c, b)[1]()[0]
+            except Exception:  # noqa: BLE001 - e.g. a paused apiserver times out
+                code = None
             h = "ok" if code == 200 else f"HTTP {code}"
         rss = rss_kib(pid) if alive else 0
         total += rss
-        print(f"{n:34} {pid or '-':>8} {'running' if alive else 'stopped':8} {h:8} "
+        print(f"{n:{width}} {pid or '-':>8} {'running' if alive else 'stopped':8} {h:8} "
               f"{rss / 1024:8.0f}  {os.path.relpath(log_path(n), REPO)}")
     print(f"{running}/{len(components())} processes running; total RSS {total / 1024:.0f} MiB")
     if running:

@@ -175,12 +175,64 @@ build_kuberay() {
 }
 
 build_mpi_operator() {
-  local v="$MPI_OPERATOR_VERSION" d
-  # CRD only: nothing is built from this module (its health port is fixed at :8080 on every
-  # interface, so three operators cannot run on one host).
-  d="$(mod_dir "github.com/kubeflow/mpi-operator@$v")"
+  local v="$MPI_OPERATOR_VERSION" m=github.com/kubeflow/mpi-operator dir commit copy f
+  # Its health server's port is a constant (healthCheckPort = 8080, on every interface) in
+  # cmd/mpi-operator/app/server.go, so three cannot share a host. The wrapper module replaces the
+  # module by a copy in $PART/src/mpi-operator, patched here: port and host from the environment
+  # (MPI_OPERATOR_HEALTH_PORT, default 8080; MPI_OPERATOR_HEALTH_HOST, default all interfaces).
+  dir="$(mod_dir "$m@$v")"
+  commit="$(mod_commit "$m@$v")"
+  copy="$PART/src/mpi-operator"
+  mkdir -p "$PART/src"
+  cp -r "$dir" "$copy"; chmod -R u+w "$copy"
+  f="$copy/cmd/mpi-operator/app/server.go"
+  fleet_log "mpi-operator $v ($commit): patching $f"
+  sed -i 's/^\thealthCheckPort = 8080$/\thealthCheckPort = healthCheckPortFromEnv()/' "$f"
+  grep -q $'^\thealthCheckPort = healthCheckPortFromEnv()$' "$f" \
+    || fleet_die "mpi-operator $v: 'healthCheckPort = 8080' not found in $f: the patch needs updating"
+  sed -i 's/^\t\tAddr:    fmt.Sprintf(":%d", healthCheckPort),$/\t\tAddr:    fmt.Sprintf("%s:%d", healthCheckHostFromEnv(), healthCheckPort),/' "$f"
+  grep -q 'healthCheckHostFromEnv(), healthCheckPort)' "$f" \
+    || fleet_die "mpi-operator $v: the health server's Addr line not found in $f: the patch needs updating"
+  cat >"$copy/cmd/mpi-operator/app/zz_muster_fleet_health.go" <<'EOF'
+package app
+
+// Written by muster's hack/fleet/recipes.sh (build_mpi_operator): the health server's port and
+// host from the environment, so that several operators can run on one host.
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+)
+
+func healthCheckPortFromEnv() int {
+	v := os.Getenv("MPI_OPERATOR_HEALTH_PORT")
+	if v == "" {
+		return 8080
+	}
+	p, err := strconv.Atoi(v)
+	if err != nil || p < 1 || p > 65535 {
+		fmt.Fprintf(os.Stderr, "MPI_OPERATOR_HEALTH_PORT=%q: not a port\n", v)
+		os.Exit(2)
+	}
+	return p
+}
+
+func healthCheckHostFromEnv() string {
+	return os.Getenv("MPI_OPERATOR_HEALTH_HOST")
+}
+EOF
+  (
+    cd "$PART/src"
+    mkdir wrapper; cd wrapper
+    go mod init muster.local/fleet/mpi-operator >/dev/null 2>&1
+    go mod edit -require="$m@$v" -replace="$m=../mpi-operator"
+    gobuild build -ldflags "-s -w -X $m/pkg/version.Version=$v -X $m/pkg/version.GitSHA=$commit" \
+      -o "$PART/bin/mpi-operator" "$m/cmd/mpi-operator"
+  )
+  "$PART/bin/mpi-operator" -version
   mkdir -p "$PART/crds"
-  # MPIJob kubeflow.org/v2beta1 (see docs/development.md).
-  cp "$d/manifests/base/kubeflow.org_mpijobs.yaml" "$PART/crds/mpi-operator_kubeflow.org_mpijobs.yaml"
+  # MPIJob kubeflow.org/v2beta1.
+  cp "$dir/manifests/base/kubeflow.org_mpijobs.yaml" "$PART/crds/mpi-operator_kubeflow.org_mpijobs.yaml"
   chmod u+w "$PART/crds"/*.yaml
 }
