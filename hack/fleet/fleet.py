@@ -5,7 +5,9 @@ Run through hack/fleet/fleet.sh (which sets FLEET_* from lib.sh), normally via m
   up      start etcd, the four apiservers, the hub's controller-manager and, on each member, a
           controller-manager, scheduler, kwok, training-operator, JobSet controller, KubeRay
           operator and MPI operator; install CRDs; create fake nodes from the fleet file; wait
-          until everything is ready. Reuses a healthy running fleet.
+          until everything is ready. Reuses a healthy running fleet; in a running fleet whose
+          etcd and apiservers are healthy, a controller that is gone (the MPI operator exits when
+          it cannot renew its Lease) is started again on its own.
   down    stop every process it started, by pid; check that no port is left open.
   status  one line per component: pid, health, RSS, log.
 
@@ -820,30 +822,36 @@ def check_ok(check):
     return fn
 
 
-# The controllers: everything but etcd and the apiservers.
-CONTROLLERS = {"kube-controller-manager", "kube-scheduler", "kwok", "training-operator",
+# The processes `up` may start again on their own in a running fleet (as a kubelet restarts a
+# crashed pod): everything but etcd and the apiservers. E.g. the MPI operator exits when it cannot
+# renew its Lease for 5 s (a test that pauses its member's apiserver).
+RESTARTABLE = {"kube-controller-manager", "kube-scheduler", "kwok", "training-operator",
                "jobset-controller", "kuberay-operator", "mpi-operator"}
 
 
-def healthy(fleet_file):
-    """Is a complete fleet, started from this fleet file and this build, running and ready?"""
+def check_running(fleet_file):
+    """A fleet started from this fleet file and this build is running: None if not (or if a
+    process is unhealthy), else the list of its restartable processes that are gone (empty: the
+    whole fleet is running and healthy)."""
     try:
         with open(p("fleet-id")) as f:
             if f.read().strip() != fleet_id(fleet_file):
-                return False
+                return None
     except OSError:
-        return False
-    for n, _, b in components():
-        pid = read_pid(n)
-        if pid is None or not proc_alive(pid, b):
-            return False
+        return None
+    gone = []
     try:
-        for _, c, b in components():
-            if health_check(c, b)[1]()[0] != 200:
-                return False
+        for n, c, b in components():
+            pid = read_pid(n)
+            if pid is None or not proc_alive(pid, b):
+                if b not in RESTARTABLE:
+                    return None
+                gone.append((n, c, b))
+            elif health_check(c, b)[1]()[0] != 200:
+                return None
     except Exception:  # noqa: BLE001
-        return False
-    return True
+        return None
+    return gone
 
 
 def starter(binary):
@@ -872,11 +880,38 @@ def wait_controllers(procs, apis, node_names):
                      "its Lease")
 
 
+def restart(procs, fleet_file):
+    """Start the given stopped controllers of a running fleet again and wait until ready."""
+    t0 = time.monotonic()
+    log(f"fleet running, but {len(procs)} of its processes are gone: starting "
+        + ", ".join(n for n, _, _ in procs) + " again")
+    fleet = load_fleet_file(fleet_file)
+    apis = {c: Api(c) for c in CLUSTERS}
+    node_names = {c: [name for name, _ in expand_nodes(fleet.get(c, {}))] for c in MEMBERS}
+    prepare_training_operator_files()
+    for n, c, b in procs:
+        if b == "mpi-operator":
+            # Its Lease names the process that is gone: a new one would wait for it to expire.
+            apis[c].req("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{MPI_LOCK_NAMESPACE}"
+                        "/leases/mpi-operator")
+        starter(b)(c)
+    wait_controllers(procs, apis, node_names)
+    log(f"fleet up in {time.monotonic() - t0:.1f}s (restarted {len(procs)} processes)")
+
+
 def up(fleet_file):
     t0 = time.monotonic()
-    if healthy(fleet_file):
+    gone = check_running(fleet_file)
+    if gone == []:
         log(f"fleet already up and healthy (state {STATE}); reusing it")
         return
+    if gone:
+        try:
+            restart(gone, fleet_file)
+            return
+        except FleetError as e:
+            log(f"ERROR: {e}")
+            log("starting a fresh fleet instead")
     if any(read_pid(n) is not None for n, _, _ in components()):
         log("a previous fleet is partly running or stale: stopping it first")
     stop_all(quiet=False)
@@ -933,7 +968,7 @@ def up(fleet_file):
 
     # The controllers, in start order (the MPI operator after the CRDs: it exits at once if the
     # MPIJob CRD is missing).
-    controllers = [x for x in components() if x[2] in CONTROLLERS]
+    controllers = [x for x in components() if x[2] in RESTARTABLE]
     for n, c, b in controllers:
         starter(b)(c)
 
