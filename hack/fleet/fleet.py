@@ -4,7 +4,8 @@
 Run through hack/fleet/fleet.sh (which sets FLEET_* from lib.sh), normally via make:
   up      start etcd, the four apiservers, the hub's controller-manager and, on each member, a
           controller-manager, scheduler, kwok, training-operator, JobSet controller, KubeRay
-          operator and MPI operator; install CRDs; create fake nodes from the fleet file; wait
+          operator, MPI operator and Kubeflow Trainer; install CRDs (and Trainer's default
+          ClusterTrainingRuntimes, hub included); create fake nodes from the fleet file; wait
           until everything is ready. Reuses a healthy running fleet; in a running fleet whose
           etcd and apiservers are healthy, a controller that is gone (the MPI operator exits when
           it cannot renew its Lease) is started again on its own.
@@ -38,6 +39,7 @@ BIN = os.environ["FLEET_BIN"]
 CRDS = os.environ["FLEET_CRDS"]
 STAGES = os.environ["FLEET_STAGES"]
 JOBSET = os.environ["FLEET_JOBSET"]
+TRAINER = os.environ["FLEET_TRAINER"]
 STATE = os.environ["FLEET_STATE"]
 REPO = os.environ["FLEET_REPO_ROOT"]
 BUILD = os.environ.get("FLEET_BUILD_KEY", "")
@@ -97,6 +99,11 @@ def ports(cluster=None):
         "kuberay-metrics": b + 140 + i,
         "kuberay-health": b + 150 + i,
         "mpi-operator-health": b + 160 + i,
+        "trainer-metrics": b + 170 + i,
+        "trainer-health": b + 180 + i,
+        "trainer-webhook": b + 190 + i,
+        # Only listened on (every interface) with the TrainJobStatus feature gate, off here.
+        "trainer-status": b + 200 + i,
     }
 
 
@@ -114,6 +121,7 @@ def components():
             (f"{c}/jobset-controller", c, "jobset-controller"),
             (f"{c}/kuberay-operator", c, "kuberay-operator"),
             (f"{c}/mpi-operator", c, "mpi-operator"),
+            (f"{c}/trainer-controller-manager", c, "trainer-controller-manager"),
         ]
     return out
 
@@ -593,6 +601,51 @@ def mpi_operator_leading(api, since):
     return True
 
 
+def start_trainer(c):
+    """Kubeflow Trainer's controller manager (TrainJob -> JobSet), configured by a file (its
+    config.trainer.kubeflow.org/v1alpha1 Configuration): its own cert management off, so its
+    webhook server (on 127.0.0.1) serves the fleet's serving cert from controller-runtime's default
+    $TMPDIR/k8s-webhook-server/serving-certs, and the apiserver reaches the webhooks by URL (see
+    trainer_webhook_configurations)."""
+    pt = ports(c)
+    cfg = {
+        "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+        "kind": "Configuration",
+        "webhook": {"host": "127.0.0.1", "port": pt["trainer-webhook"]},
+        # Plain http on loopback (its default is https on every interface).
+        "metrics": {"bindAddress": f"127.0.0.1:{pt['trainer-metrics']}", "secureServing": False},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{pt['trainer-health']}"},
+        "leaderElection": {"leaderElect": False},
+        "certManagement": {"enable": False},
+        # Its runtime status server runs only with the TrainJobStatus feature gate (alpha, off by
+        # default), and then on every interface: a port of its own all the same.
+        "statusServer": {"port": pt["trainer-status"]},
+    }
+    path = p(c, "trainer-config.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f, sort_keys=False)
+    start(f"{c}/trainer-controller-manager", "trainer-controller-manager", [
+        f"--kubeconfig={kubeconfig_path(c)}", f"--config={path}",
+        "--zap-encoder=console", "--zap-log-level=info",
+    ], env={"TMPDIR": p(c, "tmp")})
+
+
+def trainer_runtimes():
+    out = []
+    d = os.path.join(TRAINER, "runtimes")
+    for fn in sorted(os.listdir(d)):
+        if fn.endswith(".yaml"):
+            out += [x for x in load_yaml_docs(os.path.join(d, fn))
+                    if x.get("kind") == "ClusterTrainingRuntime"]
+    return out
+
+
+def install_trainer_runtimes(api):
+    """Trainer's default ClusterTrainingRuntimes (torch-distributed, deepspeed-distributed, ...)."""
+    for doc in trainer_runtimes():
+        api.create("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", doc)
+
+
 def copy_serving_cert(dst_dir):
     os.makedirs(dst_dir, exist_ok=True)
     shutil.copy(p("pki", "serving.crt"), os.path.join(dst_dir, "tls.crt"))
@@ -600,7 +653,8 @@ def copy_serving_cert(dst_dir):
 
 
 def prepare_training_operator_files():
-    # The webhook server of each instance reads $TMPDIR/k8s-webhook-server/serving-certs.
+    # The webhook servers of each member's training-operator and Trainer (both run with
+    # TMPDIR=<member>/tmp) read $TMPDIR/k8s-webhook-server/serving-certs.
     for c in MEMBERS:
         copy_serving_cert(os.path.join(p(c, "tmp"), "k8s-webhook-server", "serving-certs"))
         copy_serving_cert(jobset_cert_dir(c))
@@ -669,47 +723,87 @@ def setup_training_operator_objects(api):
                      "labels": {"app.kubernetes.io/managed-by": "muster-fleet"}}})
 
 
-def jobset_webhook_configurations(c):
-    """JobSet's admission webhook configurations from its module (config/components/webhook:
-    manifests.yaml plus the kustomize patches that limit the pod webhooks to JobSet pods), named as
-    its own deployment names them, each webhook pointed by URL at this member's controller on
-    127.0.0.1 and trusting the fleet CA (which signed the serving cert, SAN IP:127.0.0.1)."""
+def apply_replace_patch(doc, ops, where):
+    """A kustomize JSON 6902 patch made of `replace` operations (all these modules' webhook
+    patches are), applied to doc in place."""
+    for op in ops:
+        path = op.get("path", "")
+        if op.get("op") != "replace" or not path.startswith("/"):
+            raise FleetError(f"{where}: unsupported patch {op.get('op')} {path}")
+        keys = [k.replace("~1", "/").replace("~0", "~") for k in path[1:].split("/")]
+        target = doc
+        try:
+            for k in keys[:-1]:
+                target = target[int(k)] if isinstance(target, list) else target[k]
+            last = int(keys[-1]) if isinstance(target, list) else keys[-1]
+            target[last]  # noqa: B018 - `replace` needs the member to exist
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise FleetError(f"{where}: patch path {path} not found") from None
+        target[last] = op["value"]
+
+
+def webhook_configurations(folder, patches, port, names=None):
+    """A module's admission webhook configurations (kubebuilder's webhook-manifests.yaml, copied
+    by the build into folder) with its kustomize patches ({kind: patch file}) applied, named
+    names[kind] (default: the patched metadata.name), each webhook pointed by URL at
+    https://127.0.0.1:port<its path> and trusting the fleet CA (which signed the serving cert,
+    SAN IP:127.0.0.1)."""
     import base64
     with open(p("pki", "ca.crt"), "rb") as f:
         ca = base64.b64encode(f.read()).decode()
-    docs = {d["kind"]: d for d in load_yaml_docs(os.path.join(JOBSET, "webhook-manifests.yaml"))}
-    patches = {"MutatingWebhookConfiguration": "mutating-patch.yaml",
-               "ValidatingWebhookConfiguration": "validating-patch.yaml"}
+    docs = {d["kind"]: d for d in load_yaml_docs(os.path.join(folder, "webhook-manifests.yaml"))}
     if sorted(docs) != sorted(patches):
-        raise FleetError(f"{JOBSET}/webhook-manifests.yaml: unexpected kinds {sorted(docs)}")
-    for kind, fn in patches.items():
-        with open(os.path.join(JOBSET, fn)) as f:
-            for op in yaml.safe_load(f):
-                parts = op.get("path", "").split("/")
-                if op.get("op") != "replace" or len(parts) != 3 or parts[1] != "webhooks":
-                    raise FleetError(f"{JOBSET}/{fn}: unsupported patch {op.get('op')} {op.get('path')}")
-                docs[kind]["webhooks"][int(parts[2])] = op["value"]
+        raise FleetError(f"{folder}/webhook-manifests.yaml: unexpected kinds {sorted(docs)}")
     out = []
     for kind, doc in docs.items():
-        prefix = "mutating" if kind.startswith("Mutating") else "validating"
-        doc["metadata"] = {"name": f"jobset-{prefix}-webhook-configuration",
+        with open(os.path.join(folder, patches[kind])) as f:
+            apply_replace_patch(doc, yaml.safe_load(f), os.path.join(folder, patches[kind]))
+        doc["metadata"] = {"name": names[kind] if names else doc["metadata"]["name"],
                            "labels": {"app.kubernetes.io/managed-by": "muster-fleet"}}
         for w in doc["webhooks"]:
             svc = w["clientConfig"]["service"]
-            w["clientConfig"] = {
-                "url": f"https://127.0.0.1:{ports(c)['jobset-webhook']}{svc['path']}",
-                "caBundle": ca}
+            w["clientConfig"] = {"url": f"https://127.0.0.1:{port}{svc['path']}", "caBundle": ca}
         out.append((kind, doc))
     return out
+
+
+def create_webhook_configurations(api, docs):
+    for kind, doc in docs:
+        plural = "mutatingwebhookconfigurations" if kind.startswith("Mutating") \
+            else "validatingwebhookconfigurations"
+        api.create(f"/apis/admissionregistration.k8s.io/v1/{plural}", doc)
+
+
+def jobset_webhook_configurations(c):
+    """JobSet's (config/components/webhook: manifests.yaml plus the kustomize patches that limit
+    the pod webhooks to JobSet pods), named as its own deployment names them."""
+    return webhook_configurations(
+        JOBSET, {"MutatingWebhookConfiguration": "mutating-patch.yaml",
+                 "ValidatingWebhookConfiguration": "validating-patch.yaml"},
+        ports(c)["jobset-webhook"],
+        names={"MutatingWebhookConfiguration": "jobset-mutating-webhook-configuration",
+               "ValidatingWebhookConfiguration": "jobset-validating-webhook-configuration"})
+
+
+def trainer_webhook_configurations(c):
+    """Trainer's (manifests/base/webhook: manifests.yaml plus the patches that name them
+    defaulter.trainer.kubeflow.org and validator.trainer.kubeflow.org)."""
+    return webhook_configurations(
+        TRAINER, {"MutatingWebhookConfiguration": "patch_mutating.yaml",
+                  "ValidatingWebhookConfiguration": "patch_validating.yaml"},
+        ports(c)["trainer-webhook"])
 
 
 def setup_jobset_objects(api, c):
     """JobSet's webhooks, as in its own deployment (failurePolicy Fail): JobSets are defaulted and
     validated, and pods of JobSets mutated and validated, by this member's JobSet controller."""
-    for kind, doc in jobset_webhook_configurations(c):
-        plural = "mutatingwebhookconfigurations" if kind.startswith("Mutating") \
-            else "validatingwebhookconfigurations"
-        api.create(f"/apis/admissionregistration.k8s.io/v1/{plural}", doc)
+    create_webhook_configurations(api, jobset_webhook_configurations(c))
+
+
+def setup_trainer_objects(api, c):
+    """Trainer's webhooks, as in its own deployment (failurePolicy Fail): TrainJobs are defaulted
+    and validated, and (Cluster)TrainingRuntimes validated, by this member's Trainer."""
+    create_webhook_configurations(api, trainer_webhook_configurations(c))
 
 
 def expand_nodes(cluster_spec):
@@ -809,6 +903,7 @@ def health_check(c, binary):
         "jobset-controller": ("http", "jobset-health", "/readyz"),
         "kuberay-operator": ("http", "kuberay-health", "/readyz"),
         "mpi-operator": ("http", "mpi-operator-health", "/healthz"),
+        "trainer-controller-manager": ("http", "trainer-health", "/readyz"),
     }[binary]
     url = f"{scheme}://127.0.0.1:{pt[key]}{path}"
     return path, lambda: insecure_get(url)
@@ -826,7 +921,8 @@ def check_ok(check):
 # crashed pod): everything but etcd and the apiservers. E.g. the MPI operator exits when it cannot
 # renew its Lease for 5 s (a test that pauses its member's apiserver).
 RESTARTABLE = {"kube-controller-manager", "kube-scheduler", "kwok", "training-operator",
-               "jobset-controller", "kuberay-operator", "mpi-operator"}
+               "jobset-controller", "kuberay-operator", "mpi-operator",
+               "trainer-controller-manager"}
 
 
 def check_running(fleet_file):
@@ -863,6 +959,7 @@ def starter(binary):
         "jobset-controller": start_jobset_controller,
         "kuberay-operator": start_kuberay_operator,
         "mpi-operator": start_mpi_operator,
+        "trainer-controller-manager": start_trainer,
     }[binary]
 
 
@@ -878,6 +975,9 @@ def wait_controllers(procs, apis, node_names):
         elif b == "mpi-operator":
             wait_for(n, b, lambda c=c, n=n: mpi_operator_leading(apis[c], STARTED[n]),
                      "its Lease")
+        elif b == "trainer-controller-manager":
+            # Created through its validating webhook, so this also checks that path.
+            install_trainer_runtimes(apis[c])
 
 
 def restart(procs, fleet_file):
@@ -957,6 +1057,7 @@ def up(fleet_file):
     for c in MEMBERS:
         setup_training_operator_objects(apis[c])
         setup_jobset_objects(apis[c], c)
+        setup_trainer_objects(apis[c], c)
         # The MPI operator's leader election Lease lives there.
         apis[c].create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                               "metadata": {"name": MPI_LOCK_NAMESPACE}})
@@ -965,6 +1066,8 @@ def up(fleet_file):
         wait_for(f"{c}/kube-apiserver", "kube-apiserver",
                  lambda c=c: crds_established(apis[c], crd_names[c]), "CRDs Established")
     log(f"{len(crd_names[HUB])} CRDs established in every cluster ({time.monotonic() - t0:.1f}s)")
+    # The hub runs no Trainer (and has no webhooks): its runtimes are what muster reads there.
+    install_trainer_runtimes(apis[HUB])
 
     # The controllers, in start order (the MPI operator after the CRDs: it exits at once if the
     # MPIJob CRD is missing).

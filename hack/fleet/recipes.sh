@@ -15,11 +15,11 @@
 # key above and nothing else.
 
 # Components, in build order, and the versions.env variable that pins each.
-FLEET_COMPONENTS=(kubernetes etcd kwok training-operator jobset kuberay mpi-operator)
+FLEET_COMPONENTS=(kubernetes etcd kwok training-operator jobset kuberay mpi-operator trainer)
 declare -A FLEET_COMPONENT_PIN=(
   [kubernetes]=KUBERNETES_VERSION [etcd]=ETCD_VERSION [kwok]=KWOK_VERSION
   [training-operator]=TRAINING_OPERATOR_VERSION [jobset]=JOBSET_VERSION
-  [kuberay]=KUBERAY_VERSION [mpi-operator]=MPI_OPERATOR_VERSION
+  [kuberay]=KUBERAY_VERSION [mpi-operator]=MPI_OPERATOR_VERSION [trainer]=TRAINER_VERSION
 )
 # Shared helpers a recipe may call; each is part of the key of every recipe that calls it.
 FLEET_RECIPE_HELPERS=(gobuild mod_dir mod_commit wrapper_build)
@@ -235,4 +235,25 @@ EOF
   # MPIJob kubeflow.org/v2beta1.
   cp "$dir/manifests/base/kubeflow.org_mpijobs.yaml" "$PART/crds/mpi-operator_kubeflow.org_mpijobs.yaml"
   chmod u+w "$PART/crds"/*.yaml
+}
+
+build_trainer() {
+  local v="$TRAINER_VERSION" m=github.com/kubeflow/trainer/v2 d f
+  fleet_log "trainer $v: building $m/cmd/trainer-controller-manager via a wrapper module"
+  wrapper_build trainer "$m@$v" "$m/cmd/trainer-controller-manager" \
+    "$PART/bin/trainer-controller-manager" "-s -w"
+  d="$(mod_dir "$m@$v")"
+  mkdir -p "$PART/crds" "$PART/trainer/runtimes"
+  cp "$d"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$PART/crds/"
+  # Its webhook configurations (service-based; fleet.py points them at 127.0.0.1) with the
+  # kustomize patches that name them, and the default ClusterTrainingRuntimes (the top-level
+  # files; not the torchtune/ and data-cache/ kustomizations).
+  cp "$d/manifests/base/webhook/manifests.yaml" "$PART/trainer/webhook-manifests.yaml"
+  cp "$d/manifests/base/webhook/patch_mutating.yaml" "$d/manifests/base/webhook/patch_validating.yaml" \
+     "$PART/trainer/"
+  for f in "$d"/manifests/base/runtimes/*.yaml; do
+    [[ "$(basename "$f")" == kustomization.yaml ]] && continue
+    cp "$f" "$PART/trainer/runtimes/"
+  done
+  chmod u+w "$PART/crds"/*.yaml "$PART/trainer"/*.yaml "$PART/trainer/runtimes"/*.yaml
 }
