@@ -5,8 +5,8 @@
 FLEET ?= examples/fleet.yaml
 export FLEET
 
-# Build kube-apiserver/controller-manager/scheduler, etcd, kwok and training-operator once,
-# cached outside the repo by a hash of hack/fleet/versions.env.
+# Build every component once, each cached outside the repo by its pin in hack/fleet/versions.env,
+# the Go version and its recipe (hack/fleet/recipes.sh).
 fleet-build:
 	@hack/fleet/build.sh
 

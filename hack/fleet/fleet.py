@@ -2,10 +2,13 @@
 """muster's local fleet: one hub and three member clusters on 127.0.0.1.
 
 Run through hack/fleet/fleet.sh (which sets FLEET_* from lib.sh), normally via make:
-  up      start etcd, the four apiservers, the members' scheduler, controller-manager, kwok,
-          training-operator, JobSet controller and KubeRay operator, the hub's
-          controller-manager; install CRDs; create fake nodes from the fleet file; wait until
-          everything is ready. Reuses a healthy running fleet.
+  up      start etcd, the four apiservers, the hub's controller-manager and, on each member, a
+          controller-manager, scheduler, kwok, training-operator, JobSet controller, KubeRay
+          operator, MPI operator and Kubeflow Trainer; install CRDs (and Trainer's default
+          ClusterTrainingRuntimes, hub included); create fake nodes from the fleet file; wait
+          until everything is ready. Reuses a healthy running fleet; in a running fleet whose
+          etcd and apiservers are healthy, a controller that is gone (the MPI operator exits when
+          it cannot renew its Lease) is started again on its own.
   down    stop every process it started, by pid; check that no port is left open.
   status  one line per component: pid, health, RSS, log.
 
@@ -14,6 +17,7 @@ Only the Python standard library and PyYAML are used. Runtime state lives in $FL
 """
 
 import argparse
+import calendar
 import concurrent.futures
 import fcntl
 import hashlib
@@ -35,9 +39,10 @@ BIN = os.environ["FLEET_BIN"]
 CRDS = os.environ["FLEET_CRDS"]
 STAGES = os.environ["FLEET_STAGES"]
 JOBSET = os.environ["FLEET_JOBSET"]
+TRAINER = os.environ["FLEET_TRAINER"]
 STATE = os.environ["FLEET_STATE"]
 REPO = os.environ["FLEET_REPO_ROOT"]
-PINS = os.environ.get("FLEET_PINS_HASH", "")
+BUILD = os.environ.get("FLEET_BUILD_KEY", "")
 
 HUB = "hub"
 MEMBERS = ["member-a", "member-b", "member-c"]
@@ -93,6 +98,12 @@ def ports(cluster=None):
         "jobset-webhook": b + 130 + i,
         "kuberay-metrics": b + 140 + i,
         "kuberay-health": b + 150 + i,
+        "mpi-operator-health": b + 160 + i,
+        "trainer-metrics": b + 170 + i,
+        "trainer-health": b + 180 + i,
+        "trainer-webhook": b + 190 + i,
+        # Only listened on (every interface) with the TrainJobStatus feature gate, off here.
+        "trainer-status": b + 200 + i,
     }
 
 
@@ -109,6 +120,8 @@ def components():
             (f"{c}/training-operator", c, "training-operator"),
             (f"{c}/jobset-controller", c, "jobset-controller"),
             (f"{c}/kuberay-operator", c, "kuberay-operator"),
+            (f"{c}/mpi-operator", c, "mpi-operator"),
+            (f"{c}/trainer-controller-manager", c, "trainer-controller-manager"),
         ]
     return out
 
@@ -299,6 +312,10 @@ def rss_kib(pid):
     return 0
 
 
+# When each process was started by this run of fleet.py (epoch seconds).
+STARTED = {}
+
+
 def start(name, binary, args, env=None):
     os.makedirs(p("logs"), exist_ok=True)
     os.makedirs(p("pids"), exist_ok=True)
@@ -316,6 +333,7 @@ def start(name, binary, args, env=None):
                                 start_new_session=True)
     with open(pid_path(name), "w") as f:
         f.write(f"{proc.pid}\n")
+    STARTED[name] = time.time()
     return proc.pid
 
 
@@ -550,6 +568,84 @@ def start_kuberay_operator(c):
     ], env={"TMPDIR": p(c, "tmp"), "KUBECONFIG": kubeconfig_path(c)})
 
 
+MPI_LOCK_NAMESPACE = "mpi-operator"
+
+
+def start_mpi_operator(c):
+    """The MPI operator (MPIJob v2beta1), built with its health server's port and host taken from
+    MPI_OPERATOR_HEALTH_PORT/HOST (upstream: a constant :8080 on every interface). Its leader
+    election cannot be turned off: it holds the Lease mpi-operator/mpi-operator of its member."""
+    start(f"{c}/mpi-operator", "mpi-operator", [
+        f"-kubeConfig={kubeconfig_path(c)}",
+        "-namespace=",  # every namespace, whatever KUBEFLOW_NAMESPACE says
+        f"-lock-namespace={MPI_LOCK_NAMESPACE}",
+        "-monitoring-port=0",  # no metrics server (it would listen on every interface)
+        "-kube-api-qps=50", "-kube-api-burst=100",
+    ], env={"MPI_OPERATOR_HEALTH_PORT": str(ports(c)["mpi-operator-health"]),
+            "MPI_OPERATOR_HEALTH_HOST": "127.0.0.1", "TMPDIR": p(c, "tmp")})
+
+
+def mpi_operator_leading(api, since):
+    """Has an MPI operator started since `since` (epoch seconds) taken its member's Lease?"""
+    code, lease = api.req("GET", f"/apis/coordination.k8s.io/v1/namespaces/{MPI_LOCK_NAMESPACE}"
+                          "/leases/mpi-operator")
+    if code != 200:
+        return f"Lease {MPI_LOCK_NAMESPACE}/mpi-operator: HTTP {code}"
+    spec = lease.get("spec", {})
+    acquired = spec.get("acquireTime")
+    if not spec.get("holderIdentity") or not acquired:
+        return "Lease mpi-operator not held"
+    t = calendar.timegm(time.strptime(acquired[:19], "%Y-%m-%dT%H:%M:%S"))
+    if t < since - 1:
+        return f"Lease mpi-operator held by an earlier process ({spec['holderIdentity']})"
+    return True
+
+
+def start_trainer(c):
+    """Kubeflow Trainer's controller manager (TrainJob -> JobSet), configured by a file (its
+    config.trainer.kubeflow.org/v1alpha1 Configuration): its own cert management off, so its
+    webhook server (on 127.0.0.1) serves the fleet's serving cert from controller-runtime's default
+    $TMPDIR/k8s-webhook-server/serving-certs, and the apiserver reaches the webhooks by URL (see
+    trainer_webhook_configurations)."""
+    pt = ports(c)
+    cfg = {
+        "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+        "kind": "Configuration",
+        "webhook": {"host": "127.0.0.1", "port": pt["trainer-webhook"]},
+        # Plain http on loopback (its default is https on every interface).
+        "metrics": {"bindAddress": f"127.0.0.1:{pt['trainer-metrics']}", "secureServing": False},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{pt['trainer-health']}"},
+        "leaderElection": {"leaderElect": False},
+        "certManagement": {"enable": False},
+        # Its runtime status server runs only with the TrainJobStatus feature gate (alpha, off by
+        # default), and then on every interface: a port of its own all the same.
+        "statusServer": {"port": pt["trainer-status"]},
+    }
+    path = p(c, "trainer-config.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f, sort_keys=False)
+    start(f"{c}/trainer-controller-manager", "trainer-controller-manager", [
+        f"--kubeconfig={kubeconfig_path(c)}", f"--config={path}",
+        "--zap-encoder=console", "--zap-log-level=info",
+    ], env={"TMPDIR": p(c, "tmp")})
+
+
+def trainer_runtimes():
+    out = []
+    d = os.path.join(TRAINER, "runtimes")
+    for fn in sorted(os.listdir(d)):
+        if fn.endswith(".yaml"):
+            out += [x for x in load_yaml_docs(os.path.join(d, fn))
+                    if x.get("kind") == "ClusterTrainingRuntime"]
+    return out
+
+
+def install_trainer_runtimes(api):
+    """Trainer's default ClusterTrainingRuntimes (torch-distributed, deepspeed-distributed, ...)."""
+    for doc in trainer_runtimes():
+        api.create("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes", doc)
+
+
 def copy_serving_cert(dst_dir):
     os.makedirs(dst_dir, exist_ok=True)
     shutil.copy(p("pki", "serving.crt"), os.path.join(dst_dir, "tls.crt"))
@@ -557,7 +653,8 @@ def copy_serving_cert(dst_dir):
 
 
 def prepare_training_operator_files():
-    # The webhook server of each instance reads $TMPDIR/k8s-webhook-server/serving-certs.
+    # The webhook servers of each member's training-operator and Trainer (both run with
+    # TMPDIR=<member>/tmp) read $TMPDIR/k8s-webhook-server/serving-certs.
     for c in MEMBERS:
         copy_serving_cert(os.path.join(p(c, "tmp"), "k8s-webhook-server", "serving-certs"))
         copy_serving_cert(jobset_cert_dir(c))
@@ -626,47 +723,87 @@ def setup_training_operator_objects(api):
                      "labels": {"app.kubernetes.io/managed-by": "muster-fleet"}}})
 
 
-def jobset_webhook_configurations(c):
-    """JobSet's admission webhook configurations from its module (config/components/webhook:
-    manifests.yaml plus the kustomize patches that limit the pod webhooks to JobSet pods), named as
-    its own deployment names them, each webhook pointed by URL at this member's controller on
-    127.0.0.1 and trusting the fleet CA (which signed the serving cert, SAN IP:127.0.0.1)."""
+def apply_replace_patch(doc, ops, where):
+    """A kustomize JSON 6902 patch made of `replace` operations (all these modules' webhook
+    patches are), applied to doc in place."""
+    for op in ops:
+        path = op.get("path", "")
+        if op.get("op") != "replace" or not path.startswith("/"):
+            raise FleetError(f"{where}: unsupported patch {op.get('op')} {path}")
+        keys = [k.replace("~1", "/").replace("~0", "~") for k in path[1:].split("/")]
+        target = doc
+        try:
+            for k in keys[:-1]:
+                target = target[int(k)] if isinstance(target, list) else target[k]
+            last = int(keys[-1]) if isinstance(target, list) else keys[-1]
+            target[last]  # noqa: B018 - `replace` needs the member to exist
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise FleetError(f"{where}: patch path {path} not found") from None
+        target[last] = op["value"]
+
+
+def webhook_configurations(folder, patches, port, names=None):
+    """A module's admission webhook configurations (kubebuilder's webhook-manifests.yaml, copied
+    by the build into folder) with its kustomize patches ({kind: patch file}) applied, named
+    names[kind] (default: the patched metadata.name), each webhook pointed by URL at
+    https://127.0.0.1:port<its path> and trusting the fleet CA (which signed the serving cert,
+    SAN IP:127.0.0.1)."""
     import base64
     with open(p("pki", "ca.crt"), "rb") as f:
         ca = base64.b64encode(f.read()).decode()
-    docs = {d["kind"]: d for d in load_yaml_docs(os.path.join(JOBSET, "webhook-manifests.yaml"))}
-    patches = {"MutatingWebhookConfiguration": "mutating-patch.yaml",
-               "ValidatingWebhookConfiguration": "validating-patch.yaml"}
+    docs = {d["kind"]: d for d in load_yaml_docs(os.path.join(folder, "webhook-manifests.yaml"))}
     if sorted(docs) != sorted(patches):
-        raise FleetError(f"{JOBSET}/webhook-manifests.yaml: unexpected kinds {sorted(docs)}")
-    for kind, fn in patches.items():
-        with open(os.path.join(JOBSET, fn)) as f:
-            for op in yaml.safe_load(f):
-                parts = op.get("path", "").split("/")
-                if op.get("op") != "replace" or len(parts) != 3 or parts[1] != "webhooks":
-                    raise FleetError(f"{JOBSET}/{fn}: unsupported patch {op.get('op')} {op.get('path')}")
-                docs[kind]["webhooks"][int(parts[2])] = op["value"]
+        raise FleetError(f"{folder}/webhook-manifests.yaml: unexpected kinds {sorted(docs)}")
     out = []
     for kind, doc in docs.items():
-        prefix = "mutating" if kind.startswith("Mutating") else "validating"
-        doc["metadata"] = {"name": f"jobset-{prefix}-webhook-configuration",
+        with open(os.path.join(folder, patches[kind])) as f:
+            apply_replace_patch(doc, yaml.safe_load(f), os.path.join(folder, patches[kind]))
+        doc["metadata"] = {"name": names[kind] if names else doc["metadata"]["name"],
                            "labels": {"app.kubernetes.io/managed-by": "muster-fleet"}}
         for w in doc["webhooks"]:
             svc = w["clientConfig"]["service"]
-            w["clientConfig"] = {
-                "url": f"https://127.0.0.1:{ports(c)['jobset-webhook']}{svc['path']}",
-                "caBundle": ca}
+            w["clientConfig"] = {"url": f"https://127.0.0.1:{port}{svc['path']}", "caBundle": ca}
         out.append((kind, doc))
     return out
+
+
+def create_webhook_configurations(api, docs):
+    for kind, doc in docs:
+        plural = "mutatingwebhookconfigurations" if kind.startswith("Mutating") \
+            else "validatingwebhookconfigurations"
+        api.create(f"/apis/admissionregistration.k8s.io/v1/{plural}", doc)
+
+
+def jobset_webhook_configurations(c):
+    """JobSet's (config/components/webhook: manifests.yaml plus the kustomize patches that limit
+    the pod webhooks to JobSet pods), named as its own deployment names them."""
+    return webhook_configurations(
+        JOBSET, {"MutatingWebhookConfiguration": "mutating-patch.yaml",
+                 "ValidatingWebhookConfiguration": "validating-patch.yaml"},
+        ports(c)["jobset-webhook"],
+        names={"MutatingWebhookConfiguration": "jobset-mutating-webhook-configuration",
+               "ValidatingWebhookConfiguration": "jobset-validating-webhook-configuration"})
+
+
+def trainer_webhook_configurations(c):
+    """Trainer's (manifests/base/webhook: manifests.yaml plus the patches that name them
+    defaulter.trainer.kubeflow.org and validator.trainer.kubeflow.org)."""
+    return webhook_configurations(
+        TRAINER, {"MutatingWebhookConfiguration": "patch_mutating.yaml",
+                  "ValidatingWebhookConfiguration": "patch_validating.yaml"},
+        ports(c)["trainer-webhook"])
 
 
 def setup_jobset_objects(api, c):
     """JobSet's webhooks, as in its own deployment (failurePolicy Fail): JobSets are defaulted and
     validated, and pods of JobSets mutated and validated, by this member's JobSet controller."""
-    for kind, doc in jobset_webhook_configurations(c):
-        plural = "mutatingwebhookconfigurations" if kind.startswith("Mutating") \
-            else "validatingwebhookconfigurations"
-        api.create(f"/apis/admissionregistration.k8s.io/v1/{plural}", doc)
+    create_webhook_configurations(api, jobset_webhook_configurations(c))
+
+
+def setup_trainer_objects(api, c):
+    """Trainer's webhooks, as in its own deployment (failurePolicy Fail): TrainJobs are defaulted
+    and validated, and (Cluster)TrainingRuntimes validated, by this member's Trainer."""
+    create_webhook_configurations(api, trainer_webhook_configurations(c))
 
 
 def expand_nodes(cluster_spec):
@@ -741,7 +878,7 @@ def load_fleet_file(path):
 def fleet_id(fleet_file):
     with open(fleet_file, "rb") as f:
         h = hashlib.sha256(f.read())
-    h.update(PINS.encode())
+    h.update(BUILD.encode())
     h.update(str(PORT_BASE).encode())
     # The fleet's own kwok stages: a changed stage means a fleet started anew.
     ours = os.path.join(REPO, "hack", "fleet", "stages")
@@ -751,44 +888,130 @@ def fleet_id(fleet_file):
     return h.hexdigest()[:16]
 
 
-def healthy(fleet_file):
-    """Is a complete fleet, started from this fleet file and these pins, running and ready?"""
+def health_check(c, binary):
+    """The check that says a process of the fleet is healthy: (what, fn), fn() -> (code, body).
+    The same for `up` (readiness), `status` and the reuse of a running fleet."""
+    if binary == "kube-apiserver":
+        return "/readyz", lambda: Api(c).req("GET", "/readyz", timeout=5)
+    pt = ports(c) if c else ports()
+    scheme, key, path = {
+        "etcd": ("http", "etcd-client", "/health"),
+        "kube-controller-manager": ("https", "controller-manager", "/healthz"),
+        "kube-scheduler": ("https", "scheduler", "/healthz"),
+        "kwok": ("http", "kwok", "/healthz"),
+        "training-operator": ("http", "training-operator-health", "/readyz"),
+        "jobset-controller": ("http", "jobset-health", "/readyz"),
+        "kuberay-operator": ("http", "kuberay-health", "/readyz"),
+        "mpi-operator": ("http", "mpi-operator-health", "/healthz"),
+        "trainer-controller-manager": ("http", "trainer-health", "/readyz"),
+    }[binary]
+    url = f"{scheme}://127.0.0.1:{pt[key]}{path}"
+    return path, lambda: insecure_get(url)
+
+
+def check_ok(check):
+    """A health check as wait_for wants it: True, or what is wrong."""
+    def fn():
+        code, body = check()
+        return True if code == 200 else f"HTTP {code} {str(body)[:200]}"
+    return fn
+
+
+# The processes `up` may start again on their own in a running fleet (as a kubelet restarts a
+# crashed pod): everything but etcd and the apiservers. E.g. the MPI operator exits when it cannot
+# renew its Lease for 5 s (a test that pauses its member's apiserver).
+RESTARTABLE = {"kube-controller-manager", "kube-scheduler", "kwok", "training-operator",
+               "jobset-controller", "kuberay-operator", "mpi-operator",
+               "trainer-controller-manager"}
+
+
+def check_running(fleet_file):
+    """A fleet started from this fleet file and this build is running: None if not (or if a
+    process is unhealthy), else the list of its restartable processes that are gone (empty: the
+    whole fleet is running and healthy)."""
     try:
         with open(p("fleet-id")) as f:
             if f.read().strip() != fleet_id(fleet_file):
-                return False
+                return None
     except OSError:
-        return False
-    for n, _, b in components():
-        pid = read_pid(n)
-        if pid is None or not proc_alive(pid, b):
-            return False
+        return None
+    gone = []
     try:
-        for c in CLUSTERS:
-            code, _ = Api(c).req("GET", "/readyz", timeout=5)
-            if code != 200:
-                return False
-        for c in MEMBERS:
-            for k, path in (("controller-manager", "/healthz"), ("scheduler", "/healthz"),
-                            ("kwok", "/healthz")):
-                scheme = "http" if k == "kwok" else "https"
-                code, _ = insecure_get(f"{scheme}://127.0.0.1:{ports(c)[k]}{path}")
-                if code != 200:
-                    return False
-            for k in ("training-operator-health", "jobset-health", "kuberay-health"):
-                code, _ = insecure_get(f"http://127.0.0.1:{ports(c)[k]}/readyz")
-                if code != 200:
-                    return False
+        for n, c, b in components():
+            pid = read_pid(n)
+            if pid is None or not proc_alive(pid, b):
+                if b not in RESTARTABLE:
+                    return None
+                gone.append((n, c, b))
+            elif health_check(c, b)[1]()[0] != 200:
+                return None
     except Exception:  # noqa: BLE001
-        return False
-    return True
+        return None
+    return gone
+
+
+def starter(binary):
+    return {
+        "kube-controller-manager": start_controller_manager,
+        "kube-scheduler": start_scheduler,
+        "kwok": start_kwok,
+        "training-operator": start_training_operator,
+        "jobset-controller": start_jobset_controller,
+        "kuberay-operator": start_kuberay_operator,
+        "mpi-operator": start_mpi_operator,
+        "trainer-controller-manager": start_trainer,
+    }[binary]
+
+
+def wait_controllers(procs, apis, node_names):
+    """Each controller's health check, in start order; then what each must have done."""
+    for n, c, b in procs:
+        what, check = health_check(c, b)
+        wait_for(n, b, check_ok(check), what)
+        if b == "kwok":
+            wait_for(n, b, lambda c=c: nodes_ready(apis[c], node_names[c]), "nodes Ready")
+        elif b == "kube-controller-manager":
+            wait_for(n, b, lambda c=c: default_sa(apis[c]), "ServiceAccount default/default")
+        elif b == "mpi-operator":
+            wait_for(n, b, lambda c=c, n=n: mpi_operator_leading(apis[c], STARTED[n]),
+                     "its Lease")
+        elif b == "trainer-controller-manager":
+            # Created through its validating webhook, so this also checks that path.
+            install_trainer_runtimes(apis[c])
+
+
+def restart(procs, fleet_file):
+    """Start the given stopped controllers of a running fleet again and wait until ready."""
+    t0 = time.monotonic()
+    log(f"fleet running, but {len(procs)} of its processes are gone: starting "
+        + ", ".join(n for n, _, _ in procs) + " again")
+    fleet = load_fleet_file(fleet_file)
+    apis = {c: Api(c) for c in CLUSTERS}
+    node_names = {c: [name for name, _ in expand_nodes(fleet.get(c, {}))] for c in MEMBERS}
+    prepare_training_operator_files()
+    for n, c, b in procs:
+        if b == "mpi-operator":
+            # Its Lease names the process that is gone: a new one would wait for it to expire.
+            apis[c].req("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{MPI_LOCK_NAMESPACE}"
+                        "/leases/mpi-operator")
+        starter(b)(c)
+    wait_controllers(procs, apis, node_names)
+    log(f"fleet up in {time.monotonic() - t0:.1f}s (restarted {len(procs)} processes)")
 
 
 def up(fleet_file):
     t0 = time.monotonic()
-    if healthy(fleet_file):
+    gone = check_running(fleet_file)
+    if gone == []:
         log(f"fleet already up and healthy (state {STATE}); reusing it")
         return
+    if gone:
+        try:
+            restart(gone, fleet_file)
+            return
+        except FleetError as e:
+            log(f"ERROR: {e}")
+            log("starting a fresh fleet instead")
     if any(read_pid(n) is not None for n, _, _ in components()):
         log("a previous fleet is partly running or stale: stopping it first")
     stop_all(quiet=False)
@@ -797,8 +1020,7 @@ def up(fleet_file):
         raise FleetError("ports needed by the fleet are in use by something else: "
                          + ", ".join(f"{k}={v}" for k, v in busy.items())
                          + " (set FLEET_PORT_BASE to move them)")
-    for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-              "training-operator", "jobset-controller", "kuberay-operator"):
+    for b in sorted({b for _, _, b in components()}):
         if not os.access(os.path.join(BIN, b), os.X_OK):
             raise FleetError(f"{BIN}/{b} missing: run `make fleet-build`")
     fleet = load_fleet_file(fleet_file)
@@ -835,50 +1057,29 @@ def up(fleet_file):
     for c in MEMBERS:
         setup_training_operator_objects(apis[c])
         setup_jobset_objects(apis[c], c)
+        setup_trainer_objects(apis[c], c)
+        # The MPI operator's leader election Lease lives there.
+        apis[c].create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                              "metadata": {"name": MPI_LOCK_NAMESPACE}})
     prepare_training_operator_files()
     for c in CLUSTERS:
         wait_for(f"{c}/kube-apiserver", "kube-apiserver",
                  lambda c=c: crds_established(apis[c], crd_names[c]), "CRDs Established")
     log(f"{len(crd_names[HUB])} CRDs established in every cluster ({time.monotonic() - t0:.1f}s)")
+    # The hub runs no Trainer (and has no webhooks): its runtimes are what muster reads there.
+    install_trainer_runtimes(apis[HUB])
 
-    start_controller_manager(HUB)
-    for c in MEMBERS:
-        start_controller_manager(c)
-        start_scheduler(c)
-        start_kwok(c)
-        start_training_operator(c)
-        start_jobset_controller(c)
-        start_kuberay_operator(c)
+    # The controllers, in start order (the MPI operator after the CRDs: it exits at once if the
+    # MPIJob CRD is missing).
+    controllers = [x for x in components() if x[2] in RESTARTABLE]
+    for n, c, b in controllers:
+        starter(b)(c)
 
     node_names = {}
     for c in MEMBERS:
         node_names[c] = create_nodes(apis[c], c, fleet.get(c, {}))
 
-    def health(c, key, scheme="https", path="/healthz"):
-        def check():
-            code, body = insecure_get(f"{scheme}://127.0.0.1:{ports(c)[key]}{path}")
-            return True if code == 200 else f"{path}: {code} {body[:200]}"
-        return check
-
-    wait_for(f"{HUB}/kube-controller-manager", "kube-controller-manager",
-             health(HUB, "controller-manager"), "/healthz")
-    for c in MEMBERS:
-        wait_for(f"{c}/kube-controller-manager", "kube-controller-manager",
-                 health(c, "controller-manager"), "/healthz")
-        wait_for(f"{c}/kube-scheduler", "kube-scheduler", health(c, "scheduler"), "/healthz")
-        wait_for(f"{c}/kwok", "kwok", health(c, "kwok", "http"), "/healthz")
-        wait_for(f"{c}/kwok", "kwok", lambda c=c: nodes_ready(apis[c], node_names[c]),
-                 "nodes Ready")
-        wait_for(f"{c}/kube-controller-manager", "kube-controller-manager",
-                 lambda c=c: default_sa(apis[c]), "ServiceAccount default/default")
-        wait_for(f"{c}/training-operator", "training-operator",
-                 health(c, "training-operator-health", "http", "/readyz"), "/readyz")
-        wait_for(f"{c}/jobset-controller", "jobset-controller",
-                 health(c, "jobset-health", "http", "/readyz"), "/readyz")
-        wait_for(f"{c}/kuberay-operator", "kuberay-operator",
-                 health(c, "kuberay-health", "http", "/readyz"), "/readyz")
-    wait_for(f"{HUB}/kube-controller-manager", "kube-controller-manager",
-             lambda: default_sa(apis[HUB]), "ServiceAccount default/default")
+    wait_controllers(controllers, apis, node_names)
 
     with open(p("fleet-id"), "w") as f:
         f.write(fleet_id(fleet_file) + "\n")
@@ -891,33 +1092,22 @@ def up(fleet_file):
 def status():
     total = 0
     running = 0
-    print(f"{'component':34} {'pid':>8} {'state':8} {'health':8} {'rss MiB':>8}  log")
+    width = max(len(n) for n, _, _ in components()) + 1
+    print(f"{'component':{width}} {'pid':>8} {'state':8} {'health':8} {'rss MiB':>8}  log")
     for n, c, b in components():
         pid = read_pid(n)
         alive = pid is not None and proc_alive(pid, b)
         h = "-"
         if alive:
             running += 1
-            if b == "etcd":
-                code, _ = insecure_get(f"http://127.0.0.1:{ports()['etcd-client']}/health")
-            elif b == "kube-apiserver":
-                code = Api(c).req("GET", "/readyz", timeout=5)[0]
-            elif b == "kwok":
-                code, _ = insecure_get(f"http://127.0.0.1:{ports(c)['kwok']}/healthz")
-            elif b == "training-operator":
-                code, _ = insecure_get(
-                    f"http://127.0.0.1:{ports(c)['training-operator-health']}/readyz")
-            elif b == "jobset-controller":
-                code, _ = insecure_get(f"http://127.0.0.1:{ports(c)['jobset-health']}/readyz")
-            elif b == "kuberay-operator":
-                code, _ = insecure_get(f"http://127.0.0.1:{ports(c)['kuberay-health']}/readyz")
-            else:
-                key = "controller-manager" if b == "kube-controller-manager" else "scheduler"
-                code, _ = insecure_get(f"https://127.0.0.1:{ports(c)[key]}/healthz")
+            try:
+                code = health_check(c, b)[1]()[0]
+            except Exception:  # noqa: BLE001 - e.g. a paused apiserver times out
+                code = None
             h = "ok" if code == 200 else f"HTTP {code}"
         rss = rss_kib(pid) if alive else 0
         total += rss
-        print(f"{n:34} {pid or '-':>8} {'running' if alive else 'stopped':8} {h:8} "
+        print(f"{n:{width}} {pid or '-':>8} {'running' if alive else 'stopped':8} {h:8} "
               f"{rss / 1024:8.0f}  {os.path.relpath(log_path(n), REPO)}")
     print(f"{running}/{len(components())} processes running; total RSS {total / 1024:.0f} MiB")
     if running:
