@@ -1,6 +1,7 @@
 //! Every kind for real on the local fleet, with the operator that runs it in every member: the
 //! examples in `examples/jobs/` (RayCluster and RayJob under the KubeRay operator; TFJob,
-//! PaddleJob and JAXJob under the training-operator) are submitted to the hub, each is dispatched
+//! PaddleJob and JAXJob under the training-operator; MPIJob under the MPI operator; TrainJob in
+//! `tests/controller_trainjob.rs`) are submitted to the hub, each is dispatched
 //! whole to exactly one member, the operator there makes every pod (for a RayJob also its
 //! submitter), each runs, watched throughout, and the member's status comes back to the hub object.
 
@@ -234,4 +235,76 @@ async fn a_paddlejob_runs_whole_on_one_member() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jaxjob_runs_whole_on_one_member() {
     training_job_runs_whole("jaxjob.yaml", "JAXJob", "jaxjobs", "jax-mnist", 2).await;
+}
+
+/// Every condition `type` of `obj.status.conditions` that is `True`.
+fn true_conditions(obj: &Value) -> Vec<String> {
+    obj["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["status"] == "True")
+        .filter_map(|c| c["type"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mpijob_runs_its_launcher_and_workers_on_one_member_and_finishes() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("mpi");
+    let hub = setup(&[&ns], root(vec![leaf("mpi", &ns)])).await;
+    let controller = Controller::start("mpi", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        // The launcher (a batch Job's pod, which kwok completes) runs 8 s, so that the three
+        // pods are seen running together; its end is the MPIJob's.
+        let mut job = example("mpijob.yaml", &ns);
+        job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"] =
+            serde_json::json!({"annotations": runs_for(8)});
+        fleet::create_json(&hub, "mpijobs", job)
+            .await
+            .expect("create");
+        let (api, kind, plural, name) =
+            ("kubeflow.org/v2beta1", "MPIJob", "mpijobs", "horovod-bert");
+        // Watched throughout: pods on one member only, never more than 3, never another member.
+        let deadline = Instant::now() + T;
+        let mut member: Option<String> = None;
+        let mut all_ran = false;
+        let st = loop {
+            let per = pods_per_member(&ns).await;
+            assert!(Instant::now() < deadline, "never finished: {per:?}");
+            assert!(per.len() <= 1, "pods on more than one member: {per:?}");
+            assert!(per.iter().all(|p| p.2 <= 3), "more than 3 pods: {per:?}");
+            let st = status(&hub, &ns, kind, name).await;
+            if let Some(c) = &st.cluster {
+                assert_eq!(member.get_or_insert(c.clone()), c, "moved: {st:?}");
+            }
+            if let (Some(c), [(m, 3, 3)]) = (&member, per.as_slice()) {
+                assert_eq!(m, c, "pods where the job is not");
+                all_ran = true;
+            }
+            if st.state == QueuedJobState::Finished {
+                break st;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        assert!(all_ran, "launcher and both workers never ran together");
+        let cluster = member.expect("a member");
+        assert_eq!(st.cluster.as_deref(), Some(cluster.as_str()));
+        assert_eq!(
+            hub::members_with(api, kind, plural, &ns, name).await,
+            [cluster]
+        );
+        // The operator's outcome, synced to the hub.
+        let obj = fleet::dynamic_api(&hub, api, kind, plural, Some(&ns))
+            .get(name)
+            .await
+            .expect("the hub MPIJob");
+        assert!(
+            true_conditions(&obj.data).iter().any(|c| c == "Succeeded"),
+            "{}",
+            obj.data["status"]
+        );
+    }))
+    .await;
+    finish(&hub, &[&ns], vec![controller], outcome).await;
 }

@@ -93,6 +93,11 @@ pub struct MemberClusterStatus {
     /// when muster may not list them there (then they are not checked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_classes: Option<Vec<String>>,
+    /// Its Kubeflow Trainer runtimes (`ClusterTrainingRuntime NAME`, `TrainingRuntime NS/NAME`):
+    /// a TrainJob is sent only where the runtime it names is the same as the hub's. Absent when
+    /// the member does not serve TrainJob or muster may not list them there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtimes: Option<Vec<String>>,
 }
 
 /// Reference to the job a QueuedJob stands for.

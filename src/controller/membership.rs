@@ -316,6 +316,11 @@ impl Brain {
                     .priority_classes
                     .as_ref()
                     .map(|p| p.iter().cloned().collect());
+                st.runtimes = c
+                    .serves
+                    .runtimes
+                    .as_ref()
+                    .map(|r| r.keys().cloned().collect());
                 for r in (0..table.len()).map(|i| crate::resources::Res(i as u16)) {
                     if r == MAX_JOBS {
                         continue;

@@ -1052,6 +1052,8 @@ impl Scheduler {
                 "no member cluster matches the job's cluster restriction".to_string()
             });
         }
+        // The members that could create it but never hold it, then those that cannot create it.
+        reasons.extend(refused);
         Err(format!(
             "can never fit in any member, even empty: {}",
             reasons.join("; ")
