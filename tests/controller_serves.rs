@@ -184,7 +184,7 @@ async fn jobs_go_only_to_members_that_have_their_priority_class() {
     finish(&hub, &[&ns], vec![controller], outcome).await;
 }
 
-/// An MPIJob (no MPI operator runs on the fleet: only its copy's creation is looked at) that may
+/// An MPIJob (only its copy's creation is looked at, though the MPI operator runs it) that may
 /// go to member-a only.
 fn mpijob_for_a(ns: &str, name: &str) -> Value {
     let c = |gpu: &str| {

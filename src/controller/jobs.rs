@@ -341,6 +341,14 @@ impl Brain {
             );
             self.stores.jobs.insert(kind, w);
         }
+        // TrainJob installed since the start: its runtimes too (then every TrainJob is read).
+        if self.stores.jobs.contains_key(&JobKind::TrainJob) && self.stores.runtimes.is_none() {
+            let (hub, wake) = (self.hub.clone(), self.wake.clone());
+            match super::runtimes::Watches::start("hub", &hub, &wake, &mut self.stores._tasks).await {
+                Ok(w) => self.stores.runtimes = w,
+                Err(e) => tracing::warn!(error = %e, "cannot watch the hub's training runtimes"),
+            }
+        }
     }
 
     async fn suspend(&self, kind: JobKind, ns: &str, name: &str) {
