@@ -120,6 +120,10 @@ pub struct Serves {
     /// with the digest of each one's spec (empty: present, not compared, as a scenario says).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtimes: Option<BTreeMap<String, String>>,
+    /// Kinds whose operator is seen not to act on the member (a copy left without status or
+    /// pod), with the evidence: refused until it acts again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stalled: BTreeMap<JobKind, String>,
 }
 
 /// What a member must serve to create a job: its kind, its pods' PriorityClasses and (a
@@ -144,7 +148,10 @@ impl Needs {
 impl Serves {
     /// Nothing known: nothing refused.
     pub fn is_unknown(&self) -> bool {
-        self.kinds.is_none() && self.priority_classes.is_none() && self.runtimes.is_none()
+        self.kinds.is_none()
+            && self.priority_classes.is_none()
+            && self.runtimes.is_none()
+            && self.stalled.is_empty()
     }
 
     /// Why the member cannot create a job with these needs, if it cannot (`cluster` names the
@@ -154,6 +161,9 @@ impl Serves {
             && !k.contains(&needs.kind)
         {
             return Some(format!("{cluster} does not serve {}", needs.kind.as_str()));
+        }
+        if let Some(why) = self.stalled.get(&needs.kind) {
+            return Some(why.clone());
         }
         if let Some(have) = &self.priority_classes {
             let missing: Vec<&str> = needs

@@ -4,6 +4,7 @@
 //! PriorityClass is created on member-b, where it then runs; a member whose MPIJob CRD is removed
 //! is no longer a candidate for MPIJobs, and is again once the CRD is back. MemberCluster status
 //! lists what each member serves. A member's own refusal of a copy's pods is the QueuedJob's reason.
+//! A member whose operator for a kind does not act (paused) is no candidate for that kind.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -319,5 +320,90 @@ async fn a_members_refusal_of_the_pods_is_the_reason() {
         assert_eq!(st.state, QueuedJobState::Dispatched, "{why}");
     }))
     .await;
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+/// A member whose operator for a kind does not act is no candidate for that kind: member-a's
+/// MPI operator is paused, the first MPIJob sent there gets neither status nor pod, and from then
+/// on MemberCluster status says so, a second MPIJob (member-a only) is never dispatched and says
+/// why, while a batch Job (another kind, member-a only) still runs there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_operator_does_not_act_is_not_chosen_for_that_kind() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("stall");
+    let hub = setup(&[&ns], root(vec![leaf("stall", &ns)])).await;
+    let controller = Controller::start("stall", &[]).await;
+    // CPU only, so that the two MPIJobs would both fit member-a at once.
+    let cpu_only = |name: &str| {
+        let mut j = mpijob_for_a(&ns, name);
+        for r in ["Launcher", "Worker"] {
+            j["spec"]["mpiReplicaSpecs"][r]["template"]["spec"]["containers"][0]["resources"] =
+                json!({"limits": {"cpu": "100m", "memory": "64Mi"}});
+        }
+        j
+    };
+    let paused = support::process::Paused::new("member-a/mpi-operator");
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        fleet::create_json(&hub, "mpijobs", cpu_only("first"))
+            .await
+            .expect("create");
+        let stalled = wait_for("member-a stalled for MPIJob in its status", T, || async {
+            let st = member_status(&hub, "member-a").await;
+            match st.stalled.get("MPIJob") {
+                Some(why) => Ok(why.clone()),
+                None => Err(format!(
+                    "{:?}; first: {:?}",
+                    st.stalled,
+                    status(&hub, &ns, "MPIJob", "first").await
+                )),
+            }
+        })
+        .await;
+        assert!(
+            stalled.starts_with(&format!(
+                "member-a's MPIJob operator does not act: {ns}/first has had no status and no pod for"
+            )),
+            "{stalled}"
+        );
+        fleet::create_json(&hub, "mpijobs", cpu_only("second"))
+            .await
+            .expect("create");
+        let mut job = batch_job(&ns, "plain", 1, 1, 600);
+        job["metadata"]["annotations"] = json!({"muster.dev/clusters": "member-a"});
+        fleet::create_json(&hub, "jobs", job).await.expect("create");
+        // Watched: the second MPIJob never goes to member-a and says why; the Job runs there.
+        let deadline = Instant::now() + T;
+        let mut said = None;
+        loop {
+            assert!(Instant::now() < deadline, "said {said:?}");
+            let st = status(&hub, &ns, "MPIJob", "second").await;
+            assert!(st.cluster.is_none(), "dispatched to a stalled member: {st:?}");
+            if st
+                .explanation
+                .as_deref()
+                .is_some_and(|e| e.contains("member-a's MPIJob operator does not act"))
+            {
+                said = st.explanation.clone();
+            }
+            let plain = status(&hub, &ns, "Job", "plain").await;
+            if said.is_some() && plain.state == QueuedJobState::Running {
+                assert_eq!(plain.cluster.as_deref(), Some("member-a"));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        for _ in 0..10 {
+            let st = status(&hub, &ns, "MPIJob", "second").await;
+            assert!(st.cluster.is_none(), "dispatched to a stalled member: {st:?}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }))
+    .await;
+    drop(paused);
+    // Its leader election may have ended while it was paused: started again if it is gone.
+    let _ = std::process::Command::new("make")
+        .args(["--no-print-directory", "fleet-up"])
+        .current_dir(fleet::repo_root())
+        .status();
     finish(&hub, &[&ns], vec![controller], outcome).await;
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use muster::quantity::Quantity;
 use muster::quota::QuotaTree;
-use muster::workload::{JobKind, Workload, interpret};
+use muster::workload::{JobKind, TrainingRuntimes, Workload, interpret_with};
 use serde_json::Value;
 
 fn path(rel: &str) -> PathBuf {
@@ -90,11 +90,23 @@ const JOBS: &[Expected] = &[
         &[("head", 1), ("gpu", 2), ("cpu", 3)],
         "2",
     ),
+    ("trainjob.yaml", JobKind::TrainJob, 2, &[("node", 2)], "4"),
 ];
+
+/// Kubeflow Trainer's default runtime the TrainJob example names, as a hub would have it.
+fn runtimes() -> TrainingRuntimes {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/upstream/trainer-v2.2.0/torch_distributed.yaml");
+    let text = std::fs::read_to_string(&p).expect("the runtime");
+    let v: Value = serde_yaml::from_str(&text).expect("YAML");
+    let mut rt = TrainingRuntimes::default();
+    rt.apply(&v).expect("a runtime");
+    rt
+}
 
 fn load_job(file: &str) -> Workload {
     let rel = format!("jobs/{file}");
-    interpret(&yaml(&rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    interpret_with(&yaml(&rel), &runtimes()).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
 #[test]

@@ -319,6 +319,7 @@ fn a_member_must_have_the_same_runtime() {
                 .map(|(k, d)| (k.to_string(), d.to_string()))
                 .collect(),
         ),
+        stalled: Default::default(),
     };
     assert_eq!(
         serves(&[("ClusterTrainingRuntime torch-distributed", &digest)]).refuses("m", &needs),

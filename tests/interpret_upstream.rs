@@ -422,6 +422,16 @@ fn every_upstream_file_is_covered() {
         "kuberay/ray-job.batch-inference.yaml",
         "kuberay/ray-job.custom-head-svc.yaml",
         "kuberay/ray-job.kueue-toy-sample.yaml",
+        // Training runtimes, not jobs: every one is read, and TrainJobs against them, in
+        // tests/interpret_trainjob.rs.
+        "trainer-v2.2.0/deepspeed_distributed.yaml",
+        "trainer-v2.2.0/jax_distributed.yaml",
+        "trainer-v2.2.0/mlx_distributed.yaml",
+        "trainer-v2.2.0/torch_distributed.yaml",
+        "trainer-v2.2.0/torchtune_llama3_2_llama3_2_1B.yaml",
+        "trainer-v2.2.0/torchtune_llama3_2_llama3_2_3B.yaml",
+        "trainer-v2.2.0/torchtune_qwen2_5_qwen2_5_1.5B.yaml",
+        "trainer-v2.2.0/xgboost_distributed.yaml",
     ];
     let mut found = Vec::new();
     for dir in std::fs::read_dir(data("")).unwrap() {

@@ -75,6 +75,8 @@ pub(super) struct Brain {
     pub priorities: BTreeMap<String, i32>,
     /// The hub's training runtimes, which TrainJobs are read against.
     pub runtimes: TrainingRuntimes,
+    /// Members whose operator for a kind is seen not to act.
+    pub operators: super::operators::Operators,
     pub epoch: Instant,
     /// When the hub's job kinds were last discovered.
     pub kinds_checked: Instant,
@@ -133,6 +135,7 @@ impl Brain {
             gates_dropped: BTreeMap::new(),
             priorities: BTreeMap::new(),
             runtimes: TrainingRuntimes::default(),
+            operators: Default::default(),
             epoch: Instant::now(),
             kinds_checked: Instant::now(),
             rediscover: BTreeMap::new(),

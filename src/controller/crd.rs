@@ -98,6 +98,10 @@ pub struct MemberClusterStatus {
     /// the member does not serve TrainJob or muster may not list them there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtimes: Option<Vec<String>>,
+    /// Kinds whose operator is seen not to act there (a copy left without status or pod), with
+    /// the evidence: no job of such a kind is sent to it until the operator acts again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stalled: BTreeMap<String, String>,
 }
 
 /// Reference to the job a QueuedJob stands for.

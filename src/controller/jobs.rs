@@ -344,7 +344,8 @@ impl Brain {
         // TrainJob installed since the start: its runtimes too (then every TrainJob is read).
         if self.stores.jobs.contains_key(&JobKind::TrainJob) && self.stores.runtimes.is_none() {
             let (hub, wake) = (self.hub.clone(), self.wake.clone());
-            match super::runtimes::Watches::start("hub", &hub, &wake, &mut self.stores._tasks).await {
+            match super::runtimes::Watches::start("hub", &hub, &wake, &mut self.stores._tasks).await
+            {
                 Ok(w) => self.stores.runtimes = w,
                 Err(e) => tracing::warn!(error = %e, "cannot watch the hub's training runtimes"),
             }

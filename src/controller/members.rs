@@ -295,6 +295,7 @@ impl Member {
                     .map(|(k, d)| (k.to_string(), d))
                     .collect()
             }),
+            stalled: Default::default(),
         }
     }
 

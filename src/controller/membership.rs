@@ -202,6 +202,7 @@ impl Brain {
                     // The core makes only robust plans for a member placed by node set.
                     info.placement = self.placement_mode(name).0;
                     info.serves = m.serves();
+                    info.serves.stalled = self.operators.stalled(name, super::now_ms());
                     for p in problems {
                         tracing::warn!(member = %name, problem = %p, "node left out");
                     }
@@ -321,6 +322,12 @@ impl Brain {
                     .runtimes
                     .as_ref()
                     .map(|r| r.keys().cloned().collect());
+                st.stalled = c
+                    .serves
+                    .stalled
+                    .iter()
+                    .map(|(k, why)| (k.as_str().to_string(), why.clone()))
+                    .collect();
                 for r in (0..table.len()).map(|i| crate::resources::Res(i as u16)) {
                     if r == MAX_JOBS {
                         continue;

@@ -33,6 +33,7 @@ pub mod leader;
 pub mod members;
 mod membership;
 mod observe;
+mod operators;
 mod placing;
 mod record;
 pub mod registration;

@@ -156,6 +156,13 @@ impl Brain {
                             pods.entry(uid.clone()).or_default().push(p.clone());
                         }
                     }
+                    // Whether its operators act on muster's copies.
+                    for ((kind, uid), o) in &copies {
+                        let n = pods.get(uid).map_or(0, Vec::len);
+                        if self.operators.observe(&name, *kind, o, n, now) {
+                            self.wake.notify_one();
+                        }
+                    }
                     MemberView::Answering { copies, pods }
                 }
                 Some(m) if m.health.failures() > 0 => {
@@ -193,6 +200,7 @@ impl Brain {
             return;
         };
         let expected = j.spec.0.as_ref().map_or(0, |w| w.pod_count() as u32);
+        let kind = j.kind;
         let holds = self.book.get(uid).is_some_and(|e| e.record.holds());
         let tally = status::tally(&pods);
         if holds {
@@ -216,6 +224,13 @@ impl Brain {
                 .then(|| self.members.get(cluster)?.refusal(copy.as_ref()))
                 .flatten()
                 .map(|r| format!("{cluster} refuses: {r}"));
+            // Or its operator there does not act at all.
+            let refused = refused.or_else(|| {
+                self.operators
+                    .reason(cluster, kind)
+                    .filter(|_| tally.running + tally.waiting + tally.succeeded == 0)
+                    .map(str::to_string)
+            });
             if let Some(j) = self.jobs.get_mut(uid) {
                 let waiting = placed.pending.or(placed.held);
                 j.waiting = match (refused, waiting) {

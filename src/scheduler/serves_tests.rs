@@ -22,6 +22,7 @@ fn member(name: &str, kinds: &[JobKind], classes: &[&str]) -> ClusterInfo {
             kinds: Some(kinds.iter().copied().collect()),
             priority_classes: Some(classes.iter().map(|c| c.to_string()).collect()),
             runtimes: None,
+            stalled: Default::default(),
         },
         ..Default::default()
     }
@@ -168,6 +169,7 @@ fn unknown_serves_refuses_nothing() {
         kinds: None,
         priority_classes: Some(["x".to_string(), "y".to_string()].into_iter().collect()),
         runtimes: None,
+        stalled: Default::default(),
     };
     assert_eq!(some.refuses("m", &needs(JobKind::MPIJob, &["x"])), None);
     assert_eq!(
