@@ -12,12 +12,11 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use kube::Client;
-use muster::controller::crd::{QueuedJobState, QueuedJobStatus};
+use muster::controller::crd::QueuedJobState;
 use serde_json::Value;
 use support::failures::*;
-use support::fleet::{self, client_for, unique_name, wait_for};
-use support::hub::{self, Controller};
+use support::fleet::{self, unique_name, wait_for};
+use support::hub::{self, Controller, pods_per_member, queued_status as status};
 
 fn example(file: &str, ns: &str) -> Value {
     let path = fleet::repo_root().join("examples/jobs").join(file);
@@ -25,29 +24,6 @@ fn example(file: &str, ns: &str) -> Value {
     let mut v: Value = serde_yaml::from_str(&text).expect("YAML");
     v["metadata"]["namespace"] = Value::from(ns);
     v
-}
-
-async fn status(hub: &Client, ns: &str, kind: &str, name: &str) -> QueuedJobStatus {
-    hub::queued_job(hub, ns, kind, name)
-        .await
-        .and_then(|q| q.status)
-        .unwrap_or_default()
-}
-
-/// Pods of `ns` per member: (member, running, all).
-async fn pods_per_member(ns: &str) -> Vec<(String, usize, usize)> {
-    let mut out = Vec::new();
-    for m in fleet::MEMBERS {
-        let pods = fleet::list_pods(&client_for(m).await, ns, "").await;
-        let running = pods
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        if !pods.is_empty() {
-            out.push((m.to_string(), running, pods.len()));
-        }
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::api::{DeleteParams, DynamicObject, PostParams};
-use muster::controller::crd::{MemberCluster, QueuedJobState, QueuedJobStatus};
+use muster::controller::crd::{MemberCluster, QueuedJobState};
 use muster::workload::{TrainingRuntimes, interpret_with};
 use serde_json::{Value, json};
 use support::failures::*;
 use support::fleet::{self, client_for, unique_name, wait_for};
-use support::hub::{self, Controller};
+use support::hub::{self, Controller, pods_per_member, queued_status as status};
 
 const API: &str = "trainer.kubeflow.org/v1alpha1";
 const RUNTIME: &str = "torch-distributed";
@@ -70,29 +70,6 @@ async fn hub_runtimes(hub: &Client) -> TrainingRuntimes {
     TrainingRuntimes::from_objects(&objs).0
 }
 
-async fn status(hub: &Client, ns: &str, name: &str) -> QueuedJobStatus {
-    hub::queued_job(hub, ns, "TrainJob", name)
-        .await
-        .and_then(|q| q.status)
-        .unwrap_or_default()
-}
-
-/// Pods of `ns` per member: (member, running, all).
-async fn pods_per_member(ns: &str) -> Vec<(String, usize, usize)> {
-    let mut out = Vec::new();
-    for m in fleet::MEMBERS {
-        let pods = fleet::list_pods(&client_for(m).await, ns, "").await;
-        let running = pods
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        if !pods.is_empty() {
-            out.push((m.to_string(), running, pods.len()));
-        }
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trainjob_runs_whole_on_one_member_and_completes() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
@@ -123,7 +100,7 @@ async fn a_trainjob_runs_whole_on_one_member_and_completes() {
                 per.iter().all(|p| p.2 <= counted),
                 "more pods than counted: {per:?}"
             );
-            let st = status(&hub, &ns, "ddp").await;
+            let st = status(&hub, &ns, "TrainJob", "ddp").await;
             if let Some(c) = &st.cluster {
                 assert_eq!(member.get_or_insert(c.clone()), c, "moved: {st:?}");
             }
@@ -248,7 +225,7 @@ async fn a_trainjob_waits_until_a_member_has_the_same_runtime() {
         // Never dispatched, watched the whole time, until the reason names both members.
         let deadline = Instant::now() + T;
         let why = loop {
-            let st = status(&hub, &ns, "waits").await;
+            let st = status(&hub, &ns, "TrainJob", "waits").await;
             assert!(Instant::now() < deadline, "no reason came: {st:?}");
             assert!(st.cluster.is_none(), "dispatched: {st:?}");
             assert!(pods_per_member(&ns).await.is_empty(), "pods somewhere");
@@ -273,7 +250,12 @@ async fn a_trainjob_waits_until_a_member_has_the_same_runtime() {
         );
         // Still not dispatched a few seconds on.
         for _ in 0..10 {
-            assert!(status(&hub, &ns, "waits").await.cluster.is_none());
+            assert!(
+                status(&hub, &ns, "TrainJob", "waits")
+                    .await
+                    .cluster
+                    .is_none()
+            );
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         let (ok, text) = hub::explain(&format!("{ns}/waits"));
@@ -293,7 +275,7 @@ async fn a_trainjob_waits_until_a_member_has_the_same_runtime() {
             .await
             .expect("restore member-b's runtime");
         wait_for("waits running on member-b", T, || async {
-            let st = status(&hub, &ns, "waits").await;
+            let st = status(&hub, &ns, "TrainJob", "waits").await;
             match (&st.cluster, st.state) {
                 (Some(c), QueuedJobState::Running) if c == "member-b" => Ok(()),
                 (Some(c), _) => {

@@ -509,3 +509,32 @@ pub fn token_kubeconfig(token: &str, path: &std::path::Path) {
     });
     std::fs::write(path, serde_yaml::to_string(&kc).expect("yaml")).expect("writing kubeconfig");
 }
+
+/// A QueuedJob's status (default when there is none yet).
+pub async fn queued_status(
+    hub: &Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+) -> muster::controller::crd::QueuedJobStatus {
+    queued_job(hub, ns, kind, name)
+        .await
+        .and_then(|q| q.status)
+        .unwrap_or_default()
+}
+
+/// Pods of `ns` per member that has any: (member, running, all).
+pub async fn pods_per_member(ns: &str) -> Vec<(String, usize, usize)> {
+    let mut out = Vec::new();
+    for m in MEMBERS {
+        let pods = fleet::list_pods(&fleet::client_for(m).await, ns, "").await;
+        let running = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if !pods.is_empty() {
+            out.push((m.to_string(), running, pods.len()));
+        }
+    }
+    out
+}
