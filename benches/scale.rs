@@ -14,16 +14,21 @@ mod common;
 use common::{deep, scenario};
 use muster::sim::{self, Scenario};
 
-fn peak_rss_kib() -> u64 {
+/// A `/proc/self/status` field in KiB (`VmHWM`: peak resident, `VmRSS`: resident now).
+fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
+}
+
+fn peak_rss_kib() -> u64 {
+    status_kib("VmHWM:")
 }
 
 /// The benchmark's scenarios: `scale` (the default), `deep` and `diverse`.
@@ -111,6 +116,7 @@ fn one(mode: &str, jobs: usize, clusters: usize, nodes: u32, smoke: bool) -> boo
     let t0 = Instant::now();
     let sc = generate(mode, jobs, clusters, nodes);
     let generated = t0.elapsed();
+    let rss_generated = status_kib("VmRSS:");
     let t1 = Instant::now();
     let report = sim::run("bench", &sc, &mut ()).expect("bench scenario is valid");
     let run = t1.elapsed();
@@ -118,7 +124,11 @@ fn one(mode: &str, jobs: usize, clusters: usize, nodes: u32, smoke: bool) -> boo
     let decisions = s.dispatches + s.preemptions;
     let leaves = if mode == "scale" { 100 } else { 20 };
     println!("{mode}: {jobs} jobs, {clusters} clusters x {nodes} nodes, {leaves} leaves");
-    println!("generate: {:.2}s", generated.as_secs_f64());
+    println!(
+        "generate: {:.2}s, {} MiB resident after it",
+        generated.as_secs_f64(),
+        rss_generated / 1024
+    );
     println!(
         "run: {:.2}s, {} cycles, {} dispatches, {} preemptions, {} finished, {} pending, {} inadmissible",
         run.as_secs_f64(),

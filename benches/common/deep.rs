@@ -107,11 +107,11 @@ fn tree(total_gpu: u64) -> Value {
 fn patch_pods(v: &mut Value, extra: &Value) {
     match v {
         Value::Object(m) => {
-            if m.contains_key("containers") {
-                if let Some(e) = extra.as_object() {
-                    for (k, x) in e {
-                        m.insert(k.clone(), x.clone());
-                    }
+            if m.contains_key("containers")
+                && let Some(e) = extra.as_object()
+            {
+                for (k, x) in e {
+                    m.insert(k.clone(), x.clone());
                 }
             }
             for (_, x) in m.iter_mut() {

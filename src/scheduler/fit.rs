@@ -187,7 +187,10 @@ impl Scheduler {
                     }
                 }
             }
-            let r = self.fits[fit].seen[ci].reason.as_deref().unwrap_or_default();
+            let r = self.fits[fit].seen[ci]
+                .reason
+                .as_deref()
+                .unwrap_or_default();
             parts.push(format!("{}: {r}", self.clusters[ci].name));
         }
         if total > 5 {
