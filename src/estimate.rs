@@ -131,6 +131,27 @@ pub fn place(
     eligible: &[Vec<usize>],
     table: &ResourceTable,
 ) -> Result<Placement, String> {
+    place_or_why(cluster, groups, eligible, table).map_err(|no| no.reason)
+}
+
+/// Why [`place`] found no plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NoFit {
+    pub reason: String,
+    /// A necessary condition failed: some group's pods do not fit the free nodes even one by one
+    /// (or no node admits them), or the job exceeds the cluster's [`beyond_bounds`]. Such a
+    /// failure stays a failure while free capacity on the cluster's nodes only shrinks (its
+    /// reason may change); a failure to place all groups together may not.
+    pub capacity: bool,
+}
+
+/// [`place`], saying which kind of failure it was.
+pub fn place_or_why(
+    cluster: &Cluster,
+    groups: &[PodGroup],
+    eligible: &[Vec<usize>],
+    table: &ResourceTable,
+) -> Result<Placement, NoFit> {
     let ext: Vec<bool> = (0..table.len())
         .map(|i| is_extended(table.name(Res(i as u16))))
         .collect();
@@ -140,21 +161,28 @@ pub fn place(
         if g.pods == 0 {
             continue;
         }
-        necessary(&fresh, g, &eligible[gi], table)?;
+        necessary(&fresh, g, &eligible[gi], table).map_err(|reason| NoFit {
+            reason,
+            capacity: true,
+        })?;
     }
+    let together = |reason| NoFit {
+        reason,
+        capacity: false,
+    };
     let order = group_order(cluster, groups);
     let Some(plan) = greedy(cluster, groups, eligible, &order, &ext, false)
         .or_else(|| search(cluster, groups, eligible, &order, false))
     else {
-        return Err(format!(
+        return Err(together(format!(
             "{} fit one by one but not all together on the free nodes",
             group_names(groups)
-        ));
+        )));
     };
     match cluster.placement {
         PlacementMode::Gates => Ok(plan),
         PlacementMode::Pinned => {
-            robust::place_pinned(cluster, groups, eligible, &order, &ext, plan)
+            robust::place_pinned(cluster, groups, eligible, &order, &ext, plan).map_err(together)
         }
     }
 }

@@ -377,6 +377,10 @@ pub struct Cluster {
     pub version: u64,
     /// Bumped when nodes, labels or taints change (eligibility caches).
     pub topology: u64,
+    /// The version at which free capacity on a node last may have grown (a reservation given
+    /// back, external usage set, the nodes replaced); between two such changes free capacity
+    /// only shrinks, which keeps some failed estimates failed (`scheduler::fit`).
+    pub freed: u64,
     summary: Summary,
     summary_version: u64,
 }
@@ -399,6 +403,7 @@ impl Cluster {
             serves: info.serves.clone(),
             version,
             topology: version,
+            freed: version,
             summary: Summary::default(),
             summary_version: 0,
         }

@@ -5,11 +5,13 @@
 //! report, and optionally the metrics a controller would record. It never decides anything itself:
 //! every decision comes from [`Scheduler::cycle`].
 
+mod digest;
 pub mod estimates;
 pub mod faults;
 mod report;
 mod scenario;
 
+pub use digest::TraceDigest;
 pub use estimates::{EstimateReport, Estimating};
 pub use report::{
     Explained, JobReport, Report, Summary, WaitStats, explanations_text, secs, table,
@@ -232,6 +234,7 @@ fn run_inner(
     let mut cycles = 0u64;
     let mut dispatches = 0u64;
     let mut preemptions = 0u64;
+    let mut trace = TraceDigest::default();
     let mut done_events = 0usize;
     let total_events = jobs.len() * 2;
     // Resource-milliseconds held by running jobs, per resource.
@@ -371,6 +374,7 @@ fn run_inner(
                 .iter()
                 .any(|d| !matches!(d, Decision::Wait { .. }));
             for d in decisions {
+                trace.add(now, &d);
                 match d {
                     Decision::Admit {
                         job,
@@ -530,6 +534,7 @@ fn run_inner(
         preemptions,
         warnings,
     );
+    let summary = Summary { trace, ..summary };
     Ok(Report {
         jobs: reports,
         summary,

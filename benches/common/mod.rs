@@ -7,6 +7,8 @@ use serde_json::{Value, json};
 
 use muster::sim::{ClusterSpec, JobSpec, NodeSpec, Scenario};
 
+pub mod deep;
+
 /// Small deterministic PRNG (xorshift64*), so every run sees the same scenario.
 pub struct Rng(pub u64);
 impl Rng {

@@ -16,6 +16,7 @@ use crate::resources::{Demand, MAX_JOBS, ONE, PODS, Res, ResourceTable, at};
 use crate::workload::{ClusterRestriction, Workload};
 
 pub mod explain;
+mod fit;
 mod reclaim;
 #[cfg(test)]
 mod serves_tests;
@@ -98,10 +99,8 @@ struct Shape {
     needs: Needs,
     /// The requested resource scarcest in the fleet (cluster choice key).
     key_res: Res,
-    /// Per cluster: (topology version, eligible nodes per group).
-    eligible: HashMap<usize, (u64, Vec<Vec<usize>>)>,
-    /// Per cluster, the cluster version at which this shape last failed there, and why.
-    seen: Vec<(u64, Option<String>)>,
+    /// The fit memos of its pods ([`fit::FitMemo`]), shared with shapes of the same pods.
+    fit: fit::FitId,
     /// The fleet version at which the shape last fit nowhere, and why.
     nowhere: Option<(u64, String)>,
 }
@@ -112,8 +111,9 @@ struct Class {
     reason: Option<String>,
     reason_cycle: u64,
     dirty: bool,
-    /// Per cluster: (cluster version, candidates) of the last failed reclaim trial there.
-    reclaim_failed: HashMap<usize, (u64, u64)>,
+    /// Per cluster: (cluster version, candidates, failed on a necessary condition) of the last
+    /// failed reclaim trial there.
+    reclaim_failed: HashMap<usize, (u64, u64, bool)>,
 }
 
 /// Scheduler settings.
@@ -136,6 +136,8 @@ pub struct Scheduler {
     jobs: Vec<Job>,
     shapes: Vec<Shape>,
     shape_ids: HashMap<String, ShapeId>,
+    fits: Vec<fit::FitMemo>,
+    fit_ids: HashMap<String, fit::FitId>,
     classes: Vec<Class>,
     class_ids: HashMap<(usize, Option<ShapeId>), ClassId>,
     dirty: Vec<ClassId>,
@@ -167,6 +169,8 @@ impl Scheduler {
             jobs: Vec::new(),
             shapes: Vec::new(),
             shape_ids: HashMap::new(),
+            fits: Vec::new(),
+            fit_ids: HashMap::new(),
             classes: Vec::new(),
             class_ids: HashMap::new(),
             dirty: Vec::new(),
@@ -215,7 +219,7 @@ impl Scheduler {
     pub fn set_reachable(&mut self, cluster: &str, reachable: bool) {
         if let Some(&i) = self.cluster_by_name.get(cluster) {
             self.clusters[i].reachable = reachable;
-            self.bump_cluster(i);
+            self.freed_on(i);
             self.fleet_changed();
         }
     }
@@ -230,7 +234,7 @@ impl Scheduler {
         if let Some(&ni) = c.node_index.get(node) {
             c.nodes[ni].external = dense;
         }
-        self.bump_cluster(ci);
+        self.freed_on(ci);
         self.capacity_freed();
     }
 
@@ -435,7 +439,7 @@ impl Scheduler {
         let old = std::mem::replace(placement, new.clone());
         self.reserve_nodes(job, ci, &old, -1);
         self.reserve_nodes(job, ci, &new, 1);
-        self.bump_cluster(ci);
+        self.freed_on(ci);
         self.capacity_freed();
     }
 
@@ -693,104 +697,11 @@ impl Scheduler {
         }
     }
 
-    /// Computes (or keeps) the nodes admitting each group of `shape_id` on cluster `ci`.
-    fn ensure_eligible(&mut self, shape_id: ShapeId, ci: usize) {
-        let topo = self.clusters[ci].topology;
-        let fresh = matches!(self.shapes[shape_id].eligible.get(&ci), Some((t, _)) if *t == topo);
-        if !fresh {
-            let e = estimate::eligible(&self.clusters[ci], &self.shapes[shape_id].groups);
-            self.shapes[shape_id].eligible.insert(ci, (topo, e));
-        }
-    }
-
     fn fits_now(&self, job: JobId, leaf: usize) -> bool {
         self.quota.as_ref().is_none_or(|q| {
             q.check(leaf, &self.shapes[self.jobs[job].shape].quota_demand)
                 .is_ok()
         })
-    }
-
-    /// The tightest cluster (least free of the job's scarcest resource) where the whole job fits.
-    fn find_cluster(&mut self, job: JobId) -> Result<(usize, Placement), String> {
-        let shape_id = self.jobs[job].shape;
-        // Jobs of the same shape in other queues see the same fleet: one failure per fleet state.
-        if let Some((v, r)) = &self.shapes[shape_id].nowhere
-            && *v == self.fleet_version
-        {
-            return Err(r.clone());
-        }
-        let ncl = self.clusters.len();
-        if self.shapes[shape_id].seen.len() < ncl {
-            self.shapes[shape_id].seen.resize(ncl, (0, None));
-        }
-        let key = self.shapes[shape_id].key_res;
-        let mut order: Vec<(i128, usize)> = Vec::with_capacity(ncl);
-        for ci in 0..ncl {
-            let c = &self.clusters[ci];
-            if !c.reachable || !self.candidate(shape_id, ci) {
-                continue;
-            }
-            let free = at(&self.clusters[ci].summary().total_free, key);
-            order.push((free, ci));
-        }
-        if order.is_empty() {
-            return Err("no reachable member cluster is a candidate for this job".into());
-        }
-        order.sort_by(|a, b| {
-            a.0.cmp(&b.0)
-                .then_with(|| self.clusters[a.1].name.cmp(&self.clusters[b.1].name))
-        });
-        let mut reasons: Vec<(usize, String)> = Vec::new();
-        for (_, ci) in order {
-            let version = self.clusters[ci].version;
-            if let (v, Some(r)) = &self.shapes[shape_id].seen[ci]
-                && *v == version
-            {
-                reasons.push((ci, r.clone()));
-                continue;
-            }
-            match self.place_on(shape_id, ci) {
-                Ok(p) => return Ok((ci, p)),
-                Err(r) => {
-                    self.shapes[shape_id].seen[ci] = (version, Some(r.clone()));
-                    reasons.push((ci, r));
-                }
-            }
-        }
-        reasons.sort_by(|a, b| self.clusters[a.0].name.cmp(&self.clusters[b.0].name));
-        let total = reasons.len();
-        let mut parts: Vec<String> = reasons
-            .iter()
-            .take(5)
-            .map(|(ci, r)| format!("{}: {r}", self.clusters[*ci].name))
-            .collect();
-        if total > 5 {
-            parts.push(format!("and {} more clusters", total - 5));
-        }
-        let reason = format!("no cluster fits: {}", parts.join("; "));
-        self.shapes[shape_id].nowhere = Some((self.fleet_version, reason.clone()));
-        Err(reason)
-    }
-
-    fn place_on(&mut self, shape_id: ShapeId, ci: usize) -> Result<Placement, String> {
-        self.clusters[ci].summary();
-        let shape = &self.shapes[shape_id];
-        if let Some(reason) = estimate::beyond_bounds(
-            self.clusters[ci].cached_summary(),
-            &shape.groups,
-            &shape.quota_demand,
-            &self.table,
-        ) {
-            return Err(reason);
-        }
-        self.ensure_eligible(shape_id, ci);
-        let shape = &self.shapes[shape_id];
-        let elig = shape
-            .eligible
-            .get(&ci)
-            .map(|(_, e)| e.as_slice())
-            .unwrap_or(&[]);
-        estimate::place(&self.clusters[ci], &shape.groups, elig, &self.table)
     }
 
     fn admit(&mut self, job: JobId, ci: usize, placement: Placement, out: &mut Vec<Decision>) {
@@ -871,13 +782,20 @@ impl Scheduler {
         if let Some(set) = leaf.and_then(|l| self.admitted_by_leaf.get_mut(&l)) {
             set.remove(&entry);
         }
-        self.bump_cluster(ci);
+        self.freed_on(ci);
         self.capacity_freed();
     }
 
     fn bump_cluster(&mut self, ci: usize) {
         self.fleet_version += 1;
         self.clusters[ci].version = self.fleet_version;
+    }
+
+    /// [`Self::bump_cluster`] for a change that may give nodes of the cluster more free
+    /// capacity (see [`Cluster::freed`]).
+    fn freed_on(&mut self, ci: usize) {
+        self.bump_cluster(ci);
+        self.clusters[ci].freed = self.clusters[ci].version;
     }
 
     fn capacity_freed(&mut self) {
@@ -934,20 +852,6 @@ impl Scheduler {
         }
         self.recheck_inadmissible();
         self.capacity_freed();
-    }
-
-    /// Whether member `ci` is a candidate for the shape: the job's cluster restriction allows
-    /// it and it can create the job.
-    fn candidate(&self, shape_id: ShapeId, ci: usize) -> bool {
-        let c = &self.clusters[ci];
-        self.shapes[shape_id].candidates.allows(&c.name, &c.labels)
-            && self.refusal(shape_id, ci).is_none()
-    }
-
-    /// Why member `ci` cannot create a job of the shape (its kind, its pods' PriorityClasses).
-    fn refusal(&self, shape_id: ShapeId, ci: usize) -> Option<String> {
-        let (s, c) = (&self.shapes[shape_id], &self.clusters[ci]);
-        c.serves.refuses(&c.name, &s.needs)
     }
 
     fn all_changed(&mut self) {
@@ -1029,15 +933,13 @@ impl Scheduler {
                 self.empty_clusters.insert(ci, (c.topology, e));
             }
             // Eligibility depends on topology only, which the empty copy shares.
-            self.ensure_eligible(shape_id, ci);
+            let fit = self.shapes[shape_id].fit;
+            self.ensure_eligible(fit, ci);
             let Some((_, empty)) = self.empty_clusters.get(&ci) else {
                 continue;
             };
             let shape = &self.shapes[shape_id];
-            let elig = shape
-                .eligible
-                .get(&ci)
-                .map_or(&[][..], |(_, e)| e.as_slice());
+            let elig = self.eligible_on(fit, ci);
             match estimate::place(empty, &shape.groups, elig, &self.table) {
                 Ok(_) => return Ok(prio.unwrap_or(0)),
                 Err(r) => reasons.push(format!("{}: {r}", self.clusters[ci].name)),
@@ -1128,6 +1030,18 @@ impl Scheduler {
         }
         quota_demand.add_scaled(&Demand(vec![(MAX_JOBS, ONE)]), 1);
         let key_res = self.key_resource(&quota_demand);
+        // Shapes of the same pods share what was learnt about where they fit.
+        let pods_key = format!("{groups:?}");
+        let fit = match self.fit_ids.get(&pods_key) {
+            Some(&f) => f,
+            None => {
+                let f = self.fits.len();
+                let memo = fit::FitMemo::new(groups.clone(), quota_demand.clone());
+                self.fits.push(memo);
+                self.fit_ids.insert(pods_key, f);
+                f
+            }
+        };
         let id = self.shapes.len();
         self.shapes.push(Shape {
             groups,
@@ -1135,8 +1049,7 @@ impl Scheduler {
             candidates: w.candidates.clone(),
             needs,
             key_res,
-            eligible: HashMap::new(),
-            seen: Vec::new(),
+            fit,
             nowhere: None,
         });
         self.shape_ids.insert(key, id);

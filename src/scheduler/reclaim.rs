@@ -142,6 +142,7 @@ impl Scheduler {
             // Quota is the only shortage: release in order until quota allows the job.
             let order: Vec<JobId> = candidates.iter().map(|c| c.2).collect();
             self.trial(job, leaf, &order, None)
+                .ok()
                 .and_then(|v| self.find_cluster_with(job, &v).map(|ci| (v, ci)))
         } else {
             let mut by_cluster: BTreeMap<usize, Vec<JobId>> = BTreeMap::new();
@@ -176,16 +177,22 @@ impl Scheduler {
                     }),
                 );
                 let class = self.jobs[job].class;
-                if self.classes[class].reclaim_failed.get(&ci) == Some(&memo) {
+                // A trial that failed because the job did not fit even one by one with every
+                // candidate gone fails again while the cluster only lost free capacity.
+                if let Some(&(v, h, capacity)) = self.classes[class].reclaim_failed.get(&ci)
+                    && h == memo.1
+                    && (v == memo.0 || (capacity && self.clusters[ci].freed <= v))
+                {
                     continue;
                 }
                 match self.trial(job, leaf, &order, Some(ci)) {
-                    Some(victims) => {
+                    Ok(victims) => {
                         best = Some((victims, ci));
                         break;
                     }
-                    None => {
-                        self.classes[class].reclaim_failed.insert(ci, memo);
+                    Err(capacity) => {
+                        let entry = (memo.0, memo.1, capacity);
+                        self.classes[class].reclaim_failed.insert(ci, entry);
                     }
                 }
             }
@@ -193,7 +200,7 @@ impl Scheduler {
         };
         let (victims, ci) = chosen?;
         let plans = self.release_all(&victims);
-        let placement = match self.place_on(shape, ci) {
+        let placement = match self.place_on(self.shapes[shape].fit, ci) {
             Ok(p) => p,
             Err(_) => {
                 // Cannot happen: the trial saw this exact state. Undo rather than guess.
@@ -210,24 +217,27 @@ impl Scheduler {
 
     /// Without touching versions, queues or memos: take victims from `order` (in order) off
     /// their nodes and quota until the job fits quota (and, with `on`, fits that cluster), then
-    /// put back each one not needed. Returns the victims, the state restored as it was.
+    /// put back each one not needed. Returns the victims, the state restored as it was; or,
+    /// when the job does not fit even with every candidate gone, whether that was on a
+    /// necessary condition of the placement on `on` ([`estimate::NoFit::capacity`]).
     fn trial(
         &mut self,
         job: JobId,
         leaf: usize,
         order: &[JobId],
         on: Option<usize>,
-    ) -> Option<Vec<JobId>> {
+    ) -> Result<Vec<JobId>, bool> {
         let shape = self.jobs[job].shape;
+        let fit = self.shapes[shape].fit;
         if let Some(ci) = on {
-            self.ensure_eligible(shape, ci);
+            self.ensure_eligible(fit, ci);
         }
         let fits = |s: &mut Scheduler| -> bool {
             s.fits_now(job, leaf)
                 && on.is_none_or(|ci| {
-                    let sh = &s.shapes[shape];
-                    let elig = sh.eligible.get(&ci).map_or(&[][..], |(_, e)| e.as_slice());
-                    estimate::place(&s.clusters[ci], &sh.groups, elig, &s.table).is_ok()
+                    let elig = s.eligible_on(fit, ci);
+                    estimate::place(&s.clusters[ci], &s.shapes[shape].groups, elig, &s.table)
+                        .is_ok()
                 })
         };
         // Releasing more never hurts a fit: binary-search the shortest prefix of `order` that
@@ -244,9 +254,24 @@ impl Scheduler {
             }
         };
         set_prefix(self, &mut cur, order.len());
-        if order.is_empty() || !fits(self) {
+        // `fits` with every candidate gone, and why not: quota, or a placement that failed only
+        // when placed together, is not a necessary condition (false).
+        let all_gone = if order.is_empty() || !self.fits_now(job, leaf) {
+            Err(false)
+        } else {
+            match on {
+                None => Ok(()),
+                Some(ci) => {
+                    let (elig, groups) = (self.eligible_on(fit, ci), &self.shapes[shape].groups);
+                    estimate::place_or_why(&self.clusters[ci], groups, elig, &self.table)
+                        .map(|_| ())
+                        .map_err(|no| no.capacity)
+                }
+            }
+        };
+        if let Err(capacity) = all_gone {
             set_prefix(self, &mut cur, 0);
-            return None;
+            return Err(capacity);
         }
         let (mut lo, mut hi) = (1usize, order.len());
         while lo < hi {
@@ -276,7 +301,7 @@ impl Scheduler {
             self.adjust(v, 1);
         }
         needed.reverse();
-        Some(needed)
+        Ok(needed)
     }
 
     /// The cluster `find_cluster` would pick with `victims` released, state left unchanged.

@@ -90,6 +90,9 @@ pub struct Summary {
     /// Wait (submission to last dispatch) quantiles per queue, seconds.
     pub wait: BTreeMap<String, WaitStats>,
     pub quota_warnings: Vec<String>,
+    /// The digest of every decision of the run (not part of the output: for comparing runs).
+    #[serde(skip)]
+    pub trace: super::TraceDigest,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -328,5 +331,6 @@ pub(super) fn summarize(
         utilization,
         wait,
         quota_warnings,
+        trace: Default::default(),
     }
 }

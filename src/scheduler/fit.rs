@@ -1,0 +1,249 @@
+//! Where a job fits: the choice of member (`find_cluster`), one estimate on one member
+//! (`place_on`), the nodes each component may use there (`ensure_eligible`), and whether a
+//! member is a candidate at all (`candidate`, `refusal`).
+//!
+//! Owns the fit memos. They belong to the *pod shape* ([`FitMemo`]: the components' pods,
+//! requests and node constraints), not to the job's [`Shape`](super::Shape): jobs that differ
+//! only in what a member must serve to create them (kind, PriorityClasses) place the same way
+//! on a member that can create both, so they share what was learnt there. What a member can
+//! create is checked per shape, every time. A memo is used only when it gives the answer a
+//! fresh estimate would give, reason included:
+//! - a failure on a member is kept while the member's version is unchanged;
+//! - a failure on a necessary condition (a component's pods do not fit the free nodes even one
+//!   by one, or exceed the member's bounds) stays a failure while the member only *lost* free
+//!   capacity (no release, no change of nodes or external usage since: [`Cluster::freed`]); its
+//!   reason may be stale, so it is estimated again when the reason is shown;
+//! - "fits nowhere" is kept per fleet version and set of candidate members.
+
+use std::collections::HashMap;
+
+use super::{JobId, Scheduler, ShapeId};
+use crate::estimate::{self, Placement, PodGroup};
+use crate::fleet::Cluster;
+use crate::resources::{Demand, at};
+
+pub(super) type FitId = usize;
+
+/// What the scheduler learnt about one pod shape.
+#[derive(Clone)]
+pub(super) struct FitMemo {
+    pub groups: Vec<PodGroup>,
+    pub quota_demand: Demand,
+    /// Per cluster: (topology version, eligible nodes per group).
+    pub eligible: HashMap<usize, (u64, Vec<Vec<usize>>)>,
+    /// Per cluster, the last failure there.
+    pub seen: Vec<Seen>,
+    /// The fleet version and candidate members at which the pod shape last fit nowhere, and why.
+    pub nowhere: Option<(u64, Vec<usize>, String)>,
+}
+
+impl FitMemo {
+    pub fn new(groups: Vec<PodGroup>, quota_demand: Demand) -> FitMemo {
+        FitMemo {
+            groups,
+            quota_demand,
+            eligible: HashMap::new(),
+            seen: Vec::new(),
+            nowhere: None,
+        }
+    }
+}
+
+/// A failed estimate on one member.
+#[derive(Clone, Default)]
+pub(super) struct Seen {
+    /// The member's version then.
+    pub version: u64,
+    /// Failed on a necessary condition (stays failed while free capacity only shrinks).
+    pub capacity: bool,
+    pub reason: Option<String>,
+}
+
+impl Scheduler {
+    /// Computes (or keeps) the nodes admitting each group of the pod shape on cluster `ci`.
+    pub(super) fn ensure_eligible(&mut self, fit: FitId, ci: usize) {
+        let topo = self.clusters[ci].topology;
+        let f = &mut self.fits[fit];
+        let fresh = matches!(f.eligible.get(&ci), Some((t, _)) if *t == topo);
+        if !fresh {
+            let e = estimate::eligible(&self.clusters[ci], &f.groups);
+            f.eligible.insert(ci, (topo, e));
+        }
+    }
+
+    /// The tightest cluster (least free of the job's scarcest resource) where the whole job fits.
+    pub(super) fn find_cluster(&mut self, job: JobId) -> Result<(usize, Placement), String> {
+        let shape_id = self.jobs[job].shape;
+        // Jobs of the same shape in other queues see the same fleet: one failure per fleet state.
+        if let Some((v, r)) = &self.shapes[shape_id].nowhere
+            && *v == self.fleet_version
+        {
+            return Err(r.clone());
+        }
+        let fit = self.shapes[shape_id].fit;
+        let ncl = self.clusters.len();
+        if self.fits[fit].seen.len() < ncl {
+            self.fits[fit].seen.resize(ncl, Seen::default());
+        }
+        let key = self.shapes[shape_id].key_res;
+        let cands: Vec<usize> = (0..ncl)
+            .filter(|&ci| self.clusters[ci].reachable && self.candidate(shape_id, ci))
+            .collect();
+        if cands.is_empty() {
+            return Err("no reachable member cluster is a candidate for this job".into());
+        }
+        // Another shape of the same pods, with the same candidates, found nowhere at this state.
+        if let Some((v, c, r)) = &self.fits[fit].nowhere
+            && *v == self.fleet_version
+            && *c == cands
+        {
+            let r = r.clone();
+            self.shapes[shape_id].nowhere = Some((self.fleet_version, r.clone()));
+            return Err(r);
+        }
+        let reason = match self.fit_somewhere(fit, key, &cands, true) {
+            Ok(found) => return Ok(found),
+            Err(Some(reason)) => reason,
+            // A failure kept for a member that only lost capacity did not hold: estimate
+            // everything again (never expected; the memo is then simply not used).
+            Err(None) => match self.fit_somewhere(fit, key, &cands, false) {
+                Ok(found) => return Ok(found),
+                Err(reason) => reason.unwrap_or_default(),
+            },
+        };
+        self.shapes[shape_id].nowhere = Some((self.fleet_version, reason.clone()));
+        self.fits[fit].nowhere = Some((self.fleet_version, cands, reason.clone()));
+        Err(reason)
+    }
+
+    /// Whether the pod shape's last failure on `ci` is what an estimate now would find (with
+    /// `keep_capacity_failures`, also a necessary condition failed before free capacity there
+    /// only shrank).
+    fn still_fails(&self, fit: FitId, ci: usize, keep_capacity_failures: bool) -> bool {
+        let c = &self.clusters[ci];
+        let seen = &self.fits[fit].seen[ci];
+        seen.reason.is_some()
+            && (seen.version == c.version
+                || (keep_capacity_failures && seen.capacity && c.freed <= seen.version))
+    }
+
+    /// The first of the candidates `cands`, tightest first (least free of `key`, then name),
+    /// where the pod shape fits, or why none does (`None`: a kept capacity failure turned out
+    /// wrong; only with `keep_capacity_failures`). When every candidate still fails, no member
+    /// is estimated and the order does not matter.
+    fn fit_somewhere(
+        &mut self,
+        fit: FitId,
+        key: crate::resources::Res,
+        cands: &[usize],
+        keep_capacity_failures: bool,
+    ) -> Result<(usize, Placement), Option<String>> {
+        if cands
+            .iter()
+            .any(|&ci| !self.still_fails(fit, ci, keep_capacity_failures))
+        {
+            let mut order: Vec<(i128, usize)> = Vec::with_capacity(cands.len());
+            for &ci in cands {
+                order.push((at(&self.clusters[ci].summary().total_free, key), ci));
+            }
+            order.sort_by(|a, b| {
+                a.0.cmp(&b.0)
+                    .then_with(|| self.clusters[a.1].name.cmp(&self.clusters[b.1].name))
+            });
+            for (_, ci) in order {
+                if self.still_fails(fit, ci, keep_capacity_failures) {
+                    continue;
+                }
+                let version = self.clusters[ci].version;
+                match self.place_on(fit, ci) {
+                    Ok(p) => return Ok((ci, p)),
+                    Err(no) => {
+                        self.fits[fit].seen[ci] = Seen {
+                            version,
+                            capacity: no.capacity,
+                            reason: Some(no.reason),
+                        };
+                    }
+                }
+            }
+        }
+        // Every candidate failed: the reasons shown are the first five members by name, each
+        // as an estimate at this state gives it.
+        let mut names: Vec<usize> = cands.to_vec();
+        names.sort_by(|a, b| self.clusters[*a].name.cmp(&self.clusters[*b].name));
+        let total = names.len();
+        let mut parts: Vec<String> = Vec::with_capacity(6);
+        for &ci in names.iter().take(5) {
+            let version = self.clusters[ci].version;
+            if self.fits[fit].seen[ci].version != version {
+                match self.place_on(fit, ci) {
+                    Ok(_) => return Err(None),
+                    Err(no) => {
+                        self.fits[fit].seen[ci] = Seen {
+                            version,
+                            capacity: no.capacity,
+                            reason: Some(no.reason),
+                        };
+                    }
+                }
+            }
+            let r = self.fits[fit].seen[ci]
+                .reason
+                .as_deref()
+                .unwrap_or_default();
+            parts.push(format!("{}: {r}", self.clusters[ci].name));
+        }
+        if total > 5 {
+            parts.push(format!("and {} more clusters", total - 5));
+        }
+        Err(Some(format!("no cluster fits: {}", parts.join("; "))))
+    }
+
+    /// One estimate of the pod shape on cluster `ci` at its current state.
+    pub(super) fn place_on(&mut self, fit: FitId, ci: usize) -> Result<Placement, estimate::NoFit> {
+        self.clusters[ci].summary();
+        let f = &self.fits[fit];
+        if let Some(reason) = estimate::beyond_bounds(
+            self.clusters[ci].cached_summary(),
+            &f.groups,
+            &f.quota_demand,
+            &self.table,
+        ) {
+            return Err(estimate::NoFit {
+                reason,
+                capacity: true,
+            });
+        }
+        self.ensure_eligible(fit, ci);
+        let f = &self.fits[fit];
+        let elig = f
+            .eligible
+            .get(&ci)
+            .map(|(_, e)| e.as_slice())
+            .unwrap_or(&[]);
+        estimate::place_or_why(&self.clusters[ci], &f.groups, elig, &self.table)
+    }
+
+    /// The eligible nodes per group of the pod shape on `ci` (after [`Self::ensure_eligible`]).
+    pub(super) fn eligible_on(&self, fit: FitId, ci: usize) -> &[Vec<usize>] {
+        self.fits[fit]
+            .eligible
+            .get(&ci)
+            .map_or(&[][..], |(_, e)| e.as_slice())
+    }
+
+    /// Whether member `ci` is a candidate for the shape: the job's cluster restriction allows
+    /// it and it can create the job.
+    pub(super) fn candidate(&self, shape_id: ShapeId, ci: usize) -> bool {
+        let c = &self.clusters[ci];
+        self.shapes[shape_id].candidates.allows(&c.name, &c.labels)
+            && self.refusal(shape_id, ci).is_none()
+    }
+
+    /// Why member `ci` cannot create a job of the shape (its kind, its pods' PriorityClasses, its
+    /// training runtime, an operator that does not act).
+    pub(super) fn refusal(&self, shape_id: ShapeId, ci: usize) -> Option<String> {
+        let (s, c): (_, &Cluster) = (&self.shapes[shape_id], &self.clusters[ci]);
+        c.serves.refuses(&c.name, &s.needs)
+    }
+}
