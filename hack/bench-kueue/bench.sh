@@ -23,6 +23,7 @@ export FLEET_PORT_BASE="${BENCH_PORT_BASE:-17400}"
 export MUSTER_FLEET_STATE="${BENCH_STATE:-$CACHE_ROOT/fleet-state}"
 RESULTS_ROOT="${BENCH_RESULTS:-$CACHE_ROOT/results}"
 SIDES="${BENCH_SIDES:-kueue muster}"
+export PYTHONDONTWRITEBYTECODE=1   # no __pycache__ in the repo
 
 log() { printf '[bench-kueue %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[bench-kueue] ERROR: %s\n' "$*" >&2; exit 1; }

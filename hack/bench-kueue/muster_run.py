@@ -242,6 +242,31 @@ def create_set(hub, s, jobs, errors):
         jobs.created((it["namespace"], it["name"]), time.time())
 
 
+def api_requests(kube):
+    """The API server's request counts (apiserver_request_total) by resource/subresource and
+    verb, watches left out."""
+    import re
+    c = kube._conn()
+    c.request("GET", "/metrics")
+    r = c.getresponse()
+    text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+        if labels.get("verb") == "WATCH":
+            continue
+        key = f"{labels.get('resource')}{'/' + labels['subresource'] if labels.get('subresource') else ''} {labels.get('verb')}"
+        out[key] = out.get(key, 0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def diff_requests(a, b):
+    d = {k: int(v - a.get(k, 0)) for k, v in b.items() if v - a.get(k, 0) >= 1}
+    return dict(sorted(d.items(), key=lambda kv: -kv[1]))
+
+
 def pct(xs, p):
     if not xs:
         return None
@@ -404,6 +429,7 @@ def main():
         for t in threads:
             t.start()
         errors = []
+        req0 = {"hub": api_requests(hub), MEMBER: api_requests(member)}
         t_gen = time.time()
         creators = [threading.Thread(target=create_set, args=(hub, s, jobs, errors), daemon=True)
                     for s in sets]
@@ -434,6 +460,8 @@ def main():
             log(f"timed out after {a.timeout}s")
         time.sleep(1)  # one more tree sample after the last finish
         stop.set()
+        requests = {"hub": diff_requests(req0["hub"], api_requests(hub)),
+                    MEMBER: diff_requests(req0[MEMBER], api_requests(member))}
         if errors:
             log(f"{len(errors)} creates failed; first: {errors[0]}")
     finally:
@@ -456,6 +484,8 @@ def main():
     t_last = max(finished) if finished else None
     summary = summarize(recs, samples, queues, t_first, t_last, rusage, wall_proc, gen_s)
     summary["createErrors"] = len(errors)
+    # What the run asked of each API server (the harness's own creates and reads included).
+    summary["apiRequests"] = requests
     summary["controllerArgs"] = args[1:]
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)

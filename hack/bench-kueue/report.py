@@ -98,6 +98,7 @@ def muster_figures(d):
         "minClusterQueueUsagePercent": s["minLeafUsagePercent"],
         "minClusterQueueUsagePercentFromJobs": s["minLeafUsagePercentFromJobs"],
         "generationSeconds": s.get("generationSeconds"),
+        "apiRequests": s.get("apiRequests"),
         "process": {"name": "muster controller",
                     "cpuSeconds": (c["userSeconds"] or 0) + (c["sysSeconds"] or 0) if c["userSeconds"] is not None else None,
                     "maxRssMiB": c["maxRssKiB"] / 1024 if c["maxRssKiB"] else None},
@@ -142,6 +143,12 @@ def rows(k, m):
         ("controller cpu (s)", k["process"]["cpuSeconds"], m["process"]["cpuSeconds"], ""),
         ("controller peak RSS (MiB)", k["process"]["maxRssMiB"], m["process"]["maxRssMiB"], ""),
     ]
+    req = (m.get("apiRequests") or {}).get("hub") or {}
+    if req and m["workloads"]:
+        out.append(("hub API requests per job (muster only)", None,
+                    sum(req.values()) / m["workloads"], ""))
+        out.append(("  of which QueuedJob status writes", None,
+                    req.get("queuedjobs/status APPLY", 0) / m["workloads"], ""))
     return out
 
 
