@@ -12,6 +12,10 @@
 #   BENCH_SIDES="kueue muster"   run only one side with BENCH_SIDES=kueue (or muster)
 #   BENCH_KEEP_FLEET=1  leave the benchmark fleet running afterwards
 #   MUSTER_ARGS       extra `muster controller` flags (e.g. "--resync-seconds 1")
+#   MEMBER_KCM_QPS=200, MEMBER_JOB_SYNCS=20
+#                     member-a's kube-controller-manager is restarted with --kube-api-qps (and
+#                     burst 2x) and --concurrent-job-syncs so (its defaults, 20 and 5, complete
+#                     about 5 Jobs/s and bound the muster side); MEMBER_KCM_QPS=0 keeps the fleet's
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -87,6 +91,9 @@ if [[ " $SIDES " == *" muster "* ]]; then
   # A fresh fleet every run (fleet-up would reuse a healthy one, with the last run's jobs).
   "$REPO/hack/fleet/fleet.sh" down >&2
   FLEET="$RUN/fleet.yaml" "$REPO/hack/fleet/fleet.sh" up >&2
+  if [[ "${MEMBER_KCM_QPS:-200}" != 0 ]]; then
+    python3 "$HERE/member_kcm.py" "$MUSTER_FLEET_STATE" member-a "${MEMBER_KCM_QPS:-200}" "${MEMBER_JOB_SYNCS:-20}"
+  fi
   # shellcheck disable=SC2086
   python3 "$HERE/muster_run.py" --config "$RUN/generator.yaml" \
     --kubeconfigs "$MUSTER_FLEET_STATE/kubeconfigs" --muster "$MUSTER" --out "$RUN/muster" \
@@ -98,6 +105,7 @@ if [[ " $SIDES " == *" kueue "* && " $SIDES " == *" muster "* ]]; then
     --meta "scale=$SCALE" --meta "kueue=$(cut -d' ' -f1 "$KUEUE/version")" \
     --meta "muster=$(git -C "$REPO" rev-parse --short HEAD)" \
     --meta "load_start=${LOAD_START// /,}" --meta "load_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" \
-    --meta "cores=$(nproc)"
+    --meta "cores=$(nproc)" --meta "member_kcm_qps=${MEMBER_KCM_QPS:-200}" \
+    --meta "member_job_syncs=${MEMBER_JOB_SYNCS:-20}" --meta "node_cpu=$NODE_CPU"
 fi
 log "results in $RUN"
