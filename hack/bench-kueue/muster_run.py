@@ -245,11 +245,16 @@ def create_set(hub, s, jobs, errors):
 def api_requests(kube):
     """The API server's request counts (apiserver_request_total) by resource/subresource and
     verb, watches left out."""
+    import http.client
     import re
-    c = kube._conn()
-    c.request("GET", "/metrics")
-    r = c.getresponse()
-    text = r.read().decode()
+    try:
+        c = http.client.HTTPSConnection(kube.host, kube.port, context=kube.ctx, timeout=30)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+    except (http.client.HTTPException, OSError) as e:
+        log(f"could not read /metrics: {e}")
+        return {}
     out = {}
     for line in text.splitlines():
         if not line.startswith("apiserver_request_total{"):
