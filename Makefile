@@ -1,5 +1,5 @@
 # muster — top-level make targets. The local fleet's targets live in hack/fleet/fleet.mk.
-.PHONY: test sim lint fmt bench crds chart-dashboard helm chart-lint chart-template
+.PHONY: test sim lint fmt bench crds chart-dashboard helm chart-lint chart-template bench-kueue
 -include hack/fleet/fleet.mk
 
 # The README's test command: unit, property, CLI and fleet integration tests.
@@ -41,3 +41,9 @@ chart-lint:
 # The chart rendered with its defaults (namespace muster-system), CRDs included.
 chart-template:
 	@"$$(hack/helm/build.sh)" template muster charts/muster --namespace muster-system --include-crds
+
+# Kueue v0.17.1's scheduler benchmark (baseline config, workload counts / SCALE) and the same
+# workload through muster on a fleet of its own (ports 17400+), side by side: docs/benchmarks.md.
+SCALE ?= 10
+bench-kueue:
+	@SCALE=$(SCALE) hack/bench-kueue/bench.sh

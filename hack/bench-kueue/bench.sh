@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# `make bench-kueue`: Kueue's scheduler performance benchmark (baseline generator config) and the
+# same workload through muster, side by side. See docs/benchmarks.md.
+#
+#   SCALE=10          divide every workloads set's count by SCALE (both sides; intervals, run
+#                     times, requests and quotas kept). SCALE=1 is Kueue's full 15,000 workloads.
+#   KUEUE_VERSION     default v0.17.1 (hack/bench-kueue/build.sh)
+#   NODE_CPU=40       cpu of each kwok node of the member (the nodes add up to the quota)
+#   BENCH_PORT_BASE=17400, BENCH_STATE=~/.cache/muster/bench-kueue/fleet-state
+#                     the fleet's FLEET_PORT_BASE and MUSTER_FLEET_STATE (never the default fleet)
+#   BENCH_RESULTS=~/.cache/muster/bench-kueue/results   one folder per run in there
+#   BENCH_SIDES="kueue muster"   run only one side with BENCH_SIDES=kueue (or muster)
+#   BENCH_KEEP_FLEET=1  leave the benchmark fleet running afterwards
+#   MUSTER_ARGS       extra `muster controller` flags (e.g. "--resync-seconds 1")
+#   MEMBER_KCM_QPS=200, MEMBER_JOB_SYNCS=20
+#                     member-a's kube-controller-manager is restarted with --kube-api-qps (and
+#                     burst 2x) and --concurrent-job-syncs so (its defaults, 20 and 5, complete
+#                     about 5 Jobs/s and bound the muster side); MEMBER_KCM_QPS=0 keeps the fleet's
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+SCALE="${SCALE:-10}"
+NODE_CPU="${NODE_CPU:-40}"
+CACHE_ROOT="${MUSTER_BENCH_CACHE:-$HOME/.cache/muster/bench-kueue}"
+export FLEET_PORT_BASE="${BENCH_PORT_BASE:-17400}"
+export MUSTER_FLEET_STATE="${BENCH_STATE:-$CACHE_ROOT/fleet-state}"
+RESULTS_ROOT="${BENCH_RESULTS:-$CACHE_ROOT/results}"
+SIDES="${BENCH_SIDES:-kueue muster}"
+export PYTHONDONTWRITEBYTECODE=1   # no __pycache__ in the repo
+
+log() { printf '[bench-kueue %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[bench-kueue] ERROR: %s\n' "$*" >&2; exit 1; }
+
+[[ "$FLEET_PORT_BASE" != 16400 ]] || die "BENCH_PORT_BASE=16400 is the default fleet's; pick another"
+[[ "$MUSTER_FLEET_STATE" != "$REPO/.fleet" ]] || die "BENCH_STATE must not be the default fleet's state"
+
+RUN="$RESULTS_ROOT/$(date -u +%Y%m%dT%H%M%SZ)-scale$SCALE"
+mkdir -p "$RUN"
+log "results: $RUN"
+LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+# 1. Kueue's runner and minimalkueue; the fleet's kube-apiserver and etcd as envtest's assets.
+KUEUE="$("$HERE/build.sh")"
+# shellcheck source=../fleet/lib.sh
+FLEET_BIN="$(source "$REPO/hack/fleet/lib.sh"; if ! fleet_cache_ready; then "$REPO/hack/fleet/build.sh" >&2; fi; echo "$FLEET_BIN")"
+ASSETS="$CACHE_ROOT/envtest-assets"
+mkdir -p "$ASSETS"
+ln -sfn "$(readlink -f "$FLEET_BIN/kube-apiserver")" "$ASSETS/kube-apiserver"
+ln -sfn "$(readlink -f "$FLEET_BIN/etcd")" "$ASSETS/etcd"
+
+# 2. The generator config, scaled.
+python3 "$HERE/gen.py" scale "$KUEUE/configs/baseline/generator.yaml" "$RUN/generator.yaml" "$SCALE"
+python3 "$HERE/gen.py" fleet "$RUN/generator.yaml" "$RUN/fleet.yaml" "$NODE_CPU"
+
+cleanup() {
+  local rc=$?
+  if [[ -f "$RUN/muster/controller.pid" ]]; then
+    local pid; pid="$(cat "$RUN/muster/controller.pid")"
+    if kill -0 "$pid" 2>/dev/null && grep -q muster "/proc/$pid/cmdline" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+    fi
+  fi
+  if [[ -n "${FLEET_STARTED:-}" && -z "${BENCH_KEEP_FLEET:-}" ]]; then
+    log "stopping the benchmark fleet (FLEET_PORT_BASE=$FLEET_PORT_BASE)"
+    "$REPO/hack/fleet/fleet.sh" down >&2 || true
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [[ " $SIDES " == *" kueue "* ]]; then
+  log "kueue: runner + minimalkueue in envtest (load $(cut -d' ' -f1 /proc/loadavg))"
+  mkdir -p "$RUN/kueue"
+  t=$SECONDS
+  KUBEBUILDER_ASSETS="$ASSETS" "$KUEUE/bin/runner" --o "$RUN/kueue" --crds "$KUEUE/crds" \
+    --generatorConfig "$RUN/generator.yaml" --minimalKueue "$KUEUE/bin/minimalkueue" \
+    --withLogs=true --logToFile=true --timeout "${KUEUE_TIMEOUT:-30m}" >"$RUN/kueue/runner.log" 2>&1 \
+    || die "Kueue's runner failed; see $RUN/kueue/runner.log"
+  log "kueue: done in $((SECONDS - t))s"
+fi
+
+if [[ " $SIDES " == *" muster "* ]]; then
+  log "muster: cargo build --release"
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
+  (cd "$REPO" && nice -n 10 cargo build --release --quiet)
+  MUSTER="$CARGO_TARGET_DIR/release/muster"
+  log "muster: fleet up on port base $FLEET_PORT_BASE, state $MUSTER_FLEET_STATE"
+  FLEET_STARTED=1
+  # A fresh fleet every run (fleet-up would reuse a healthy one, with the last run's jobs).
+  "$REPO/hack/fleet/fleet.sh" down >&2
+  FLEET="$RUN/fleet.yaml" "$REPO/hack/fleet/fleet.sh" up >&2
+  if [[ "${MEMBER_KCM_QPS:-200}" != 0 ]]; then
+    python3 "$HERE/member_kcm.py" "$MUSTER_FLEET_STATE" member-a "${MEMBER_KCM_QPS:-200}" "${MEMBER_JOB_SYNCS:-20}"
+  fi
+  # shellcheck disable=SC2086
+  python3 "$HERE/muster_run.py" --config "$RUN/generator.yaml" \
+    --kubeconfigs "$MUSTER_FLEET_STATE/kubeconfigs" --muster "$MUSTER" --out "$RUN/muster" \
+    ${MUSTER_ARGS:+$(printf -- '--controller-arg=%s ' $MUSTER_ARGS)}
+fi
+
+if [[ " $SIDES " == *" kueue "* && " $SIDES " == *" muster "* ]]; then
+  python3 "$HERE/report.py" --kueue "$RUN/kueue" --muster "$RUN/muster" --out "$RUN/summary.json" \
+    --meta "scale=$SCALE" --meta "kueue=$(cut -d' ' -f1 "$KUEUE/version")" \
+    --meta "muster=$(git -C "$REPO" rev-parse --short HEAD)" \
+    --meta "load_start=${LOAD_START// /,}" --meta "load_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" \
+    --meta "cores=$(nproc)" --meta "member_kcm_qps=${MEMBER_KCM_QPS:-200}" \
+    --meta "member_job_syncs=${MEMBER_JOB_SYNCS:-20}" --meta "node_cpu=$NODE_CPU"
+fi
+log "results in $RUN"
