@@ -220,3 +220,41 @@ jobs:
         .to_string();
     assert!(e.contains("clusters[0].serves.kinds"), "{e}");
 }
+
+#[test]
+fn a_kind_whose_operator_does_not_act_is_refused_and_no_other() {
+    let needs = |kind: JobKind| Needs {
+        kind,
+        pod_priority_classes: Default::default(),
+        runtime: None,
+    };
+    let why = "m's MPIJob operator does not act: ns/j has had no status and no pod for 31s";
+    let serves = Serves {
+        stalled: [(JobKind::MPIJob, why.to_string())].into_iter().collect(),
+        ..Default::default()
+    };
+    assert!(!serves.is_unknown());
+    assert_eq!(
+        serves.refuses("m", &needs(JobKind::MPIJob)).as_deref(),
+        Some(why)
+    );
+    assert_eq!(serves.refuses("m", &needs(JobKind::Job)), None);
+    // In the core: a stalled member is no candidate for that kind, and says why.
+    let mut a = member("member-a", TORCH, &[]);
+    a.serves.stalled = [(
+        JobKind::PyTorchJob,
+        "member-a's PyTorchJob operator does not act".to_string(),
+    )]
+    .into_iter()
+    .collect();
+    let mut s = scheduler(&[a, member("member-b", TORCH, &[])]);
+    let Submitted::Queued(id) = s.submit(&pytorch("p", None), 0) else {
+        panic!("queued")
+    };
+    let text = s.explain(id).to_string();
+    assert!(
+        text.contains("member-a: cannot create it: member-a's PyTorchJob operator does not act"),
+        "{text}"
+    );
+    assert_eq!(admitted(&s.cycle(), id).as_deref(), Some("member-b"));
+}
