@@ -194,6 +194,7 @@ fn scenario_of(
         ]
         .into(),
         jobs: job_v,
+        runtimes: Vec::new(),
     }
 }
 
