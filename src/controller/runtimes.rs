@@ -2,7 +2,7 @@
 //! `ClusterTrainingRuntime`s and `TrainingRuntime`s and the index built from them. On the hub
 //! they are what TrainJobs are read against; on a member, what it serves.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::GroupVersionKind;
@@ -24,7 +24,11 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
 pub struct Watches {
     cluster: Watched<DynamicObject>,
     namespaced: Watched<DynamicObject>,
+    /// The index last built, and the (uid, resourceVersion) of the objects it was built from.
+    cache: Mutex<Option<Versioned>>,
 }
+
+type Versioned = (Vec<(Option<String>, Option<String>)>, TrainingRuntimes);
 
 impl Watches {
     /// Starts both watches; `None` (logged) when the cluster does not let muster list them or
@@ -55,6 +59,7 @@ impl Watches {
             (Some(cluster), Some(namespaced)) => Some(Self {
                 cluster,
                 namespaced,
+                cache: Mutex::new(None),
             }),
             _ => None,
         })
@@ -64,23 +69,42 @@ impl Watches {
         self.cluster.is_ready() && self.namespaced.is_ready()
     }
 
-    /// The runtimes as last seen. A runtime that cannot be read (no spec) is left out, logged.
+    /// The runtimes as last seen. Built again (and a runtime that cannot be read, with no
+    /// spec, logged) only when one of them changed: every sync pass asks.
     pub fn index(&self) -> TrainingRuntimes {
-        let mut objs = Vec::new();
-        for (kind, w) in [
+        let watches = [
             ("ClusterTrainingRuntime", &self.cluster),
             ("TrainingRuntime", &self.namespaced),
-        ] {
-            for o in w.state() {
+        ];
+        let objects: Vec<(&str, _)> = watches
+            .iter()
+            .flat_map(|(kind, w)| w.state().into_iter().map(move |o| (*kind, o)))
+            .collect();
+        let versions: Vec<(Option<String>, Option<String>)> = objects
+            .iter()
+            .map(|(_, o)| (o.uid(), o.resource_version()))
+            .collect();
+        if let Ok(cache) = self.cache.lock()
+            && let Some((v, index)) = cache.as_ref()
+            && *v == versions
+        {
+            return index.clone();
+        }
+        let objs: Vec<serde_json::Value> = objects
+            .iter()
+            .map(|(kind, o)| {
                 // Items of a list carry no kind: the watch says which.
                 let mut v = serde_json::to_value(o.as_ref()).unwrap_or_default();
-                v["kind"] = kind.into();
-                objs.push((o.name_any(), v));
-            }
-        }
-        let (index, bad) = TrainingRuntimes::from_objects(objs.iter().map(|(_, v)| v));
+                v["kind"] = (*kind).into();
+                v
+            })
+            .collect();
+        let (index, bad) = TrainingRuntimes::from_objects(&objs);
         for e in bad {
             tracing::warn!(error = %e, "a training runtime cannot be read; TrainJobs naming it wait");
+        }
+        if let Ok(mut cache) = self.cache.lock() {
+            *cache = Some((versions, index.clone()));
         }
         index
     }
