@@ -1,7 +1,8 @@
 //! The controller's state and its pass. `Brain::sync` is the one place that says in what order
 //! things happen: read the tree, the members and the hub jobs; observe every followed job on its
 //! members; one pass of the lifecycle book (every job stepped, one scheduling cycle); carry out
-//! the intents; write the records; report. Each step lives in the module named after what it
+//! the intents, then the writes observing asked for (pod releases, hub statuses); write the
+//! records; report. Each step lives in the module named after what it
 //! owns (`tree`, `membership`, `jobs`, `observe`, `execute`, `record`, `gc`).
 
 use std::collections::{BTreeMap, HashMap};
@@ -11,7 +12,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::ResourceExt;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use tokio::sync::{Notify, mpsc};
 
 use super::crd::{ElasticQuotaTreeStatus, MemberClusterStatus};
@@ -31,7 +32,8 @@ pub(super) struct Brain {
     pub opts: Options,
     pub stores: HubStores,
     pub covered: intake::Covered,
-    pub recorder: Recorder,
+    /// Events on hub objects, published off the loop.
+    pub events: super::events::Events,
     pub wake: Arc<Notify>,
     pub metrics: Arc<Metrics>,
     pub leadership: Arc<leader::Leadership>,
@@ -109,7 +111,7 @@ impl Brain {
             opts,
             stores,
             covered,
-            recorder,
+            events: super::events::Events::start(recorder),
             wake,
             sched: Scheduler::new(Config::default()),
             book: Book::new(settings),
@@ -145,14 +147,17 @@ impl Brain {
         }
     }
 
-    /// One pass: observe, decide, act, report.
+    /// One pass: observe, decide, act, report. A pass slower than a second says where its
+    /// time went.
     pub async fn sync(&mut self) {
+        let mut t = Steps::new();
         // 1. What the hub and the members say.
         self.next_wake = None;
         self.sync_priorities();
         self.sync_runtimes();
         self.sync_tree().await;
         self.sync_members().await;
+        t.mark("tree+members");
         if !self.members_settled() {
             // Deciding before every member's nodes are known would call jobs unfit (or place
             // them on the members that happened to answer first).
@@ -162,17 +167,24 @@ impl Brain {
         self.discover_kinds().await;
         self.sync_jobs().await;
         self.sync_usage();
-        // 2. Every followed job on its members (pods placed, hub status synced).
-        let view = self.observe().await;
+        t.mark("jobs");
+        // 2. Every followed job on its members (pods to place, hub status to sync).
+        let (view, writes) = self.observe();
         // 3. The lifecycle: every job stepped, one scheduling cycle.
         let started = Instant::now();
         let intents = self.step_all(&view);
         self.metrics.cycle_duration(started.elapsed().as_secs_f64());
-        // 4. Carry out what it says; write the records (in the book's order); report.
+        t.mark("decide");
+        // 4. Carry out what it says (creates start at once, off the loop), then what observing
+        // asked for; write the records (in the book's order); report.
         self.execute_all(intents).await;
+        self.carry_out(writes).await;
+        t.mark("execute+observed");
         self.collect_garbage();
         self.sync_reasons();
+        t.mark("reasons");
         self.write_records().await;
+        t.mark("records");
         self.write_tree_status().await;
         self.write_member_statuses().await;
         self.metrics.observe(&self.sched);
@@ -185,9 +197,12 @@ impl Brain {
             }
         }
         self.metrics.maybe_running_twice(&twice);
+        t.mark("statuses");
         // 5. Forecasts (off the loop) and snapshots asked for.
         self.forecast().await;
         self.answer_snapshots();
+        t.mark("forecast");
+        t.report(self.book.iter().count());
     }
 
     fn sync_priorities(&mut self) {
@@ -220,29 +235,58 @@ impl Brain {
         }
     }
 
-    /// An Event on the hub job `uid`.
-    pub async fn event(&self, uid: &str, warning: bool, reason: &str, note: String) {
+    /// An Event on the hub job `uid` (queued, never awaited).
+    pub fn event(&self, uid: &str, warning: bool, reason: &str, note: String) {
         if let Some(t) = self.jobs.get(uid) {
-            self.publish(&t.object_ref(uid), warning, reason, note)
-                .await;
+            self.publish(&t.object_ref(uid), warning, reason, note);
         }
     }
 
-    pub async fn publish(&self, oref: &ObjectReference, warning: bool, reason: &str, note: String) {
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_string(),
-            note: Some(truncate(&note, 1000)),
-            action: reason.to_string(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, oref).await {
-            tracing::warn!(object = ?oref.name, error = %e, "could not publish an Event");
+    pub fn publish(&self, oref: &ObjectReference, warning: bool, reason: &str, note: String) {
+        self.events.send(oref.clone(), warning, reason, &note);
+    }
+}
+
+/// How long each step of a pass took.
+struct Steps {
+    start: Instant,
+    last: Instant,
+    steps: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Steps {
+    fn new() -> Steps {
+        let now = Instant::now();
+        Steps {
+            start: now,
+            last: now,
+            steps: Vec::new(),
         }
+    }
+
+    fn mark(&mut self, step: &'static str) {
+        let now = Instant::now();
+        self.steps.push((step, now - self.last));
+        self.last = now;
+    }
+
+    /// Logged when the pass took more than a second.
+    fn report(&self, jobs: usize) {
+        let total = self.start.elapsed();
+        if total < std::time::Duration::from_secs(1) {
+            return;
+        }
+        let steps: Vec<String> = self
+            .steps
+            .iter()
+            .map(|(s, d)| format!("{s} {} ms", d.as_millis()))
+            .collect();
+        tracing::info!(
+            jobs,
+            "slow pass: {} ms ({})",
+            total.as_millis(),
+            steps.join(", ")
+        );
     }
 }
 

@@ -299,19 +299,31 @@ pub async fn create(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let namespaces: Api<Namespace> = Api::all(member.clone());
-    let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))
-        .map_err(|e| DispatchError::Invalid(e.to_string()))?;
-    match namespaces.create(&PostParams::default(), &nsobj).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(e.into()),
-    }
     let api: Api<DynamicObject> =
         Api::namespaced_with(member.clone(), &ns, &kinds::api_resource(kind));
     let obj: DynamicObject =
         serde_json::from_value(copy.clone()).map_err(|e| DispatchError::Invalid(e.to_string()))?;
-    match api.create(&PostParams::default(), &obj).await {
+    // The namespace is made only when the member says it is missing (one request per copy, not
+    // two).
+    let first = match api.create(&PostParams::default(), &obj).await {
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            let namespaces: Api<Namespace> = Api::all(member.clone());
+            let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))
+                .map_err(|e| DispatchError::Invalid(e.to_string()))?;
+            match namespaces.create(&PostParams::default(), &nsobj).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            None
+        }
+        other => Some(other),
+    };
+    let created = match first {
+        Some(r) => r,
+        None => api.create(&PostParams::default(), &obj).await,
+    };
+    match created {
         Ok(o) => Ok(o),
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let existing = api.get(&name).await?;

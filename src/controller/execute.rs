@@ -1,6 +1,7 @@
 //! Carrying out the lifecycle's intents: copies created and deleted on members off the sync
-//! loop (one task per write, at most one per job and member at a time, results read at the
-//! start of the next pass), so that a slow or frozen member never holds back decisions for the
+//! loop (one task per write, at most one per job and member at a time and
+//! [`super::members::WRITES_PER_MEMBER`] per member, results read at the start of the next
+//! pass), so that a slow or frozen member never holds back decisions for the
 //! others; Events on the hub job; the queue metrics; the next wake-up. Every member write is
 //! fenced: a replica that does not lead writes nothing.
 
@@ -174,23 +175,8 @@ impl Brain {
             tracing::info!(job = %j.label(), "{said}: {note}");
         }
         // Published off the sync loop: Events are reports, never decisions.
-        let (recorder, oref) = (self.recorder.clone(), j.object_ref(uid));
-        let ev = kube::runtime::events::Event {
-            type_: if t.warning() {
-                kube::runtime::events::EventType::Warning
-            } else {
-                kube::runtime::events::EventType::Normal
-            },
-            reason: t.as_str().to_string(),
-            note: Some(super::brain::truncate(&note, 1000)),
-            action: t.as_str().to_string(),
-            secondary: None,
-        };
-        tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&ev, &oref).await {
-                tracing::warn!(object = ?oref.name, error = %e, "could not publish an Event");
-            }
-        });
+        self.events
+            .send(j.object_ref(uid), t.warning(), t.as_str(), &note);
     }
 
     /// Creates the job's copy on `cluster` (its admission is durable), off the sync loop.
@@ -242,15 +228,18 @@ impl Brain {
             &e.record.placement,
             gates,
         );
-        let (client, kind, tx, wake) = (
+        let (client, kind, tx, wake, permits) = (
             m.client.clone(),
             j.kind,
             self.done_tx.clone(),
             self.wake.clone(),
+            m.writes.clone(),
         );
         self.in_flight.insert(key);
         let (uid, cluster) = (uid.to_string(), cluster.to_string());
         tokio::spawn(async move {
+            // Never closed: a permit always comes.
+            let _permit = permits.acquire_owned().await;
             let result = dispatch::create(&client, &cluster, kind, &copy)
                 .await
                 .map(|o| o.uid().unwrap_or_default())
@@ -303,7 +292,12 @@ impl Brain {
         let Some(m) = self.members.get(cluster) else {
             return;
         };
-        let (client, tx, wake) = (m.client.clone(), self.done_tx.clone(), self.wake.clone());
+        let (client, tx, wake, permits) = (
+            m.client.clone(),
+            self.done_tx.clone(),
+            self.wake.clone(),
+            m.writes.clone(),
+        );
         let (uid, cluster, ns, name) = (
             uid.to_string(),
             cluster.to_string(),
@@ -312,6 +306,7 @@ impl Brain {
         );
         self.in_flight.insert(key);
         tokio::spawn(async move {
+            let _permit = permits.acquire_owned().await;
             let result = dispatch::delete(&client, kind, &ns, &name, &uid)
                 .await
                 .map_err(|e| e.to_string());

@@ -101,8 +101,14 @@ pub struct Member {
     pub health: Arc<Health>,
     /// When this connection was made.
     pub connected_at: Instant,
+    /// Creates and deletes of copies in flight at once on this member (each waits for a
+    /// permit): a burst of admissions never opens a connection per copy.
+    pub writes: Arc<tokio::sync::Semaphore>,
     tasks: Vec<JoinHandle<()>>,
 }
+
+/// Copy creates and deletes in flight at once on one member.
+pub const WRITES_PER_MEMBER: usize = 16;
 
 impl Drop for Member {
     fn drop(&mut self) {
@@ -246,6 +252,7 @@ impl Member {
             jobs,
             health,
             connected_at: Instant::now(),
+            writes: Arc::new(tokio::sync::Semaphore::new(WRITES_PER_MEMBER)),
             tasks,
         })
     }

@@ -10,7 +10,8 @@
 //! - `execute`: the lifecycle's intents (create and delete copies off the sync loop, Events,
 //!   metrics);
 //! - `record`: the one writer of QueuedJob status (the durable lifecycle record);
-//! - `gc`: copies of hub jobs known deleted.
+//! - `gc`: copies of hub jobs known deleted;
+//! - `events`: Events on hub objects, published off the loop a few at a time.
 //!
 //! Everything that must survive a restart is in the API: a QueuedJob's status is the job's
 //! lifecycle record (phase, member, plan, every deadline, the members that may still hold an old
@@ -20,6 +21,7 @@
 mod brain;
 pub mod crd;
 pub mod dispatch;
+mod events;
 mod execute;
 pub mod explain;
 mod forecasting;

@@ -4,11 +4,13 @@
 //! pods only in the job's namespace; and the lifecycle then trusts only the copy whose UID it
 //! recorded. For placed jobs this is also where pods are released onto their planned nodes, the
 //! reservation follows where the pods really are, and the member's job status is copied to the
-//! hub job. `step_all` runs the lifecycle book's pass over it.
+//! hub job; the writes this asks for (releases, hub statuses) are carried out together, a
+//! number at a time, once the pass has decided and started its creates. `step_all` runs the lifecycle book's pass over it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -18,10 +20,37 @@ use super::brain::Brain;
 use super::crd::PodCounts;
 use super::jobs::Job;
 use super::members::{COMPONENT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL};
-use super::{kinds, now_ms, status};
+use super::{gates, kinds, now_ms, status};
 use crate::lifecycle::{Copy, Intent, Member, Ms, Record, Seen};
 use crate::scheduler::Plan;
 use crate::workload::JobKind;
+
+/// Writes carried out at once by a pass's observation (each to a different object).
+const WRITES_IN_FLIGHT: usize = 32;
+/// How long one of them may take.
+const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A write that observing a job asks for.
+pub(super) enum Write {
+    /// Lift muster's scheduling gate from a pod onto its planned node.
+    Release {
+        cluster: String,
+        label: String,
+        client: kube::Client,
+        pod: Arc<Pod>,
+        node: String,
+    },
+    /// Copy the member's job status to the hub job.
+    HubStatus {
+        uid: String,
+        label: String,
+        kind: JobKind,
+        namespace: String,
+        name: String,
+        patch: serde_json::Value,
+        status: serde_json::Value,
+    },
+}
 
 /// One member in this pass.
 pub(super) enum MemberView {
@@ -126,8 +155,9 @@ impl Brain {
     }
 
     /// Every member now, and for each followed job placed on an answering member: its pods
-    /// placed, its reservation where its pods are, its status copied to the hub.
-    pub(super) async fn observe(&mut self) -> View {
+    /// placed (the releases among the writes returned), its reservation where its pods are, its
+    /// status copied to the hub (among the writes too).
+    pub(super) fn observe(&mut self) -> (View, Vec<Write>) {
         let now = now_ms();
         let mut view = View {
             now,
@@ -187,14 +217,93 @@ impl Brain {
             .filter(|(_, e)| e.record.holds() || e.record.phase.terminal())
             .filter_map(|(u, e)| Some((u.clone(), e.record.cluster.clone()?)))
             .collect();
+        let mut writes = Vec::new();
         for (uid, cluster) in placed {
-            self.follow_copy(&view, &uid, &cluster).await;
+            self.follow_copy(&view, &uid, &cluster, &mut writes);
         }
-        view
+        (view, writes)
     }
 
-    /// One placed job's copy on its answering member.
-    async fn follow_copy(&mut self, view: &View, uid: &str, cluster: &str) {
+    /// The pass's writes of every job (pod releases on members, hub job statuses), a number at
+    /// a time rather than job after job; then what they did.
+    pub(super) async fn carry_out(&mut self, writes: Vec<Write>) {
+        if writes.is_empty() {
+            return;
+        }
+        let hub = &self.hub;
+        let results: Vec<(Write, Result<(), String>)> = futures::stream::iter(writes)
+            .map(|w| async move {
+                let write = async {
+                    match &w {
+                        Write::Release {
+                            client, pod, node, ..
+                        } => gates::release(client, pod, node).await,
+                        Write::HubStatus {
+                            kind,
+                            namespace,
+                            name,
+                            patch,
+                            ..
+                        } => {
+                            let ar = kinds::api_resource(*kind);
+                            Api::<DynamicObject>::namespaced_with(hub.clone(), namespace, &ar)
+                                .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+                                .await
+                                .map(|_| ())
+                        }
+                    }
+                };
+                // A member that stops answering mid-pass holds the pass back this long at most.
+                let r = match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+                    Ok(r) => r.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!("no answer within {}s", WRITE_TIMEOUT.as_secs())),
+                };
+                (w, r)
+            })
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut released: BTreeMap<String, u64> = BTreeMap::new();
+        for (w, r) in results {
+            match (w, r) {
+                (
+                    Write::Release {
+                        cluster,
+                        label,
+                        pod,
+                        node,
+                        ..
+                    },
+                    Ok(()),
+                ) => {
+                    *released.entry(cluster).or_default() += 1;
+                    tracing::debug!(job = %label, pod = %pod.name_any(), %node, "released onto its planned node");
+                }
+                (
+                    Write::Release {
+                        label, pod, node, ..
+                    },
+                    Err(e),
+                ) => {
+                    tracing::warn!(job = %label, pod = %pod.name_any(), %node, error = %e, "could not release a pod; retried on the next pass");
+                }
+                (Write::HubStatus { uid, status, .. }, Ok(())) => {
+                    if let Some(j) = self.jobs.get_mut(&uid) {
+                        j.synced_status = Some(status);
+                    }
+                }
+                (Write::HubStatus { label, .. }, Err(e)) => {
+                    tracing::debug!(job = %label, error = %e, "hub job status not updated");
+                }
+            }
+        }
+        for (cluster, n) in released {
+            self.metrics.pods_released(&cluster, n);
+        }
+    }
+
+    /// One placed job's copy on its answering member: what it needs written goes to `writes`.
+    fn follow_copy(&mut self, view: &View, uid: &str, cluster: &str, writes: &mut Vec<Write>) {
         let Some(j) = self.jobs.get(uid) else { return };
         let Some((copy, pods)) = view.copy_and_pods(cluster, uid, j) else {
             return;
@@ -218,7 +327,7 @@ impl Brain {
                 }
                 self.sched.rebind(id, &plan);
             }
-            let placed = self.place_pods(uid, cluster, &copy.data, &pods).await;
+            let placed = self.place_pods(uid, cluster, &copy.data, &pods, writes);
             // Pods missing: what the member refused, if it said (a quota, an admission webhook).
             let refused = (tally.running + tally.waiting + tally.succeeded < expected)
                 .then(|| self.members.get(cluster)?.refusal(copy.as_ref()))
@@ -257,23 +366,15 @@ impl Brain {
             .job(kind, &ns, &name)
             .and_then(|o| o.data.get("status").cloned());
         let patch = status::replace_patch(hub_status.as_ref(), &st);
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.hub.clone(), &ns, &kinds::api_resource(kind));
-        match api
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": patch})),
-            )
-            .await
-        {
-            Ok(_) => {
-                if let Some(j) = self.jobs.get_mut(uid) {
-                    j.synced_status = Some(st);
-                }
-            }
-            Err(e) => tracing::debug!(job = %label, error = %e, "hub job status not updated"),
-        }
+        writes.push(Write::HubStatus {
+            uid: uid.to_string(),
+            label,
+            kind,
+            namespace: ns,
+            name,
+            patch: json!({"status": patch}),
+            status: st,
+        });
     }
 
     /// The lifecycle book's pass: every job stepped from the view, one scheduling cycle (when a

@@ -1,6 +1,6 @@
 //! The controller's per-pod placement pass for one dispatched job: reads its pods on the member,
 //! asks [`crate::placement::step`] which pods get which planned node and when the gang may go,
-//! carries out the releases, records the per-pod placement in the QueuedJob status, reports pods
+//! queues the releases (carried out by `observe` with every job's), records the per-pod placement in the QueuedJob status, reports pods
 //! found off their plan (Event + `muster_placement_mismatches_total`), and notices a member that
 //! drops muster's gate. Also the member's placement mode (gates or pinned) and why.
 
@@ -9,13 +9,13 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use futures::StreamExt;
 use kube::ResourceExt;
 use serde_json::Value;
 
 use super::brain::Brain;
 use super::crd::{PlacementPolicy, PodPlacement};
 use super::gates;
+use super::observe::Write;
 use crate::fleet::PlacementMode as Mode;
 use crate::placement::{self, GATE};
 use crate::scheduler::Plan;
@@ -70,13 +70,15 @@ impl Brain {
         }
     }
 
-    /// One placement pass for the dispatched job `uid` on `cluster` (its copy is `copy`).
-    pub(super) async fn place_pods(
+    /// One placement pass for the dispatched job `uid` on `cluster` (its copy is `copy`): the
+    /// releases it decides are added to `writes`, carried out with every other job's.
+    pub(super) fn place_pods(
         &mut self,
         uid: &str,
         cluster: &str,
         copy: &Value,
         pods: &[&Arc<Pod>],
+        writes: &mut Vec<Write>,
     ) -> Placed {
         let mut out = Placed::default();
         let (Some(t), Some(m)) = (self.jobs.get(uid), self.members.get(cluster)) else {
@@ -133,40 +135,23 @@ impl Brain {
             );
             tracing::warn!(member = %cluster, "{why}; placing by node set from now on");
             self.gates_dropped.insert(cluster.to_string(), why.clone());
-            self.event(uid, true, "GatesDropped", format!("{cluster}: {why}"))
-                .await;
+            self.event(uid, true, "GatesDropped", format!("{cluster}: {why}"));
         }
 
-        // Releases: one write per pod, a few at a time.
+        // Releases: one write per pod, carried out after the pass looked at every job.
         if self.leadership.is_leader() && !step.release.is_empty() {
             let by_name = gates::by_name(pods);
-            let client = m.client.clone();
-            let writes: Vec<_> = step
-                .release
-                .iter()
-                .filter_map(|(pod, node)| {
-                    let p = by_name.get(pod)?;
-                    let client = client.clone();
-                    Some(async move { (pod, node, gates::release(&client, p, node).await) })
-                })
-                .collect();
-            let results: Vec<_> = futures::stream::iter(writes)
-                .buffer_unordered(16)
-                .collect()
-                .await;
-            let mut ok = 0u64;
-            for (pod, node, r) in results {
-                match r {
-                    Ok(()) => {
-                        ok += 1;
-                        tracing::debug!(job = %label, %pod, %node, "released onto its planned node");
-                    }
-                    Err(e) => {
-                        tracing::warn!(job = %label, %pod, %node, error = %e, "could not release a pod; retried on the next pass")
-                    }
+            for (pod, node) in &step.release {
+                if let Some(p) = by_name.get(pod) {
+                    writes.push(Write::Release {
+                        cluster: cluster.to_string(),
+                        label: label.clone(),
+                        client: m.client.clone(),
+                        pod: Arc::clone(p),
+                        node: node.clone(),
+                    });
                 }
             }
-            self.metrics.pods_released(cluster, ok);
         }
 
         // Pods off their plan: an error, counted and said once per pod.
@@ -194,8 +179,7 @@ impl Brain {
         for note in new_mismatches {
             self.metrics.placement_mismatch(cluster);
             tracing::error!(job = %label, member = %cluster, "{note}");
-            self.event(uid, true, "PlacementMismatch", format!("{cluster}: {note}"))
-                .await;
+            self.event(uid, true, "PlacementMismatch", format!("{cluster}: {note}"));
         }
 
         if let Some((pod, why)) = step.held.first() {

@@ -1,13 +1,14 @@
 //! The status recorder: the one writer of QueuedJob status. A job's lifecycle record
 //! (`crate::lifecycle::Record`) is its QueuedJob status: written in the order the book gives
 //! (records leaving a member first, admissions last; a failed write of a record that frees
-//! capacity stops the rest), only while this replica leads, and read back by a restarted
-//! controller or a new leader. The display fields (queue, priority, explanation, pods, per-pod
-//! placement) ride along.
+//! capacity stops the rest; many at a time within those two steps), only while this replica
+//! leads, and read back by a restarted controller or a new leader. The display fields (queue,
+//! priority, explanation, pods, per-pod placement) ride along.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -123,6 +124,45 @@ pub(super) fn from_status(st: &QueuedJobStatus, spec: &str) -> Record {
     }
 }
 
+/// QueuedJob status writes in flight at once.
+const WRITES_IN_FLIGHT: usize = 32;
+
+/// How often a waiting job's status is written when its words changed only in their figures.
+pub(super) const FIGURES_EVERY: Duration = Duration::from_secs(10);
+
+/// `s` with every number in it replaced by `#`: what a reason says, not the figures it quotes.
+pub(super) fn words(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut in_number = false;
+    for c in s.chars() {
+        if c.is_ascii_digit() || (in_number && c == '.') {
+            if !in_number {
+                out.push('#');
+                in_number = true;
+            }
+        } else {
+            in_number = false;
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Two statuses of a waiting job that differ only in the figures their reason and explanation
+/// quote.
+fn figures_only(a: &QueuedJobStatus, b: &QueuedJobStatus) -> bool {
+    if a.state != QueuedJobState::Queued || b.state != QueuedJobState::Queued {
+        return false;
+    }
+    let plain = |s: &QueuedJobStatus| {
+        let mut s = s.clone();
+        s.reason = s.reason.as_deref().map(words);
+        s.explanation = s.explanation.as_deref().map(words);
+        s
+    };
+    same(&plain(a), &plain(b))
+}
+
 /// Two statuses that differ only in when the state last changed.
 fn same(a: &QueuedJobStatus, b: &QueuedJobStatus) -> bool {
     let mut a = a.clone();
@@ -132,14 +172,16 @@ fn same(a: &QueuedJobStatus, b: &QueuedJobStatus) -> bool {
 
 impl Brain {
     /// Each followed job's queue and priority, and for a waiting one why it waits, as the core
-    /// says; the full explanation is recomputed when the core's reason changes (and at most
-    /// every 30 s otherwise), since it tries every member.
+    /// says. The full explanation tries every member, so it is recomputed when the core's
+    /// reason says something new, when only its figures changed at most every
+    /// [`FIGURES_EVERY`], and otherwise every 30 s.
     pub(super) fn sync_reasons(&mut self) {
         let ids: Vec<(String, crate::scheduler::JobId)> = self
             .book
             .iter()
             .filter_map(|(u, e)| Some((u.clone(), e.id?)))
             .collect();
+        let mut refresh: Option<Duration> = None;
         for (uid, id) in ids {
             let Some(j) = self.jobs.get_mut(&uid) else {
                 continue;
@@ -157,16 +199,27 @@ impl Brain {
                 continue;
             }
             let core_reason = self.sched.reason(id).unwrap_or_default();
-            let stale = j
-                .explained
-                .as_ref()
-                .is_none_or(|(r, at)| *r != core_reason || at.elapsed() > Duration::from_secs(30));
+            let stale = j.explained.as_ref().is_none_or(|(r, at)| {
+                let age = at.elapsed();
+                (*r != core_reason && (age >= FIGURES_EVERY || words(r) != words(&core_reason)))
+                    || age > Duration::from_secs(30)
+            });
             if stale {
                 let e = self.sched.explain(id);
                 j.summary = Some(e.summary());
                 j.explanation = Some(truncate(&e.to_string(), 8000));
                 j.explained = Some((core_reason, Instant::now()));
+            } else if let Some((r, at)) = &j.explained
+                && *r != core_reason
+            {
+                // New figures: shown once FIGURES_EVERY has passed since the last ones.
+                let due = FIGURES_EVERY.saturating_sub(at.elapsed());
+                refresh = Some(refresh.map_or(due, |d: Duration| d.min(due)));
             }
+        }
+        if let Some(d) = refresh {
+            let at = super::now_ms() + d.as_millis() as u64;
+            self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
         }
     }
 
@@ -208,8 +261,11 @@ impl Brain {
         Some(st)
     }
 
-    /// Writes every changed QueuedJob status: records first, in the book's order, then what
-    /// changed only for display.
+    /// Writes every changed QueuedJob status, many at a time: first every record that frees
+    /// capacity (a job leaving its member), and only when all of those are durable the rest
+    /// (admissions among them), then what changed only for display. A status the hub already
+    /// has is not written again; a waiting job's whose words changed only in their figures (the
+    /// live usage a reason quotes) is written at most every [`FIGURES_EVERY`].
     pub(super) async fn write_records(&mut self) {
         let mut order: Vec<(String, Record, bool)> = self
             .book
@@ -231,44 +287,90 @@ impl Brain {
                 order.push((uid.clone(), e.record.clone(), false));
             }
         }
+        let (mut frees, mut rest) = (Vec::new(), Vec::new());
+        let mut later: Option<Duration> = None;
         for (uid, r, record_changed) in order {
-            // Fenced: a replica that does not lead writes nothing.
-            if !self.leadership.is_leader() {
-                return;
-            }
             let Some(st) = self.compose(&uid, &r) else {
                 continue;
             };
-            let was = self
-                .jobs
-                .get(&uid)
-                .and_then(|j| j.written.as_ref().map(|w| w.state));
-            // This record frees capacity the hub still records as held.
-            let frees = self.book.frees(&uid, &r);
-            match self.write_status(&uid, &st).await {
-                Ok(()) => {
+            let Some(j) = self.jobs.get(&uid) else {
+                continue;
+            };
+            if let Some(w) = &j.written {
+                if same(&st, w) {
+                    // What the hub holds already says this record: nothing to send.
                     self.book.written(&uid, Some(r));
-                    if let Some(j) = self.jobs.get_mut(&uid) {
-                        j.written = Some(st.clone());
-                        j.written_at = Some(Instant::now());
-                    }
+                    continue;
+                }
+                let age = j.written_at.map_or(FIGURES_EVERY, |t| t.elapsed());
+                if figures_only(&st, w) && age < FIGURES_EVERY {
+                    let wait = FIGURES_EVERY - age;
+                    later = Some(later.map_or(wait, |l| l.min(wait)));
+                    continue;
+                }
+            }
+            if record_changed && self.book.frees(&uid, &r) {
+                frees.push((uid, r, st, true));
+            } else {
+                rest.push((uid, r, st, false));
+            }
+        }
+        if let Some(wait) = later {
+            let at = super::now_ms() + wait.as_millis() as u64;
+            self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+        }
+        // Nothing after a failed release may become durable before it (an admission using the
+        // capacity it frees above all). Any other failed write holds back nothing: it is tried
+        // again on the next pass.
+        if self.write_batch(frees).await {
+            self.write_batch(rest).await;
+        }
+    }
+
+    /// Writes `batch` ([`WRITES_IN_FLIGHT`] at a time, each fenced by leadership); whether all
+    /// of it was written.
+    async fn write_batch(&mut self, batch: Vec<(String, Record, QueuedJobStatus, bool)>) -> bool {
+        let this = &*self;
+        let results: Vec<_> = futures::stream::iter(batch)
+            .map(move |(uid, r, st, frees)| async move {
+                // Fenced: a replica that does not lead writes nothing.
+                let res = if this.leadership.is_leader() {
+                    Some(this.write_status(&uid, &st).await)
+                } else {
+                    None
+                };
+                (uid, r, st, frees, res)
+            })
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut all = true;
+        for (uid, r, st, frees, res) in results {
+            match res {
+                Some(Ok(())) => {
+                    let was = self
+                        .jobs
+                        .get(&uid)
+                        .and_then(|j| j.written.as_ref().map(|w| w.state));
+                    self.book.written(&uid, Some(r));
                     // A rejected job that became admissible (a tree or PriorityClass change).
                     if was == Some(QueuedJobState::Rejected) && st.state == QueuedJobState::Queued {
                         let note = st.reason.clone().unwrap_or_default();
-                        self.event(&uid, false, "Queued", note).await;
+                        self.event(&uid, false, "Queued", note);
+                    }
+                    if let Some(j) = self.jobs.get_mut(&uid) {
+                        j.written = Some(st);
+                        j.written_at = Some(Instant::now());
                     }
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     tracing::warn!(job = %uid, error = %e, "could not write QueuedJob status");
-                    // Nothing after a failed release may become durable before it (an
-                    // admission using the capacity it frees above all). Any other failed write
-                    // holds back nothing: it is tried again on the next pass.
-                    if record_changed && frees {
-                        return;
-                    }
+                    all &= !frees;
                 }
+                None => all = false,
             }
         }
+        all
     }
 
     async fn write_status(&self, uid: &str, status: &QueuedJobStatus) -> Result<(), kube::Error> {
@@ -364,5 +466,37 @@ mod tests {
         let r = from_status(&st, "digest-now");
         assert_eq!(r.spec, "digest-now");
         assert!(r.places_on("member-a"));
+    }
+
+    #[test]
+    fn figures_are_not_words() {
+        assert_eq!(
+            words("cpu 120 in use + 5 requested = 125.5, above max 120"),
+            "cpu # in use + # requested = #, above max #"
+        );
+        assert_eq!(words("nvidia.com/gpu: 2Gi."), "nvidia.com/gpu: #Gi.");
+        let waiting = |reason: &str| QueuedJobStatus {
+            state: QueuedJobState::Queued,
+            reason: Some(reason.into()),
+            ..QueuedJobStatus::default()
+        };
+        let a = waiting("cpu 120 in use + 5 requested = 125, above max 120");
+        let b = waiting("cpu 118 in use + 5 requested = 123, above max 120");
+        assert!(figures_only(&a, &b));
+        // New words are written at once.
+        assert!(!figures_only(
+            &a,
+            &waiting("fits nowhere: member-a lacks cpu")
+        ));
+        // So is anything of a job that is not waiting.
+        let mut running = a.clone();
+        running.state = QueuedJobState::Running;
+        let mut running_b = b.clone();
+        running_b.state = QueuedJobState::Running;
+        assert!(!figures_only(&running, &running_b));
+        // And any other field.
+        let mut c = b.clone();
+        c.requeues = 1;
+        assert!(!figures_only(&a, &c));
     }
 }

@@ -61,8 +61,7 @@ impl Brain {
                     false,
                     "QuotaTreeApplied",
                     "the quota tree is in force".into(),
-                )
-                .await;
+                );
             }
             Err(problems) => {
                 let msgs: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -89,8 +88,7 @@ impl Brain {
                     true,
                     "InvalidQuotaTree",
                     format!("{} ({in_force})", msgs.join("; ")),
-                )
-                .await;
+                );
             }
         }
     }
