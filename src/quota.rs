@@ -449,6 +449,23 @@ impl QuotaState {
         Ok(())
     }
 
+    /// Whether the request stays within what is guaranteed at every node from `leaf` to the
+    /// root: usage + request <= min for every resource asked that the node guarantees (a min
+    /// above zero). Such a job borrows nothing.
+    pub fn within_min(&self, leaf: usize, d: &Demand) -> bool {
+        let mut cur = Some(leaf);
+        while let Some(n) = cur {
+            for (r, x) in d.iter() {
+                let m = self.min_of(n, r);
+                if x > 0 && m > 0 && self.used_of(n, r) + x > m {
+                    return false;
+                }
+            }
+            cur = self.tree.nodes[n].parent;
+        }
+        true
+    }
+
     /// The request alone exceeds a max on the path: it can never be admitted.
     pub fn never_fits(&self, leaf: usize, d: &Demand) -> Option<Shortfall> {
         let mut cur = Some(leaf);

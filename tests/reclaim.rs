@@ -57,6 +57,37 @@ impl Progress for VirtualWatchdog {
 }
 
 #[test]
+fn a_guaranteed_job_goes_before_a_borrower_in_the_same_cycle() {
+    // a-borrower (team-a, above its min) and team-b's job (within its min) wait in the same
+    // cycle, a-borrower submitted first; only one fits. team-b's job is admitted, a-borrower
+    // waits, and nobody is preempted (admitting a-borrower first would have it reclaimed at once).
+    let sc = scenario("reclaim.yaml");
+    let mut s = scheduler(&sc);
+    let a_first = submit(&mut s, &sc, 0, 0);
+    s.cycle();
+    let a_borrower = submit(&mut s, &sc, 1, 60);
+    let b = submit(&mut s, &sc, 2, 61);
+    let ds = s.cycle();
+    assert_eq!(preemptions(&ds), [], "{ds:#?}");
+    let admitted: Vec<JobId> = ds
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Admit { job, .. } => Some(*job),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(admitted, [b], "{ds:#?}");
+    assert!(matches!(
+        s.state(a_first),
+        muster::scheduler::JobState::Admitted { .. }
+    ));
+    assert!(!matches!(
+        s.state(a_borrower),
+        muster::scheduler::JobState::Admitted { .. }
+    ));
+}
+
+#[test]
 fn reclaim_preempts_the_most_recent_borrower_once() {
     let sc = scenario("reclaim.yaml");
     let mut s = scheduler(&sc);

@@ -586,7 +586,11 @@ impl Scheduler {
         !self.dirty.is_empty()
     }
 
-    /// One pass over the woken queues; true when it admitted or preempted something.
+    /// One pass over the woken queues; true when it admitted or preempted something. Queues
+    /// whose best waiting job stays within the guarantees (`min`) on its path go first, in
+    /// queue order; queues whose best job would borrow come after them. So a borrower never
+    /// takes, in the same pass, capacity that a guaranteed job then has to reclaim from it by
+    /// preemption, and no job overtakes a better one of its own queue to do so.
     fn pass(&mut self, out: &mut Vec<Decision>) -> bool {
         self.cycle_no += 1;
         let mut moved = false;
@@ -598,35 +602,64 @@ impl Scheduler {
                 heap.push(Reverse((*o, c)));
             }
         }
-        while let Some(Reverse((_, c))) = heap.pop() {
-            let Some(&(_, job)) = self.classes[c].jobs.iter().next() else {
-                continue;
-            };
-            match self.try_admit(job, out) {
-                Ok(()) => {
-                    moved = true;
-                    if let Some((o, _)) = self.classes[c].jobs.iter().next() {
-                        heap.push(Reverse((*o, c)));
+        // Queues (by leaf) whose best waiting job would borrow: in the first round none of
+        // their jobs goes, so that no job of theirs overtakes a better one of the same queue.
+        let mut borrowing: Vec<Reverse<(JobOrder, ClassId)>> = Vec::new();
+        let mut deferred: BTreeSet<usize> = BTreeSet::new();
+        for guaranteed_only in [true, false] {
+            if !guaranteed_only {
+                heap.extend(borrowing.drain(..));
+            }
+            while let Some(Reverse((o, c))) = heap.pop() {
+                let Some(&(_, job)) = self.classes[c].jobs.iter().next() else {
+                    continue;
+                };
+                if guaranteed_only {
+                    let leaf = self.queues.leaf(self.jobs[job].queue);
+                    let defer = leaf.is_some_and(|l| deferred.contains(&l));
+                    if defer || !self.within_min(job) {
+                        if let Some(l) = leaf {
+                            deferred.insert(l);
+                        }
+                        borrowing.push(Reverse((o, c)));
+                        continue;
                     }
                 }
-                Err(block) => {
-                    let reason = block.reason.clone();
-                    let class = &mut self.classes[c];
-                    class.reason = Some(reason.clone());
-                    class.reason_cycle = self.cycle_no;
-                    match block.on {
-                        Blocker::Fleet => {
-                            self.fleet_blocked.insert(c);
-                        }
-                        Blocker::Quota(n) => {
-                            self.quota_blocked.entry(n).or_default().insert(c);
+                match self.try_admit(job, out) {
+                    Ok(()) => {
+                        moved = true;
+                        if let Some((o, _)) = self.classes[c].jobs.iter().next() {
+                            heap.push(Reverse((*o, c)));
                         }
                     }
-                    out.push(Decision::Wait { job, reason });
+                    Err(block) => {
+                        let reason = block.reason.clone();
+                        let class = &mut self.classes[c];
+                        class.reason = Some(reason.clone());
+                        class.reason_cycle = self.cycle_no;
+                        match block.on {
+                            Blocker::Fleet => {
+                                self.fleet_blocked.insert(c);
+                            }
+                            Blocker::Quota(n) => {
+                                self.quota_blocked.entry(n).or_default().insert(c);
+                            }
+                        }
+                        out.push(Decision::Wait { job, reason });
+                    }
                 }
             }
         }
         moved
+    }
+
+    /// Whether `job` would borrow nothing: its demand fits the min of every node on its path
+    /// (true without a tree).
+    fn within_min(&self, job: JobId) -> bool {
+        let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(self.jobs[job].queue)) else {
+            return true;
+        };
+        q.within_min(leaf, &self.shapes[self.jobs[job].shape].quota_demand)
     }
 
     fn try_admit(&mut self, job: JobId, out: &mut Vec<Decision>) -> Result<(), Block> {
