@@ -1,5 +1,5 @@
 # muster — top-level make targets. The local fleet's targets live in hack/fleet/fleet.mk.
-.PHONY: test sim lint fmt bench crds chart-dashboard helm chart-lint chart-template bench-kueue
+.PHONY: test sim lint fmt bench crds chart-dashboard helm chart-lint chart-template bench-kueue bench-dispatch
 -include hack/fleet/fleet.mk
 
 # The README's test command: unit, property, CLI and fleet integration tests.
@@ -47,3 +47,9 @@ chart-template:
 SCALE ?= 10
 bench-kueue:
 	@SCALE=$(SCALE) hack/bench-kueue/bench.sh
+
+# JOBS one-pod Jobs dispatched to three members by muster and by Kueue v0.17.1's MultiKueue,
+# each on a fresh fleet of its own (ports 17400+): docs/benchmarks.md.
+JOBS ?= 1000
+bench-dispatch:
+	@JOBS=$(JOBS) hack/bench-kueue/dispatch.sh

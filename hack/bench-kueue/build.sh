@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds Kueue's scheduler performance benchmark (the runner and minimalkueue of
-# test/performance/scheduler) from Kueue's Go module through a wrapper module, once, into
+# test/performance/scheduler) and Kueue's manager (cmd/kueue, for the MultiKueue comparison of
+# dispatch.sh) from Kueue's Go module through a wrapper module, once, into
 #   ${MUSTER_BENCH_CACHE:-~/.cache/muster/bench-kueue}/kueue-<version>-<key>/{bin,crds,configs}
 # <key> hashes the version, `go env GOVERSION GOOS GOARCH CGO_ENABLED`, GOFLAGS and this recipe's
 # text, so a version bump, another Go or an edited recipe builds again. Prints the folder.
@@ -31,7 +32,7 @@ build_kueue() {
     go mod edit -require="sigs.k8s.io/kueue@$v"
     ld="-X sigs.k8s.io/kueue/pkg/version.GitVersion=$v -X sigs.k8s.io/kueue/pkg/version.GitCommit=$commit"
     nice -n "${BENCH_GO_NICE:-10}" go build -p "${BENCH_GO_P:-2}" -trimpath -ldflags "$ld" \
-      -o "$PART/bin/" "$pkg/minimalkueue" "$pkg/runner"
+      -o "$PART/bin/" "$pkg/minimalkueue" "$pkg/runner" sigs.k8s.io/kueue/cmd/kueue
   )
   # What the runner reads: Kueue's CRDs (--crds) and its benchmark configs, as published.
   cp "$dir"/config/components/crd/bases/*.yaml "$PART/crds/"
@@ -51,7 +52,7 @@ mkdir -p "$CACHE_ROOT"
 exec 9>"$CACHE_ROOT/.build.lock"
 flock 9
 if [[ ! -f "$PART_DIR/stamp" ]]; then
-  log "kueue $KUEUE_VERSION: building runner and minimalkueue (a few minutes the first time)"
+  log "kueue $KUEUE_VERSION: building runner, minimalkueue and kueue (a few minutes the first time)"
   t=$SECONDS
   rm -rf "$PART_DIR.tmp"; mkdir -p "$PART_DIR.tmp"/{bin,src,crds,configs}
   ( PART="$PART_DIR.tmp"; build_kueue )

@@ -3,6 +3,9 @@
 
   gen.py scale IN.yaml OUT.yaml SCALE     every workloadsSet count divided by SCALE (rounded,
                                           at least 1); intervals, run times, requests, quotas kept
+  gen.py sim CONFIG.yaml OUT.yaml NODE_CPU [OVERHEAD_MS]
+                                          the same workload as a `muster sim` scenario (each
+                                          job runs its run time + OVERHEAD_MS)
   gen.py fleet CONFIG.yaml OUT.yaml NODE_CPU
                                           the fleet file: member-a with kwok nodes whose cpu adds
                                           up to the sum of the nominal quotas (nodes of NODE_CPU)
@@ -112,6 +115,37 @@ def fleet(cfg, node_cpu):
     return {"clusters": [{"name": "member-a", "labels": {"bench": "kueue"}, "nodes": nodes}]}
 
 
+def sim(cfg, node_cpu, overhead_ms):
+    """The same workload as a `muster sim` scenario: the fleet and tree above, each workload
+    submitted when the generator would create it and running its run time plus `overhead_ms`
+    (what the member adds between admission and the finish muster sees)."""
+    _, _, sets = expand(cfg)
+    scenario = fleet(cfg, node_cpu)
+    scenario["quota"] = {"apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+                         "metadata": {"name": "bench-kueue", "namespace": "kube-system"},
+                         "spec": {"root": tree_root(cfg)}}
+    prios = sorted({it["priority"] for s_ in sets for it in s_["items"]})
+    scenario["priorityClasses"] = {f"bench-kueue-p{p}": p for p in prios}
+    jobs = []
+    for s_ in sets:
+        for k, it in enumerate(s_["items"]):
+            cpu = milli_str(it["cpu_m"])
+            jobs.append({"at": f"{(k + 1) * s_['interval_ms']}ms",
+                         "runFor": f"{it['runtime_ms'] + overhead_ms}ms",
+                         "manifest": {
+                             "apiVersion": "batch/v1", "kind": "Job",
+                             "metadata": {"name": it["name"], "namespace": it["namespace"]},
+                             "spec": {"template": {"spec": {
+                                 "restartPolicy": "Never",
+                                 "priorityClassName": f"bench-kueue-p{it['priority']}",
+                                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                                 "resources": {"requests": {"cpu": cpu},
+                                                               "limits": {"cpu": cpu}}}]}}}}})
+    jobs.sort(key=lambda j: int(j["at"][:-2]))
+    scenario["jobs"] = jobs
+    return scenario
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "scale":
@@ -123,6 +157,11 @@ def main():
         with open(sys.argv[3], "w") as f:
             f.write("# member-a's kwok nodes for the Kueue benchmark: sum of the nominal quotas\n")
             yaml.safe_dump(fleet(load(sys.argv[2]), sys.argv[4]), f, sort_keys=False)
+    elif cmd == "sim":
+        overhead = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+        with open(sys.argv[3], "w") as f:
+            f.write(f"# muster sim scenario of {sys.argv[2]}: run times + {overhead} ms\n")
+            yaml.safe_dump(sim(load(sys.argv[2]), sys.argv[4], overhead), f, sort_keys=False)
     elif cmd == "tree":
         print(json.dumps(tree_root(load(sys.argv[2])), indent=1))
     else:
