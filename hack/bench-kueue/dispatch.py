@@ -34,8 +34,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kube import ApiError, Kube  # noqa: E402
-from muster_run import api_requests, diff_requests, free_port, http_ok, pct, wait  # noqa: E402
+from kube import Kube  # noqa: E402
+from muster_run import (api_requests, diff_requests, free_port, http_ok, install_crds,  # noqa: E402
+                        muster_crds, pct, register, wait, watch)
 
 MEMBERS = ["member-a", "member-b", "member-c"]
 NS = "bench-dispatch"
@@ -111,20 +112,6 @@ class Seen:
                 self.count += 1
 
 
-def watch(kube, path, on_event, stop):
-    while not stop.is_set():
-        lst = kube.get(path)
-        now = time.time()
-        for o in lst["items"]:
-            on_event("ADDED", o, now)
-        try:
-            kube.watch(path, lst["metadata"]["resourceVersion"], stop,
-                       lambda t, o: on_event(t, o, time.time()))
-        except ApiError as e:
-            if e.status != 410:
-                time.sleep(0.5)
-
-
 def namespaces(kubes):
     for k in kubes:
         k.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
@@ -134,27 +121,11 @@ def namespaces(kubes):
 # -- muster -------------------------------------------------------------------------------------
 
 def start_muster(a, hub, members, out):
-    import yaml
-    docs = [d for d in yaml.safe_load_all(subprocess.run(
-        [a.muster, "crds"], check=True, capture_output=True, text=True).stdout) if d]
-    for crd in docs:
-        hub.apply(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}", crd)
-    for crd in docs:
-        name = crd["metadata"]["name"]
-        wait(f"CRD {name}", 60, lambda: any(
-            c["type"] == "Established" and c["status"] == "True"
-            for c in (hub.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-                      .get("status", {}).get("conditions") or [])))
+    install_crds(hub, muster_crds(a.muster))
     hub.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                       "metadata": {"name": CTL_NS}}, exist_ok=True)
     for m, k in members.items():
-        hub.apply(f"/api/v1/namespaces/{CTL_NS}/secrets/{m}-kubeconfig", {
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": f"{m}-kubeconfig", "namespace": CTL_NS},
-            "stringData": {"kubeconfig": k.kubeconfig_text}})
-        hub.apply(f"/apis/muster.dev/v1alpha1/memberclusters/{m}", {
-            "apiVersion": "muster.dev/v1alpha1", "kind": "MemberCluster",
-            "metadata": {"name": m}, "spec": {"kubeconfigSecretRef": {"name": f"{m}-kubeconfig"}}})
+        register(hub, CTL_NS, m, k)
     quota = {"cpu": "10000", "memory": "100Ti", "pods": "100000"}
     hub.apply(f"/apis/scheduling.sigs.k8s.io/v1beta1/namespaces/kube-system/elasticquotatrees/{TREE}", {
         "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",

@@ -27,6 +27,7 @@ import time
 
 import yaml
 
+import muster_run
 from muster_run import free_port, http_ok, wait
 
 KUEUE_NS = "kueue-system"
@@ -48,22 +49,15 @@ def self_signed(dir_):
 
 
 def install_crds(kube, crd_dir):
-    names = []
+    docs = []
     for f in sorted(os.listdir(crd_dir)):
         with open(os.path.join(crd_dir, f)) as fh:
             for crd in yaml.safe_load_all(fh):
-                if not crd:
-                    continue
-                # Conversion webhooks need Kueue's webhook Service: v1beta2 only, no conversion.
-                crd["spec"].pop("conversion", None)
-                name = crd["metadata"]["name"]
-                kube.apply(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", crd)
-                names.append(name)
-    for name in names:
-        wait(f"CRD {name}", 60, lambda name=name: any(
-            c["type"] == "Established" and c["status"] == "True"
-            for c in (kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-                      .get("status", {}).get("conditions") or [])))
+                if crd:
+                    # Conversion webhooks need Kueue's webhook Service: v1beta2 only, none.
+                    crd["spec"].pop("conversion", None)
+                    docs.append(crd)
+    muster_run.install_crds(kube, docs)
 
 
 def quotas(quota_cpu):

@@ -70,19 +70,39 @@ def wait(what, timeout, fn, every=0.5):
     raise SystemExit(f"timed out waiting for {what}" + (f": {last}" if last else ""))
 
 
+def muster_crds(muster):
+    """The CRDs `muster crds` prints."""
+    return [d for d in __import__("yaml").safe_load_all(
+        subprocess.run([muster, "crds"], check=True, capture_output=True, text=True).stdout) if d]
+
+
+def install_crds(kube, docs):
+    """Applies every CRD of `docs`, then waits until each is Established."""
+    for crd in docs:
+        kube.apply(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}", crd)
+    for crd in docs:
+        name = crd["metadata"]["name"]
+        wait(f"CRD {name}", 60, lambda name=name: any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in (kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                      .get("status", {}).get("conditions") or [])))
+
+
+def register(hub, ns, name, member):
+    """The member `name` on the hub: its kubeconfig Secret in `ns` and its MemberCluster."""
+    hub.apply(f"/api/v1/namespaces/{ns}/secrets/{name}-kubeconfig", {
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": f"{name}-kubeconfig", "namespace": ns},
+        "stringData": {"kubeconfig": member.kubeconfig_text}})
+    hub.apply(f"/apis/muster.dev/v1alpha1/memberclusters/{name}", {
+        "apiVersion": "muster.dev/v1alpha1", "kind": "MemberCluster",
+        "metadata": {"name": name}, "spec": {"kubeconfigSecretRef": {"name": f"{name}-kubeconfig"}}})
+
+
 def setup(hub, member, cfg, muster):
     """CRDs, namespaces, PriorityClasses, the member and the tree on the hub (and the
     PriorityClasses on the member)."""
-    docs = [d for d in __import__("yaml").safe_load_all(
-        subprocess.run([muster, "crds"], check=True, capture_output=True, text=True).stdout) if d]
-    for crd in docs:
-        hub.apply(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}", crd)
-    for crd in docs:
-        name = crd["metadata"]["name"]
-        wait(f"CRD {name}", 60, lambda: any(
-            c["type"] == "Established" and c["status"] == "True"
-            for c in (hub.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-                      .get("status", {}).get("conditions") or [])))
+    install_crds(hub, muster_crds(muster))
     _, queues, sets = gen.expand(cfg)
     for n in [NS] + [q["name"] for q in queues]:
         hub.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
@@ -94,13 +114,7 @@ def setup(hub, member, cfg, muster):
                 "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                 "metadata": {"name": prio_class(p)}, "value": p, "globalDefault": False,
                 "preemptionPolicy": "Never"})
-    hub.apply(f"/api/v1/namespaces/{NS}/secrets/{MEMBER}-kubeconfig", {
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": f"{MEMBER}-kubeconfig", "namespace": NS},
-        "stringData": {"kubeconfig": member.kubeconfig_text}})
-    hub.apply(f"/apis/muster.dev/v1alpha1/memberclusters/{MEMBER}", {
-        "apiVersion": "muster.dev/v1alpha1", "kind": "MemberCluster",
-        "metadata": {"name": MEMBER}, "spec": {"kubeconfigSecretRef": {"name": f"{MEMBER}-kubeconfig"}}})
+    register(hub, NS, MEMBER, member)
     hub.apply(TREE_PATH, {
         "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
         "metadata": {"name": TREE, "namespace": "kube-system"},
