@@ -9,8 +9,8 @@
 use k8s_openapi::api::core::v1::Taint;
 use serde_json::{Value, json};
 
-use super::{Rng, job, list};
-use muster::sim::{ClusterSpec, JobSpec, NodeSpec, Scenario};
+use super::{Rng, job, list, pool};
+use muster::sim::{ClusterSpec, JobSpec, Scenario};
 
 /// Offered GPU load over the arrival span, as a multiple of the fleet's GPUs.
 const LOAD: u64 = 3;
@@ -41,38 +41,32 @@ fn fleet(clusters: usize, nodes: u32) -> (Vec<ClusterSpec>, u64) {
             name: format!("member-{c:02}"),
             labels: labels(&[("region", ["eu", "us", "ap"][c % 3])]),
             nodes: vec![
-                NodeSpec {
-                    name: format!("m{c:02}-general"),
-                    count: general,
-                    allocatable: gpu_node(),
-                    labels: labels(&[("pool", "general"), ("accelerator", "h100")]),
-                    taints: vec![],
-                    unschedulable: false,
-                    used: Default::default(),
-                },
-                NodeSpec {
-                    name: format!("m{c:02}-reserved"),
-                    count: reserved,
-                    allocatable: gpu_node(),
-                    labels: labels(&[("pool", "reserved"), ("accelerator", "a100")]),
-                    taints: vec![Taint {
+                pool(
+                    format!("m{c:02}-general"),
+                    general,
+                    gpu_node(),
+                    labels(&[("pool", "general"), ("accelerator", "h100")]),
+                    vec![],
+                ),
+                pool(
+                    format!("m{c:02}-reserved"),
+                    reserved,
+                    gpu_node(),
+                    labels(&[("pool", "reserved"), ("accelerator", "a100")]),
+                    vec![Taint {
                         key: "dedicated".into(),
                         value: Some("reserved".into()),
                         effect: "NoSchedule".into(),
                         ..Default::default()
                     }],
-                    unschedulable: false,
-                    used: Default::default(),
-                },
-                NodeSpec {
-                    name: format!("m{c:02}-cpu"),
-                    count: cpu,
-                    allocatable: list(&[("cpu", "64"), ("memory", "256Gi"), ("pods", "110")]),
-                    labels: labels(&[("pool", "cpu")]),
-                    taints: vec![],
-                    unschedulable: false,
-                    used: Default::default(),
-                },
+                ),
+                pool(
+                    format!("m{c:02}-cpu"),
+                    cpu,
+                    list(&[("cpu", "64"), ("memory", "256Gi"), ("pods", "110")]),
+                    labels(&[("pool", "cpu")]),
+                    vec![],
+                ),
             ],
             placement: Default::default(),
             reachable: true,

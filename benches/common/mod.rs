@@ -23,6 +23,25 @@ impl Rng {
     }
 }
 
+/// `count` identical schedulable nodes named after `name`, nothing in use on them.
+pub fn pool(
+    name: String,
+    count: u32,
+    allocatable: muster::quantity::ResourceList,
+    labels: std::collections::BTreeMap<String, String>,
+    taints: Vec<k8s_openapi::api::core::v1::Taint>,
+) -> NodeSpec {
+    NodeSpec {
+        name,
+        count,
+        allocatable,
+        labels,
+        taints,
+        unschedulable: false,
+        used: Default::default(),
+    }
+}
+
 pub fn list(pairs: &[(&str, &str)]) -> muster::quantity::ResourceList {
     pairs
         .iter()
@@ -93,29 +112,25 @@ pub fn scenario_seeded(seed: u64, jobs: usize, clusters: usize, nodes: u32) -> S
             name: format!("member-{c:02}"),
             labels: [("region".to_string(), ["eu", "us", "ap"][c % 3].to_string())].into(),
             nodes: vec![
-                NodeSpec {
-                    name: format!("m{c:02}-gpu"),
-                    count: gpu_nodes,
-                    allocatable: list(&[
+                pool(
+                    format!("m{c:02}-gpu"),
+                    gpu_nodes,
+                    list(&[
                         ("cpu", "128"),
                         ("memory", "1Ti"),
                         ("pods", "110"),
                         ("nvidia.com/gpu", "8"),
                     ]),
-                    labels: Default::default(),
-                    taints: vec![],
-                    unschedulable: false,
-                    used: Default::default(),
-                },
-                NodeSpec {
-                    name: format!("m{c:02}-cpu"),
-                    count: nodes - gpu_nodes,
-                    allocatable: list(&[("cpu", "64"), ("memory", "256Gi"), ("pods", "110")]),
-                    labels: Default::default(),
-                    taints: vec![],
-                    unschedulable: false,
-                    used: Default::default(),
-                },
+                    Default::default(),
+                    vec![],
+                ),
+                pool(
+                    format!("m{c:02}-cpu"),
+                    nodes - gpu_nodes,
+                    list(&[("cpu", "64"), ("memory", "256Gi"), ("pods", "110")]),
+                    Default::default(),
+                    vec![],
+                ),
             ],
             placement: Default::default(),
             reachable: true,

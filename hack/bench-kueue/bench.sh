@@ -18,22 +18,12 @@
 #                     about 5 Jobs/s and bound the muster side); MEMBER_KCM_QPS=0 keeps the fleet's
 set -euo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$HERE/../.." && pwd)"
+BENCH_NAME=bench-kueue
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SCALE="${SCALE:-10}"
 NODE_CPU="${NODE_CPU:-40}"
-CACHE_ROOT="${MUSTER_BENCH_CACHE:-$HOME/.cache/muster/bench-kueue}"
-export FLEET_PORT_BASE="${BENCH_PORT_BASE:-17400}"
-export MUSTER_FLEET_STATE="${BENCH_STATE:-$CACHE_ROOT/fleet-state}"
-RESULTS_ROOT="${BENCH_RESULTS:-$CACHE_ROOT/results}"
 SIDES="${BENCH_SIDES:-kueue muster}"
-export PYTHONDONTWRITEBYTECODE=1   # no __pycache__ in the repo
-
-log() { printf '[bench-kueue %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { printf '[bench-kueue] ERROR: %s\n' "$*" >&2; exit 1; }
-
-[[ "$FLEET_PORT_BASE" != 16400 ]] || die "BENCH_PORT_BASE=16400 is the default fleet's; pick another"
-[[ "$MUSTER_FLEET_STATE" != "$REPO/.fleet" ]] || die "BENCH_STATE must not be the default fleet's state"
 
 RUN="$RESULTS_ROOT/$(date -u +%Y%m%dT%H%M%SZ)-scale$SCALE"
 mkdir -p "$RUN"
@@ -61,10 +51,7 @@ cleanup() {
       kill "$pid" 2>/dev/null || true
     fi
   fi
-  if [[ -n "${FLEET_STARTED:-}" && -z "${BENCH_KEEP_FLEET:-}" ]]; then
-    log "stopping the benchmark fleet (FLEET_PORT_BASE=$FLEET_PORT_BASE)"
-    "$REPO/hack/fleet/fleet.sh" down >&2 || true
-  fi
+  stop_fleet
   exit $rc
 }
 trap cleanup EXIT
@@ -87,10 +74,7 @@ if [[ " $SIDES " == *" muster "* ]]; then
   (cd "$REPO" && nice -n 10 cargo build --release --quiet)
   MUSTER="$CARGO_TARGET_DIR/release/muster"
   log "muster: fleet up on port base $FLEET_PORT_BASE, state $MUSTER_FLEET_STATE"
-  FLEET_STARTED=1
-  # A fresh fleet every run (fleet-up would reuse a healthy one, with the last run's jobs).
-  "$REPO/hack/fleet/fleet.sh" down >&2
-  FLEET="$RUN/fleet.yaml" "$REPO/hack/fleet/fleet.sh" up >&2
+  fresh_fleet "$RUN/fleet.yaml"
   if [[ "${MEMBER_KCM_QPS:-200}" != 0 ]]; then
     python3 "$HERE/member_kcm.py" "$MUSTER_FLEET_STATE" member-a "${MEMBER_KCM_QPS:-200}" "${MEMBER_JOB_SYNCS:-20}"
   fi

@@ -35,6 +35,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kube import Kube  # noqa: E402
+from report import fmt  # noqa: E402
 from muster_run import (api_requests, diff_requests, free_port, http_ok, install_crds,  # noqa: E402
                         muster_crds, pct, register, wait, watch)
 
@@ -226,8 +227,7 @@ def report(a):
     lines = [" ".join(a.meta), f"{'figure':<{w}}  {'MultiKueue':>10}  {'muster':>10}  {'muster/MK':>9}"]
     for name, kv, mv in rows:
         ratio = f"{mv / kv:.2f}" if isinstance(kv, (int, float)) and isinstance(mv, (int, float)) and kv else "-"
-        f = lambda v: "-" if v is None else (f"{v:,.1f}" if isinstance(v, float) else f"{v:,}")  # noqa: E731
-        lines.append(f"{name:<{w}}  {f(kv):>10}  {f(mv):>10}  {ratio:>9}")
+        lines.append(f"{name:<{w}}  {fmt(kv):>10}  {fmt(mv):>10}  {ratio:>9}")
     text = "\n".join(lines)
     print(text)
     with open(a.out, "w") as f:

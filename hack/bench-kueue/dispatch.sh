@@ -8,22 +8,12 @@
 #   KUEUE_VERSION, BENCH_PORT_BASE, BENCH_STATE, BENCH_RESULTS, BENCH_KEEP_FLEET: as bench.sh
 set -euo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$HERE/../.." && pwd)"
+BENCH_NAME=bench-dispatch
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 JOBS="${JOBS:-1000}"
 CREATORS="${CREATORS:-8}"
-CACHE_ROOT="${MUSTER_BENCH_CACHE:-$HOME/.cache/muster/bench-kueue}"
-export FLEET_PORT_BASE="${BENCH_PORT_BASE:-17400}"
-export MUSTER_FLEET_STATE="${BENCH_STATE:-$CACHE_ROOT/fleet-state}"
-RESULTS_ROOT="${BENCH_RESULTS:-$CACHE_ROOT/results}"
 SIDES="${BENCH_SIDES:-muster multikueue}"
-export PYTHONDONTWRITEBYTECODE=1
-
-log() { printf '[bench-dispatch %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { printf '[bench-dispatch] ERROR: %s\n' "$*" >&2; exit 1; }
-
-[[ "$FLEET_PORT_BASE" != 16400 ]] || die "BENCH_PORT_BASE=16400 is the default fleet's; pick another"
-[[ "$MUSTER_FLEET_STATE" != "$REPO/.fleet" ]] || die "BENCH_STATE must not be the default fleet's state"
 
 RUN="$RESULTS_ROOT/$(date -u +%Y%m%dT%H%M%SZ)-dispatch$JOBS"
 mkdir -p "$RUN"
@@ -34,34 +24,25 @@ FLEET_BIN="$(source "$REPO/hack/fleet/lib.sh"; if ! fleet_cache_ready; then "$RE
 
 cleanup() {
   local rc=$?
-  if [[ -n "${FLEET_STARTED:-}" && -z "${BENCH_KEEP_FLEET:-}" ]]; then
-    log "stopping the benchmark fleet (FLEET_PORT_BASE=$FLEET_PORT_BASE)"
-    "$REPO/hack/fleet/fleet.sh" down >&2 || true
-  fi
+  stop_fleet
   exit $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-fresh_fleet() {
-  FLEET_STARTED=1
-  "$REPO/hack/fleet/fleet.sh" down >&2
-  FLEET="$RUN/fleet.yaml" "$REPO/hack/fleet/fleet.sh" up >&2
-}
 
 for side in $SIDES; do
   case "$side" in
     muster)
       export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
       (cd "$REPO" && nice -n 10 cargo build --release --quiet)
-      fresh_fleet
+      fresh_fleet "$RUN/fleet.yaml"
       log "muster: load $(cut -d' ' -f1-3 /proc/loadavg)"
       python3 "$HERE/dispatch.py" muster --kubeconfigs "$MUSTER_FLEET_STATE/kubeconfigs" \
         --out "$RUN/muster" --muster "$CARGO_TARGET_DIR/release/muster" --jobs "$JOBS" --creators "$CREATORS"
       ;;
     multikueue)
       KUEUE="$("$HERE/build.sh")"
-      fresh_fleet
+      fresh_fleet "$RUN/fleet.yaml"
       log "multikueue: load $(cut -d' ' -f1-3 /proc/loadavg)"
       python3 "$HERE/dispatch.py" multikueue --kubeconfigs "$MUSTER_FLEET_STATE/kubeconfigs" \
         --out "$RUN/multikueue" --kueue "$KUEUE" --jobs "$JOBS" --creators "$CREATORS"

@@ -267,39 +267,23 @@ impl Brain {
     /// has is not written again; a waiting job's whose words changed only in their figures (the
     /// live usage a reason quotes) is written at most every [`FIGURES_EVERY`].
     pub(super) async fn write_records(&mut self) {
-        let mut order: Vec<(String, Record, bool)> = self
-            .book
-            .to_write()
-            .into_iter()
-            .map(|(u, r)| (u, r, true))
-            .collect();
-        let listed: std::collections::HashSet<String> =
-            order.iter().map(|(u, _, _)| u.clone()).collect();
-        for (uid, e) in self.book.iter() {
-            if listed.contains(uid) {
-                continue;
-            }
-            let dirty = match (self.compose(uid, &e.record), self.jobs.get(uid)) {
-                (Some(st), Some(j)) => j.written.as_ref().is_none_or(|w| !same(&st, w)),
-                _ => false,
-            };
-            if dirty {
-                order.push((uid.clone(), e.record.clone(), false));
-            }
-        }
-        let (mut frees, mut rest) = (Vec::new(), Vec::new());
+        // The records the hub does not hold yet (the book's list; its order is kept below by
+        // writing the ones that free capacity first).
+        let changed: std::collections::HashSet<String> =
+            self.book.to_write().into_iter().map(|(u, _)| u).collect();
+        let (mut frees, mut rest, mut held) = (Vec::new(), Vec::new(), Vec::new());
         let mut later: Option<Duration> = None;
-        for (uid, r, record_changed) in order {
-            let Some(st) = self.compose(&uid, &r) else {
-                continue;
-            };
-            let Some(j) = self.jobs.get(&uid) else {
+        for (uid, e) in self.book.iter() {
+            let record_changed = changed.contains(uid);
+            let (Some(st), Some(j)) = (self.compose(uid, &e.record), self.jobs.get(uid)) else {
                 continue;
             };
             if let Some(w) = &j.written {
                 if same(&st, w) {
                     // What the hub holds already says this record: nothing to send.
-                    self.book.written(&uid, Some(r));
+                    if record_changed {
+                        held.push((uid.clone(), e.record.clone()));
+                    }
                     continue;
                 }
                 let age = j.written_at.map_or(FIGURES_EVERY, |t| t.elapsed());
@@ -309,11 +293,14 @@ impl Brain {
                     continue;
                 }
             }
-            if record_changed && self.book.frees(&uid, &r) {
-                frees.push((uid, r, st, true));
+            if record_changed && self.book.frees(uid, &e.record) {
+                frees.push((uid.clone(), e.record.clone(), st, true));
             } else {
-                rest.push((uid, r, st, false));
+                rest.push((uid.clone(), e.record.clone(), st, false));
             }
+        }
+        for (uid, r) in held {
+            self.book.written(&uid, Some(r));
         }
         if let Some(wait) = later {
             let at = super::now_ms() + wait.as_millis() as u64;

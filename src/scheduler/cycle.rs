@@ -1,0 +1,206 @@
+//! The admission cycle itself: woken queues' heads in order (guaranteed jobs before borrowers),
+//! each admitted on a member, admitted by reclaiming quota from borrowers, or told why it waits.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+
+use super::*;
+
+impl Scheduler {
+    // ----- the cycle ------------------------------------------------------------------------
+
+    /// One admission cycle over every queue whose situation changed since it last failed.
+    /// Decisions are already applied to the state (reservations, quota) when returned.
+    pub fn cycle(&mut self) -> Vec<Decision> {
+        let mut out = Vec::new();
+        // Capacity freed inside a pass (preemption) is offered to the blocked queues in a
+        // further pass; bounded so that a cycle always ends.
+        for _ in 0..8 {
+            if !self.pass(&mut out) || self.dirty.is_empty() {
+                break;
+            }
+        }
+        // Preemption victims are back in their queues for the next cycle, not this one.
+        let next = std::mem::take(&mut self.next_dirty);
+        for c in next {
+            self.mark_dirty(c);
+        }
+        out
+    }
+
+    /// Whether a cycle now could decide anything new (some queue changed since it last failed).
+    pub fn has_work(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// One pass over the woken queues; true when it admitted or preempted something. Queues
+    /// whose best waiting job stays within the guarantees (`min`) on its path go first, in
+    /// queue order; queues whose best job would borrow come after them. So a borrower never
+    /// takes, in the same pass, capacity that a guaranteed job then has to reclaim from it by
+    /// preemption, and no job overtakes a better one of its own queue to do so.
+    fn pass(&mut self, out: &mut Vec<Decision>) -> bool {
+        self.cycle_no += 1;
+        let mut moved = false;
+        let mut heap: BinaryHeap<Reverse<(JobOrder, ClassId)>> = BinaryHeap::new();
+        let dirty = std::mem::take(&mut self.dirty);
+        for c in dirty {
+            self.classes[c].dirty = false;
+            if let Some((o, _)) = self.classes[c].jobs.iter().next() {
+                heap.push(Reverse((*o, c)));
+            }
+        }
+        // Queues (by leaf) whose best waiting job would borrow: in the first round none of
+        // their jobs goes, so that no job of theirs overtakes a better one of the same queue.
+        let mut borrowing: Vec<Reverse<(JobOrder, ClassId)>> = Vec::new();
+        let mut deferred: BTreeSet<usize> = BTreeSet::new();
+        for guaranteed_only in [true, false] {
+            if !guaranteed_only {
+                heap.extend(borrowing.drain(..));
+            }
+            while let Some(Reverse((o, c))) = heap.pop() {
+                let Some(&(_, job)) = self.classes[c].jobs.iter().next() else {
+                    continue;
+                };
+                // Without a tree nothing borrows.
+                if guaranteed_only
+                    && let (Some(q), Some(leaf)) =
+                        (&self.quota, self.queues.leaf(self.jobs[job].queue))
+                    && (deferred.contains(&leaf)
+                        || !q.within_min(leaf, &self.shapes[self.jobs[job].shape].quota_demand))
+                {
+                    deferred.insert(leaf);
+                    borrowing.push(Reverse((o, c)));
+                    continue;
+                }
+                match self.try_admit(job, out) {
+                    Ok(()) => {
+                        moved = true;
+                        if let Some((o, _)) = self.classes[c].jobs.iter().next() {
+                            heap.push(Reverse((*o, c)));
+                        }
+                    }
+                    Err(block) => {
+                        let reason = block.reason.clone();
+                        let class = &mut self.classes[c];
+                        class.reason = Some(reason.clone());
+                        class.reason_cycle = self.cycle_no;
+                        match block.on {
+                            Blocker::Fleet => {
+                                self.fleet_blocked.insert(c);
+                            }
+                            Blocker::Quota(n) => {
+                                self.quota_blocked.entry(n).or_default().insert(c);
+                            }
+                        }
+                        out.push(Decision::Wait { job, reason });
+                    }
+                }
+            }
+        }
+        moved
+    }
+
+    fn try_admit(&mut self, job: JobId, out: &mut Vec<Decision>) -> Result<(), Block> {
+        let shape = self.jobs[job].shape;
+        let queue = self.jobs[job].queue;
+        let leaf = self.queues.leaf(queue);
+        let mut quota_short: Option<crate::quota::Shortfall> = None;
+        if let (Some(q), Some(leaf)) = (&self.quota, leaf)
+            && let Err(s) = q.check(leaf, &self.shapes[shape].quota_demand)
+        {
+            quota_short = Some(s);
+        }
+        let fit = if quota_short.is_none() {
+            Some(self.find_cluster(job))
+        } else {
+            None
+        };
+        let fleet_reason = match fit {
+            Some(Ok((ci, placement))) => {
+                self.admit(job, ci, placement, out);
+                return Ok(());
+            }
+            Some(Err(r)) => Some(r),
+            None => None,
+        };
+        // Reclaim guaranteed quota from borrowing subtrees, if this job is within its min.
+        if let Some(leaf) = leaf
+            && let Some(short) = self.short_resources(job, leaf, quota_short.as_ref())
+            && let Some((victims, ci, placement)) = self.reclaim(job, leaf, &short)
+        {
+            let reason = format!(
+                "preempted to reclaim quota guaranteed to {} (min) for {}",
+                self.queues.name(queue),
+                self.job_label(job)
+            );
+            for v in victims {
+                self.jobs[v].preemptions += 1;
+                self.jobs[v].last_wait = Some(reason.clone());
+                out.push(Decision::Preempt {
+                    job: v,
+                    by: job,
+                    reason: reason.clone(),
+                });
+            }
+            self.admit(job, ci, placement, out);
+            return Ok(());
+        }
+        match (quota_short, fleet_reason) {
+            (Some(s), _) => {
+                let q = self
+                    .quota
+                    .as_ref()
+                    .map(|q| q.describe(&s, &self.table))
+                    .unwrap_or_default();
+                Err(Block {
+                    reason: q,
+                    on: Blocker::Quota(s.node),
+                })
+            }
+            (None, Some(r)) => Err(Block {
+                reason: r,
+                on: Blocker::Fleet,
+            }),
+            (None, None) => Err(Block {
+                reason: "no cluster fits".into(),
+                on: Blocker::Fleet,
+            }),
+        }
+    }
+
+    pub(super) fn fits_now(&self, job: JobId, leaf: usize) -> bool {
+        self.quota.as_ref().is_none_or(|q| {
+            q.check(leaf, &self.shapes[self.jobs[job].shape].quota_demand)
+                .is_ok()
+        })
+    }
+
+    fn admit(&mut self, job: JobId, ci: usize, placement: Placement, out: &mut Vec<Decision>) {
+        self.dequeue(job);
+        let class = self.jobs[job].class;
+        let c = &self.classes[class];
+        if c.reason_cycle >= self.jobs[job].enqueued_cycle
+            && let Some(r) = &c.reason
+        {
+            self.jobs[job].last_wait = Some(r.clone());
+        }
+        let nodes = placement.by_node(&self.clusters[ci]);
+        self.reserve(job, ci, placement.clone());
+        out.push(Decision::Admit {
+            job,
+            cluster: self.clusters[ci].name.clone(),
+            placement,
+            nodes,
+        });
+    }
+}
+
+struct Block {
+    reason: String,
+    on: Blocker,
+}
+
+enum Blocker {
+    Fleet,
+    Quota(usize),
+}
