@@ -9,7 +9,7 @@
 use k8s_openapi::api::core::v1::Taint;
 use serde_json::{Value, json};
 
-use super::{Rng, job, list, pool};
+use super::{Rng, job, list, pool, priority_classes};
 use muster::sim::{ClusterSpec, JobSpec, Scenario};
 
 /// Offered GPU load over the arrival span, as a multiple of the fleet's GPUs.
@@ -181,12 +181,7 @@ fn scenario_of(
     Scenario {
         clusters: clusters_v,
         quota: Some(tree(total_gpu)),
-        priority_classes: [
-            ("low".into(), 0),
-            ("normal".into(), 100),
-            ("high".into(), 1000),
-        ]
-        .into(),
+        priority_classes: priority_classes(),
         jobs: job_v,
         runtimes: Vec::new(),
     }

@@ -23,6 +23,16 @@ impl Rng {
     }
 }
 
+/// The benchmarks' PriorityClasses: low 0, normal 100, high 1000.
+pub fn priority_classes() -> std::collections::BTreeMap<String, i32> {
+    [
+        ("low".into(), 0),
+        ("normal".into(), 100),
+        ("high".into(), 1000),
+    ]
+    .into()
+}
+
 /// `count` identical schedulable nodes named after `name`, nothing in use on them.
 pub fn pool(
     name: String,
@@ -172,12 +182,7 @@ pub fn scenario_seeded(seed: u64, jobs: usize, clusters: usize, nodes: u32) -> S
     Scenario {
         clusters: clusters_v,
         quota: Some(quota),
-        priority_classes: [
-            ("low".into(), 0),
-            ("normal".into(), 100),
-            ("high".into(), 1000),
-        ]
-        .into(),
+        priority_classes: priority_classes(),
         jobs: job_v,
         runtimes: Vec::new(),
     }
