@@ -1,8 +1,9 @@
 //! The controller's state and its pass. `Brain::sync` is the one place that says in what order
 //! things happen: read the tree, the members and the hub jobs; observe every followed job on its
 //! members; one pass of the lifecycle book (every job stepped, one scheduling cycle); carry out
-//! the intents, then the writes observing asked for (pod releases, hub statuses); write the
-//! records; report. Each step lives in the module named after what it
+//! the intents, then the writes observing asked for (pod releases, hub statuses); send the
+//! records; report. No step waits for a hub or member write: they go off the loop (`execute`,
+//! `writes`) and their outcomes are read at the start of the next pass. Each step lives in the module named after what it
 //! owns (`tree`, `membership`, `jobs`, `observe`, `execute`, `record`, `gc`).
 
 use std::collections::{BTreeMap, HashMap};
@@ -49,6 +50,8 @@ pub(super) struct Brain {
     pub done_rx: mpsc::UnboundedReceiver<Done>,
     /// Member writes under way: (job, member).
     pub in_flight: std::collections::BTreeSet<(String, String)>,
+    /// QueuedJob status batches and observed writes under way.
+    pub in_flight_writes: super::writes::InFlight,
     /// The earliest deadline of any record: the next pass comes no later.
     pub next_wake: Option<Ms>,
     pub members: BTreeMap<String, Member>,
@@ -120,6 +123,7 @@ impl Brain {
             done_tx,
             done_rx,
             in_flight: Default::default(),
+            in_flight_writes: Default::default(),
             next_wake: None,
             members: BTreeMap::new(),
             incoming: BTreeMap::new(),
@@ -176,14 +180,14 @@ impl Brain {
         self.metrics.cycle_duration(started.elapsed().as_secs_f64());
         t.mark("decide");
         // 4. Carry out what it says (creates start at once, off the loop), then what observing
-        // asked for; write the records (in the book's order); report.
+        // asked for; send the records (in the book's order, off the loop); report.
         self.execute_all(intents).await;
-        self.carry_out(writes).await;
+        self.carry_out(writes);
         t.mark("execute+observed");
         self.collect_garbage();
         self.sync_reasons();
         t.mark("reasons");
-        self.write_records().await;
+        self.write_records();
         t.mark("records");
         self.write_tree_status().await;
         self.write_member_statuses().await;

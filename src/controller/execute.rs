@@ -26,6 +26,13 @@ pub(super) enum Done {
         cluster: String,
         result: Result<bool, String>,
     },
+    /// A batch of QueuedJob status writes.
+    Records(Vec<(super::writes::Put, super::writes::Landed)>),
+    /// A write observing asked for.
+    Observed {
+        write: super::observe::Write,
+        result: Result<(), String>,
+    },
 }
 
 impl Brain {
@@ -40,7 +47,7 @@ impl Brain {
             .unwrap_or_default()
     }
 
-    /// Reads the member writes that finished since the last pass.
+    /// Reads the writes that finished off the loop since the last pass.
     pub(super) fn collect_done(&mut self) {
         while let Ok(d) = self.done_rx.try_recv() {
             match d {
@@ -71,6 +78,8 @@ impl Brain {
                         self.book.created(&uid, created);
                     }
                 }
+                Done::Records(out) => self.records_landed(out),
+                Done::Observed { write, result } => self.observed_landed(write, result),
                 Done::Deleted {
                     uid,
                     cluster,

@@ -45,6 +45,7 @@ pub mod snapshot;
 pub mod status;
 pub mod tls;
 mod tree;
+mod writes;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

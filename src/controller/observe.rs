@@ -4,31 +4,25 @@
 //! pods only in the job's namespace; and the lifecycle then trusts only the copy whose UID it
 //! recorded. For placed jobs this is also where pods are released onto their planned nodes, the
 //! reservation follows where the pods really are, and the member's job status is copied to the
-//! hub job; the writes this asks for (releases, hub statuses) are carried out together, a
-//! number at a time, once the pass has decided and started its creates. `step_all` runs the lifecycle book's pass over it.
+//! hub job; the writes this asks for (releases, hub statuses) are carried out off the loop
+//! (`writes`) once the pass has decided and started its creates. `step_all` runs the lifecycle book's pass over it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::DynamicObject;
 use serde_json::json;
 
 use super::brain::Brain;
 use super::crd::PodCounts;
 use super::jobs::Job;
 use super::members::{COMPONENT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL};
-use super::{gates, kinds, now_ms, status};
+use super::{now_ms, status};
 use crate::lifecycle::{Copy, Intent, Member, Ms, Record, Seen};
 use crate::scheduler::Plan;
 use crate::workload::JobKind;
-
-/// Writes carried out at once by a pass's observation (each to a different object).
-const WRITES_IN_FLIGHT: usize = 32;
-/// How long one of them may take.
-const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A write that observing a job asks for.
 pub(super) enum Write {
@@ -222,84 +216,6 @@ impl Brain {
             self.follow_copy(&view, &uid, &cluster, &mut writes);
         }
         (view, writes)
-    }
-
-    /// The pass's writes of every job (pod releases on members, hub job statuses), a number at
-    /// a time rather than job after job; then what they did.
-    pub(super) async fn carry_out(&mut self, writes: Vec<Write>) {
-        if writes.is_empty() {
-            return;
-        }
-        let hub = &self.hub;
-        let results: Vec<(Write, Result<(), String>)> = futures::stream::iter(writes)
-            .map(|w| async move {
-                let write = async {
-                    match &w {
-                        Write::Release {
-                            client, pod, node, ..
-                        } => gates::release(client, pod, node).await,
-                        Write::HubStatus {
-                            kind,
-                            namespace,
-                            name,
-                            patch,
-                            ..
-                        } => {
-                            let ar = kinds::api_resource(*kind);
-                            Api::<DynamicObject>::namespaced_with(hub.clone(), namespace, &ar)
-                                .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
-                                .await
-                                .map(|_| ())
-                        }
-                    }
-                };
-                // A member that stops answering mid-pass holds the pass back this long at most.
-                let r = match tokio::time::timeout(WRITE_TIMEOUT, write).await {
-                    Ok(r) => r.map_err(|e| e.to_string()),
-                    Err(_) => Err(format!("no answer within {}s", WRITE_TIMEOUT.as_secs())),
-                };
-                (w, r)
-            })
-            .buffer_unordered(WRITES_IN_FLIGHT)
-            .collect()
-            .await;
-        let mut released: BTreeMap<String, u64> = BTreeMap::new();
-        for (w, r) in results {
-            match (w, r) {
-                (
-                    Write::Release {
-                        cluster,
-                        label,
-                        pod,
-                        node,
-                        ..
-                    },
-                    Ok(()),
-                ) => {
-                    *released.entry(cluster).or_default() += 1;
-                    tracing::debug!(job = %label, pod = %pod.name_any(), %node, "released onto its planned node");
-                }
-                (
-                    Write::Release {
-                        label, pod, node, ..
-                    },
-                    Err(e),
-                ) => {
-                    tracing::warn!(job = %label, pod = %pod.name_any(), %node, error = %e, "could not release a pod; retried on the next pass");
-                }
-                (Write::HubStatus { uid, status, .. }, Ok(())) => {
-                    if let Some(j) = self.jobs.get_mut(&uid) {
-                        j.synced_status = Some(status);
-                    }
-                }
-                (Write::HubStatus { label, .. }, Err(e)) => {
-                    tracing::debug!(job = %label, error = %e, "hub job status not updated");
-                }
-            }
-        }
-        for (cluster, n) in released {
-            self.metrics.pods_released(&cluster, n);
-        }
     }
 
     /// One placed job's copy on its answering member: what it needs written goes to `writes`.

@@ -1,23 +1,21 @@
 //! The status recorder: the one writer of QueuedJob status. A job's lifecycle record
 //! (`crate::lifecycle::Record`) is its QueuedJob status: written in the order the book gives
 //! (records leaving a member first, admissions last; a failed write of a record that frees
-//! capacity stops the rest; many at a time within those two steps), only while this replica
-//! leads, and read back by a restarted controller or a new leader. The display fields (queue,
+//! capacity stops the rest; many at a time within those two steps, off the sync loop in
+//! `writes`), as a merge patch of what changed, only while this replica leads, and read back by a restarted controller or a new leader. The display fields (queue,
 //! priority, explanation, pods, per-pod placement) ride along.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
 
 use super::brain::{Brain, truncate};
 use super::crd::{
     JobRef, LifecycleStatus, QueuedJob, QueuedJobSpec, QueuedJobState, QueuedJobStatus,
 };
-use super::{MANAGER, queued_job_name};
+use super::queued_job_name;
+use super::writes::Put;
 use crate::lifecycle::{Ms, Phase, Record};
 use crate::scheduler::JobState;
 
@@ -124,8 +122,9 @@ pub(super) fn from_status(st: &QueuedJobStatus, spec: &str) -> Record {
     }
 }
 
-/// QueuedJob status writes in flight at once.
-const WRITES_IN_FLIGHT: usize = 32;
+/// QueuedJob statuses that free nothing written in one batch at most (every one that frees
+/// capacity goes in the batch).
+const REST_PER_BATCH: usize = 128;
 
 /// How often a waiting job's status is written when its words changed only in their figures.
 pub(super) const FIGURES_EVERY: Duration = Duration::from_secs(10);
@@ -261,12 +260,17 @@ impl Brain {
         Some(st)
     }
 
-    /// Writes every changed QueuedJob status, many at a time: first every record that frees
-    /// capacity (a job leaving its member), and only when all of those are durable the rest
-    /// (admissions among them), then what changed only for display. A status the hub already
-    /// has is not written again; a waiting job's whose words changed only in their figures (the
-    /// live usage a reason quotes) is written at most every [`FIGURES_EVERY`].
-    pub(super) async fn write_records(&mut self) {
+    /// Sends every changed QueuedJob status off the loop, in one batch at a time
+    /// ([`Brain::send_records`]): first every record that frees capacity (a job leaving its
+    /// member), and only when all of those are durable the rest (admissions among them), then
+    /// what changed only for display. While a batch is out, nothing else is sent: its outcome
+    /// comes back to the next pass, which sends what is still to write. A status the hub
+    /// already has is not written again; a waiting job's whose words changed only in their
+    /// figures (the live usage a reason quotes) is written at most every [`FIGURES_EVERY`].
+    pub(super) fn write_records(&mut self) {
+        if self.in_flight_writes.records {
+            return;
+        }
         // The records the hub does not hold yet (the book's list; its order is kept below by
         // writing the ones that free capacity first).
         let changed: std::collections::HashSet<String> =
@@ -293,12 +297,30 @@ impl Brain {
                     continue;
                 }
             }
+            let Some(put) = self.put(uid, e.record.clone(), st) else {
+                continue;
+            };
             if record_changed && self.book.frees(uid, &e.record) {
-                frees.push((uid.clone(), e.record.clone(), st, true));
+                frees.push(put);
             } else {
-                rest.push((uid.clone(), e.record.clone(), st, false));
+                // Admissions first (their copies wait for them), then other records, then
+                // what changed only for display.
+                let rank = match (record_changed, e.record.phase) {
+                    (true, Phase::Admitted) => 0,
+                    (true, _) => 1,
+                    (false, _) => 2,
+                };
+                rest.push((rank, put));
             }
         }
+        rest.sort_by_key(|(rank, _)| *rank);
+        // A batch stays short, so that what a pass decides next is not held behind it; the
+        // rest goes in the next batch.
+        let rest: Vec<Put> = rest
+            .into_iter()
+            .take(REST_PER_BATCH)
+            .map(|(_, p)| p)
+            .collect();
         for (uid, r) in held {
             self.book.written(&uid, Some(r));
         }
@@ -306,67 +328,24 @@ impl Brain {
             let at = super::now_ms() + wait.as_millis() as u64;
             self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
         }
-        // Nothing after a failed release may become durable before it (an admission using the
-        // capacity it frees above all). Any other failed write holds back nothing: it is tried
-        // again on the next pass.
-        if self.write_batch(frees).await {
-            self.write_batch(rest).await;
-        }
+        self.send_records(frees, rest);
     }
 
-    /// Writes `batch` ([`WRITES_IN_FLIGHT`] at a time, each fenced by leadership); whether all
-    /// of it was written.
-    async fn write_batch(&mut self, batch: Vec<(String, Record, QueuedJobStatus, bool)>) -> bool {
-        let this = &*self;
-        let results: Vec<_> = futures::stream::iter(batch)
-            .map(move |(uid, r, st, frees)| async move {
-                // Fenced: a replica that does not lead writes nothing.
-                let res = if this.leadership.is_leader() {
-                    Some(this.write_status(&uid, &st).await)
-                } else {
-                    None
-                };
-                (uid, r, st, frees, res)
-            })
-            .buffer_unordered(WRITES_IN_FLIGHT)
-            .collect()
-            .await;
-        let mut all = true;
-        for (uid, r, st, frees, res) in results {
-            match res {
-                Some(Ok(())) => {
-                    let was = self
-                        .jobs
-                        .get(&uid)
-                        .and_then(|j| j.written.as_ref().map(|w| w.state));
-                    self.book.written(&uid, Some(r));
-                    // A rejected job that became admissible (a tree or PriorityClass change).
-                    if was == Some(QueuedJobState::Rejected) && st.state == QueuedJobState::Queued {
-                        let note = st.reason.clone().unwrap_or_default();
-                        self.event(&uid, false, "Queued", note);
-                    }
-                    if let Some(j) = self.jobs.get_mut(&uid) {
-                        j.written = Some(st);
-                        j.written_at = Some(Instant::now());
-                    }
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(job = %uid, error = %e, "could not write QueuedJob status");
-                    all &= !frees;
-                }
-                None => all = false,
-            }
-        }
-        all
-    }
-
-    async fn write_status(&self, uid: &str, status: &QueuedJobStatus) -> Result<(), kube::Error> {
-        let Some(t) = self.jobs.get(uid) else {
-            return Ok(());
-        };
-        let api: Api<QueuedJob> = Api::namespaced(self.hub.clone(), &t.namespace);
+    /// The write of `status` for `uid`: a merge patch from what the hub holds (the status last
+    /// written, or the one the hub's QueuedJob has), and the QueuedJob itself first when none
+    /// is known.
+    fn put(&self, uid: &str, record: Record, status: QueuedJobStatus) -> Option<Put> {
+        let t = self.jobs.get(uid)?;
         let name = queued_job_name(t.kind, &t.name);
-        if t.written.is_none() {
+        let key = kube::runtime::reflector::ObjectRef::<QueuedJob>::new(&name).within(&t.namespace);
+        let stored = self
+            .stores
+            .queued
+            .get(&key)
+            .filter(|q| q.spec.job_ref.uid == uid)
+            .and_then(|q| q.status.clone());
+        let held = t.written.clone().or(stored);
+        let create = t.written.is_none().then(|| {
             let mut qj = QueuedJob::new(
                 &name,
                 QueuedJobSpec {
@@ -387,22 +366,16 @@ impl Brain {
                 controller: Some(true),
                 block_owner_deletion: Some(false),
             }]);
-            api.patch(
-                &name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&qj),
-            )
-            .await?;
-        }
-        let body =
-            json!({"apiVersion": "muster.dev/v1alpha1", "kind": "QueuedJob", "status": status});
-        api.patch_status(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
-        Ok(())
+            qj
+        });
+        Some(Put::new(
+            uid,
+            record,
+            status,
+            held.as_ref(),
+            (t.namespace.clone(), name),
+            create,
+        ))
     }
 }
 

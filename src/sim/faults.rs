@@ -120,6 +120,10 @@ struct Process {
     defect: Option<Defect>,
     /// Crashed in the middle of its writes.
     crashed: bool,
+    /// The batch of records sent off the loop at the end of the last pass, landing during
+    /// this one (as the controller's writer does: one batch at a time, known durable only
+    /// once it has landed).
+    sent: Option<Vec<(String, Record)>>,
 }
 
 /// The whole simulated world.
@@ -175,6 +179,7 @@ impl Process {
             doomed: BTreeSet::new(),
             defect,
             crashed: false,
+            sent: None,
         };
         for name in MEMBERS {
             p.sched.set_cluster(&cluster_info(name));
@@ -357,10 +362,22 @@ impl Process {
         }
     }
 
-    /// Writes the changed records in the order the book gives; a failed write of a record
-    /// that frees capacity (the hub still records it as held) stops the rest.
+    /// The batch sent at the end of the last pass lands; then the records to write now, in
+    /// the order the book gives, are sent as the next batch.
     fn write(&mut self, w: &mut World) {
-        let mut order = self.book.to_write();
+        if let Some(batch) = self.sent.take() {
+            self.land(w, batch);
+            if self.crashed {
+                return;
+            }
+        }
+        let order = self.book.to_write();
+        self.sent = (!order.is_empty()).then_some(order);
+    }
+
+    /// Writes a batch of records in its order; a failed write of a record that frees capacity
+    /// (the hub still records it as held) stops the rest.
+    fn land(&mut self, w: &mut World, mut order: Vec<(String, Record)>) {
         if self.defect == Some(Defect::WritesUnordered) {
             order.reverse();
         }

@@ -1,0 +1,375 @@
+//! The writes a pass asks for, carried out off the sync loop so that a pass never waits for an
+//! API server: the QueuedJob status batch (one batch at a time: every record that frees
+//! capacity first, and only when all of those are durable the rest, many at a time within each
+//! step), and the writes observing asks for (pod releases, hub job statuses; at most one per
+//! object in flight). Their outcomes come back as [`Done`](super::execute::Done) and are read
+//! at the start of the next pass, which is the first to know them durable. Every write is
+//! fenced by leadership and bounded in time.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Map, Value, json};
+
+use super::brain::Brain;
+use super::crd::{QueuedJob, QueuedJobState, QueuedJobStatus};
+use super::execute::Done;
+use super::observe::Write;
+use super::{MANAGER, gates, kinds, leader};
+use crate::lifecycle::Record;
+
+/// Writes in flight at once, per batch of QueuedJob statuses and for observed writes.
+pub(super) const WRITES_IN_FLIGHT: usize = 32;
+/// How long one write may take before it counts as failed.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A pod released this recently is not released again (the member's watch may not show the
+/// release yet).
+const RELEASED_FOR: Duration = Duration::from_secs(5);
+
+/// One QueuedJob status write, with all it needs, made on the loop and sent off it.
+pub(super) struct Put {
+    pub uid: String,
+    pub record: Record,
+    pub status: QueuedJobStatus,
+    namespace: String,
+    name: String,
+    /// The QueuedJob to create first (none is known to exist).
+    create: Option<QueuedJob>,
+    /// The merge patch of its status from what the hub holds; None: nothing to send.
+    patch: Option<Value>,
+}
+
+/// How a put ended.
+pub(super) enum Landed {
+    Written,
+    Failed(String),
+    /// Not sent: this replica does not lead, or a record that frees capacity failed before it.
+    NotSent,
+}
+
+impl Put {
+    /// The put of `status` for `uid`; `held` is the status the hub holds (None: no QueuedJob
+    /// is known, `create` is made first).
+    pub(super) fn new(
+        uid: &str,
+        record: Record,
+        status: QueuedJobStatus,
+        held: Option<&QueuedJobStatus>,
+        (namespace, name): (String, String),
+        create: Option<QueuedJob>,
+    ) -> Put {
+        let new = serde_json::to_value(&status).unwrap_or(Value::Null);
+        let old = held
+            .and_then(|h| serde_json::to_value(h).ok())
+            .unwrap_or_else(|| Value::Object(Map::new()));
+        Put {
+            uid: uid.to_string(),
+            record,
+            status,
+            namespace,
+            name,
+            create,
+            patch: merge_diff(&old, &new),
+        }
+    }
+}
+
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`: the members that changed, null
+/// for the ones gone; None when they are equal.
+pub(super) fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut d = Map::new();
+            for (k, nv) in n {
+                match o.get(k) {
+                    Some(ov) if ov == nv => {}
+                    Some(ov) if ov.is_object() && nv.is_object() => {
+                        if let Some(sub) = merge_diff(ov, nv) {
+                            d.insert(k.clone(), sub);
+                        }
+                    }
+                    _ if nv.is_null() && !o.contains_key(k) => {}
+                    _ => {
+                        d.insert(k.clone(), nv.clone());
+                    }
+                }
+            }
+            for k in o.keys() {
+                if !n.contains_key(k) || n.get(k).is_some_and(Value::is_null) {
+                    d.insert(k.clone(), Value::Null);
+                }
+            }
+            (!d.is_empty()).then_some(Value::Object(d))
+        }
+        (o, n) if o == n => None,
+        (_, n) => Some(n.clone()),
+    }
+}
+
+async fn put(hub: &kube::Client, p: &Put) -> Result<(), kube::Error> {
+    let api: Api<QueuedJob> = Api::namespaced(hub.clone(), &p.namespace);
+    if let Some(qj) = &p.create {
+        api.patch(
+            &p.name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(qj),
+        )
+        .await?;
+    }
+    if let Some(patch) = &p.patch {
+        let params = PatchParams {
+            field_manager: Some(MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        api.patch_status(&p.name, &params, &Patch::Merge(json!({ "status": patch })))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Every put of `batch`, [`WRITES_IN_FLIGHT`] at a time, each fenced and bounded.
+async fn put_all(
+    hub: &kube::Client,
+    leadership: &leader::Leadership,
+    batch: Vec<Put>,
+) -> Vec<(Put, Landed)> {
+    futures::stream::iter(batch)
+        .map(|p| async move {
+            // Fenced: a replica that does not lead writes nothing.
+            if !leadership.is_leader() {
+                return (p, Landed::NotSent);
+            }
+            let landed = match tokio::time::timeout(WRITE_TIMEOUT, put(hub, &p)).await {
+                Ok(Ok(())) => Landed::Written,
+                Ok(Err(e)) => Landed::Failed(e.to_string()),
+                Err(_) => Landed::Failed(format!("no answer within {}s", WRITE_TIMEOUT.as_secs())),
+            };
+            (p, landed)
+        })
+        .buffer_unordered(WRITES_IN_FLIGHT)
+        .collect()
+        .await
+}
+
+/// Writes in flight off the sync loop.
+#[derive(Default)]
+pub(super) struct InFlight {
+    /// A batch of QueuedJob statuses is being written.
+    pub records: bool,
+    /// Observed writes being carried out, by object.
+    observed: HashSet<String>,
+    /// Pods released lately, and when.
+    released: HashMap<String, Instant>,
+    permits: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+/// The object a write is to (at most one write per object in flight).
+fn key(w: &Write) -> String {
+    match w {
+        Write::Release { cluster, pod, .. } => {
+            format!("pod {cluster}/{}", pod.uid().unwrap_or_default())
+        }
+        Write::HubStatus { uid, .. } => format!("status {uid}"),
+    }
+}
+
+impl Brain {
+    /// Sends a batch of QueuedJob status writes off the loop (none is in flight): `frees`
+    /// first, and only when every one of them is durable, `rest`. Nothing after a failed
+    /// release may become durable before it (an admission using the capacity it frees above
+    /// all); any other failed write holds back nothing and is tried again in the next batch.
+    pub(super) fn send_records(&mut self, frees: Vec<Put>, rest: Vec<Put>) {
+        if frees.is_empty() && rest.is_empty() {
+            return;
+        }
+        self.in_flight_writes.records = true;
+        let (hub, leadership, tx, wake) = (
+            self.hub.clone(),
+            self.leadership.clone(),
+            self.done_tx.clone(),
+            self.wake.clone(),
+        );
+        tokio::spawn(async move {
+            let mut out = put_all(&hub, &leadership, frees).await;
+            if out.iter().all(|(_, l)| matches!(l, Landed::Written)) {
+                out.extend(put_all(&hub, &leadership, rest).await);
+            } else {
+                out.extend(rest.into_iter().map(|p| (p, Landed::NotSent)));
+            }
+            let _ = tx.send(Done::Records(out));
+            wake.notify_one();
+        });
+    }
+
+    /// What the hub now holds of a batch's records.
+    pub(super) fn records_landed(&mut self, out: Vec<(Put, Landed)>) {
+        self.in_flight_writes.records = false;
+        for (p, landed) in out {
+            match landed {
+                Landed::Written => {
+                    let was = self
+                        .jobs
+                        .get(&p.uid)
+                        .and_then(|j| j.written.as_ref().map(|w| w.state));
+                    self.book.written(&p.uid, Some(p.record));
+                    // A rejected job that became admissible (a tree or PriorityClass change).
+                    if was == Some(QueuedJobState::Rejected)
+                        && p.status.state == QueuedJobState::Queued
+                    {
+                        let note = p.status.reason.clone().unwrap_or_default();
+                        self.event(&p.uid, false, "Queued", note);
+                    }
+                    if let Some(j) = self.jobs.get_mut(&p.uid) {
+                        j.written = Some(p.status);
+                        j.written_at = Some(Instant::now());
+                    }
+                }
+                Landed::Failed(e) => {
+                    tracing::warn!(job = %p.uid, error = %e, "could not write QueuedJob status");
+                }
+                Landed::NotSent => {}
+            }
+        }
+    }
+
+    /// Carries out the writes observing asked for, off the loop: each once at a time per
+    /// object, [`WRITES_IN_FLIGHT`] at once, each bounded to [`WRITE_TIMEOUT`].
+    pub(super) fn carry_out(&mut self, writes: Vec<Write>) {
+        let f = &mut self.in_flight_writes;
+        f.released.retain(|_, at| at.elapsed() < RELEASED_FOR);
+        let permits = f
+            .permits
+            .get_or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)))
+            .clone();
+        for w in writes {
+            let k = key(&w);
+            if f.observed.contains(&k) || f.released.contains_key(&k) {
+                continue;
+            }
+            f.observed.insert(k.clone());
+            let (hub, tx, wake, permits) = (
+                self.hub.clone(),
+                self.done_tx.clone(),
+                self.wake.clone(),
+                permits.clone(),
+            );
+            tokio::spawn(async move {
+                // Never closed: a permit always comes.
+                let _permit = permits.acquire_owned().await;
+                let write = async {
+                    match &w {
+                        Write::Release {
+                            client, pod, node, ..
+                        } => gates::release(client, pod, node).await,
+                        Write::HubStatus {
+                            kind,
+                            namespace,
+                            name,
+                            patch,
+                            ..
+                        } => {
+                            let ar = kinds::api_resource(*kind);
+                            Api::<DynamicObject>::namespaced_with(hub, namespace, &ar)
+                                .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+                                .await
+                                .map(|_| ())
+                        }
+                    }
+                };
+                let result = match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+                    Ok(r) => r.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!("no answer within {}s", WRITE_TIMEOUT.as_secs())),
+                };
+                let _ = tx.send(Done::Observed { write: w, result });
+                wake.notify_one();
+            });
+        }
+    }
+
+    /// An observed write that finished.
+    pub(super) fn observed_landed(&mut self, w: Write, result: Result<(), String>) {
+        let k = key(&w);
+        self.in_flight_writes.observed.remove(&k);
+        match (w, result) {
+            (
+                Write::Release {
+                    cluster,
+                    label,
+                    pod,
+                    node,
+                    ..
+                },
+                Ok(()),
+            ) => {
+                self.in_flight_writes.released.insert(k, Instant::now());
+                self.metrics.pods_released(&cluster, 1);
+                tracing::debug!(job = %label, pod = %pod.name_any(), %node, "released onto its planned node");
+            }
+            (
+                Write::Release {
+                    label, pod, node, ..
+                },
+                Err(e),
+            ) => {
+                tracing::warn!(job = %label, pod = %pod.name_any(), %node, error = %e, "could not release a pod; retried on the next pass");
+            }
+            (Write::HubStatus { uid, status, .. }, Ok(())) => {
+                if let Some(j) = self.jobs.get_mut(&uid) {
+                    j.synced_status = Some(status);
+                }
+            }
+            (Write::HubStatus { label, .. }, Err(e)) => {
+                tracing::debug!(job = %label, error = %e, "hub job status not updated");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_merge_diff_turns_old_into_new() {
+        let old = json!({"state": "Queued", "reason": "waits", "lifecycle": {"spec": "a", "ran": false, "orphans": {"m": "t"}}, "queue": "q"});
+        let new = json!({"state": "Admitted", "lifecycle": {"spec": "a", "ran": true, "orphans": {}}, "queue": "q", "cluster": "member-a"});
+        let d = merge_diff(&old, &new).expect("differs");
+        assert_eq!(
+            d,
+            json!({"state": "Admitted", "reason": null, "cluster": "member-a", "lifecycle": {"ran": true, "orphans": {"m": null}}})
+        );
+        // Applying the patch as RFC 7386 says gives `new`.
+        assert_eq!(apply(&old, &d), new);
+        assert_eq!(merge_diff(&new, &new), None);
+        // From nothing: everything.
+        assert_eq!(
+            merge_diff(&json!({}), &new),
+            Some(new.clone()),
+            "a first write sends the whole status"
+        );
+    }
+
+    /// RFC 7386's MergePatch, to check the diff against.
+    fn apply(target: &Value, patch: &Value) -> Value {
+        let Value::Object(p) = patch else {
+            return patch.clone();
+        };
+        let mut t = match target {
+            Value::Object(t) => t.clone(),
+            _ => Map::new(),
+        };
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                let cur = t.get(k).cloned().unwrap_or(Value::Null);
+                t.insert(k.clone(), apply(&cur, v));
+            }
+        }
+        Value::Object(t)
+    }
+}
