@@ -26,8 +26,11 @@ pub(super) enum Done {
         cluster: String,
         result: Result<bool, String>,
     },
-    /// A batch of QueuedJob status writes.
-    Records(Vec<(super::writes::Put, super::writes::Landed)>),
+    /// A batch of QueuedJob status writes (whether it held records that free capacity).
+    Records {
+        freeing: bool,
+        out: Vec<(super::writes::Put, super::writes::Landed)>,
+    },
     /// A write observing asked for.
     Observed {
         write: super::observe::Write,
@@ -78,7 +81,7 @@ impl Brain {
                         self.book.created(&uid, created);
                     }
                 }
-                Done::Records(out) => self.records_landed(out),
+                Done::Records { freeing, out } => self.records_landed(freeing, out),
                 Done::Observed { write, result } => self.observed_landed(write, result),
                 Done::Deleted {
                     uid,

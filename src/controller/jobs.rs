@@ -53,6 +53,8 @@ pub(super) struct Job {
     pub mismatched: BTreeSet<String>,
     /// Hub job status last copied from the member.
     pub synced_status: Option<Value>,
+    /// When a member status was last copied to the hub job.
+    pub synced_at: Option<Instant>,
     /// The QueuedJob status last written (None: the QueuedJob may not exist), and when.
     pub written: Option<QueuedJobStatus>,
     pub written_at: Option<Instant>,
@@ -414,6 +416,7 @@ fn new_job(
         released: BTreeSet::new(),
         mismatched: BTreeSet::new(),
         synced_status: None,
+        synced_at: None,
         written: None,
         written_at: None,
         gone: false,

@@ -24,6 +24,9 @@ use crate::lifecycle::{Copy, Intent, Member, Ms, Record, Seen};
 use crate::scheduler::Plan;
 use crate::workload::JobKind;
 
+/// How often a running job's member status is copied to the hub job at most.
+const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A write that observing a job asks for.
 pub(super) enum Write {
     /// Lift muster's scheduling gate from a pod onto its planned node.
@@ -274,6 +277,18 @@ impl Brain {
         let Some(j) = self.jobs.get(uid) else { return };
         let Some(st) = member_status else { return };
         if j.synced_status.as_ref() == Some(&st) || !self.leadership.is_leader() {
+            return;
+        }
+        // While the job runs, its status is copied at most every STATUS_EVERY (a pod's start,
+        // readiness and end would be a write each); an ended job's at once.
+        let ended = self.book.get(uid).is_none_or(|e| e.record.phase.terminal());
+        if let Some(due) = j
+            .synced_at
+            .map(|at| STATUS_EVERY.saturating_sub(at.elapsed()))
+            .filter(|d| !ended && !d.is_zero())
+        {
+            let at = now_ms() + due.as_millis() as u64;
+            self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
             return;
         }
         let (kind, ns, name, label) = (j.kind, j.namespace.clone(), j.name.clone(), j.label());

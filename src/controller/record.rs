@@ -260,15 +260,15 @@ impl Brain {
         Some(st)
     }
 
-    /// Sends every changed QueuedJob status off the loop, in one batch at a time
-    /// ([`Brain::send_records`]): first every record that frees capacity (a job leaving its
-    /// member), and only when all of those are durable the rest (admissions among them), then
-    /// what changed only for display. While a batch is out, nothing else is sent: its outcome
-    /// comes back to the next pass, which sends what is still to write. A status the hub
-    /// already has is not written again; a waiting job's whose words changed only in their
+    /// Sends every changed QueuedJob status that is not being written already off the loop,
+    /// as one batch ([`Brain::send_records`]): first every record that frees capacity (a job
+    /// leaving its member), and only when all of those are durable the rest (admissions first),
+    /// then what changed only for display. While a batch that frees capacity is out, nothing
+    /// is sent: its outcome comes back to a later pass, which sends what is still to write. A
+    /// status the hub already has is not written again; a waiting job's whose words changed only in their
     /// figures (the live usage a reason quotes) is written at most every [`FIGURES_EVERY`].
     pub(super) fn write_records(&mut self) {
-        if self.in_flight_writes.records {
+        if !self.in_flight_writes.may_send() {
             return;
         }
         // The records the hub does not hold yet (the book's list; its order is kept below by
@@ -278,6 +278,9 @@ impl Brain {
         let (mut frees, mut rest, mut held) = (Vec::new(), Vec::new(), Vec::new());
         let mut later: Option<Duration> = None;
         for (uid, e) in self.book.iter() {
+            if self.in_flight_writes.writing(uid) {
+                continue;
+            }
             let record_changed = changed.contains(uid);
             let (Some(st), Some(j)) = (self.compose(uid, &e.record), self.jobs.get(uid)) else {
                 continue;

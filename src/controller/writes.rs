@@ -1,10 +1,12 @@
 //! The writes a pass asks for, carried out off the sync loop so that a pass never waits for an
-//! API server: the QueuedJob status batch (one batch at a time: every record that frees
-//! capacity first, and only when all of those are durable the rest, many at a time within each
-//! step), and the writes observing asks for (pod releases, hub job statuses; at most one per
-//! object in flight). Their outcomes come back as [`Done`](super::execute::Done) and are read
-//! at the start of the next pass, which is the first to know them durable. Every write is
-//! fenced by leadership and bounded in time.
+//! API server: QueuedJob statuses in batches (in each, every record that frees capacity first,
+//! and only when all of those are durable the rest; a batch with such records starts only when
+//! no other batch is still writing its own, so an admission never lands before a release
+//! decided before it; at most one write per QueuedJob in flight, [`WRITES_IN_FLIGHT`] in all),
+//! and the writes observing asks for (pod releases, hub job statuses; at most one per object in
+//! flight). Their outcomes come back as [`Done`](super::execute::Done) and are read at the start
+//! of the next pass, which is the first to know them durable. Every write is fenced by
+//! leadership and bounded in time.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -22,8 +24,10 @@ use super::observe::Write;
 use super::{MANAGER, gates, kinds, leader};
 use crate::lifecycle::Record;
 
-/// Writes in flight at once, per batch of QueuedJob statuses and for observed writes.
+/// Writes in flight at once: QueuedJob statuses of every batch together, and observed writes.
 pub(super) const WRITES_IN_FLIGHT: usize = 32;
+/// Batches of QueuedJob statuses in flight at once.
+const BATCHES: usize = 4;
 /// How long one write may take before it counts as failed.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A pod released this recently is not released again (the member's watch may not show the
@@ -113,12 +117,24 @@ pub(super) fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
 async fn put(hub: &kube::Client, p: &Put) -> Result<(), kube::Error> {
     let api: Api<QueuedJob> = Api::namespaced(hub.clone(), &p.namespace);
     if let Some(qj) = &p.create {
-        api.patch(
-            &p.name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(qj),
-        )
-        .await?;
+        let params = kube::api::PostParams {
+            field_manager: Some(MANAGER.to_string()),
+            ..Default::default()
+        };
+        match api.create(&params, qj).await {
+            Ok(_) => {}
+            // One of that name exists (a job deleted and made again by the same name, or an
+            // answer lost): it becomes this job's.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                api.patch(
+                    &p.name,
+                    &PatchParams::apply(MANAGER).force(),
+                    &Patch::Apply(qj),
+                )
+                .await?;
+            }
+            Err(e) => return Err(e),
+        }
     }
     if let Some(patch) = &p.patch {
         let params = PatchParams {
@@ -131,14 +147,17 @@ async fn put(hub: &kube::Client, p: &Put) -> Result<(), kube::Error> {
     Ok(())
 }
 
-/// Every put of `batch`, [`WRITES_IN_FLIGHT`] at a time, each fenced and bounded.
+/// Every put of `batch`, as many at a time as `permits` allow, each fenced and bounded.
 async fn put_all(
     hub: &kube::Client,
     leadership: &leader::Leadership,
+    permits: &tokio::sync::Semaphore,
     batch: Vec<Put>,
 ) -> Vec<(Put, Landed)> {
     futures::stream::iter(batch)
         .map(|p| async move {
+            // Never closed: a permit always comes.
+            let _permit = permits.acquire().await;
             // Fenced: a replica that does not lead writes nothing.
             if !leadership.is_leader() {
                 return (p, Landed::NotSent);
@@ -158,8 +177,12 @@ async fn put_all(
 /// Writes in flight off the sync loop.
 #[derive(Default)]
 pub(super) struct InFlight {
-    /// A batch of QueuedJob statuses is being written.
-    pub records: bool,
+    /// Batches of QueuedJob statuses being written, and how many of them free capacity.
+    batches: usize,
+    freeing: usize,
+    /// The jobs whose QueuedJob status is being written.
+    records: HashSet<String>,
+    record_permits: Option<Arc<tokio::sync::Semaphore>>,
     /// Observed writes being carried out, by object.
     observed: HashSet<String>,
     /// Pods released lately, and when.
@@ -177,16 +200,38 @@ fn key(w: &Write) -> String {
     }
 }
 
+impl InFlight {
+    /// Whether a batch may be sent now: none is still writing records that free capacity
+    /// (whatever is decided now may use that capacity), and fewer than [`BATCHES`] are out.
+    pub(super) fn may_send(&self) -> bool {
+        self.freeing == 0 && self.batches < BATCHES
+    }
+
+    /// Whether `uid`'s QueuedJob status is being written.
+    pub(super) fn writing(&self, uid: &str) -> bool {
+        self.records.contains(uid)
+    }
+}
+
 impl Brain {
-    /// Sends a batch of QueuedJob status writes off the loop (none is in flight): `frees`
-    /// first, and only when every one of them is durable, `rest`. Nothing after a failed
-    /// release may become durable before it (an admission using the capacity it frees above
-    /// all); any other failed write holds back nothing and is tried again in the next batch.
+    /// Sends a batch of QueuedJob status writes off the loop: `frees` first, and only when
+    /// every one of them is durable, `rest`. Nothing after a failed release may become durable
+    /// before it (an admission using the capacity it frees above all); any other failed write
+    /// holds back nothing and is tried again in a later batch.
     pub(super) fn send_records(&mut self, frees: Vec<Put>, rest: Vec<Put>) {
         if frees.is_empty() && rest.is_empty() {
             return;
         }
-        self.in_flight_writes.records = true;
+        let f = &mut self.in_flight_writes;
+        let freeing = !frees.is_empty();
+        f.batches += 1;
+        f.freeing += usize::from(freeing);
+        f.records
+            .extend(frees.iter().chain(rest.iter()).map(|p| p.uid.clone()));
+        let permits = f
+            .record_permits
+            .get_or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)))
+            .clone();
         let (hub, leadership, tx, wake) = (
             self.hub.clone(),
             self.leadership.clone(),
@@ -194,20 +239,25 @@ impl Brain {
             self.wake.clone(),
         );
         tokio::spawn(async move {
-            let mut out = put_all(&hub, &leadership, frees).await;
+            let mut out = put_all(&hub, &leadership, &permits, frees).await;
             if out.iter().all(|(_, l)| matches!(l, Landed::Written)) {
-                out.extend(put_all(&hub, &leadership, rest).await);
+                out.extend(put_all(&hub, &leadership, &permits, rest).await);
             } else {
                 out.extend(rest.into_iter().map(|p| (p, Landed::NotSent)));
             }
-            let _ = tx.send(Done::Records(out));
+            let _ = tx.send(Done::Records { freeing, out });
             wake.notify_one();
         });
     }
 
     /// What the hub now holds of a batch's records.
-    pub(super) fn records_landed(&mut self, out: Vec<(Put, Landed)>) {
-        self.in_flight_writes.records = false;
+    pub(super) fn records_landed(&mut self, freeing: bool, out: Vec<(Put, Landed)>) {
+        let f = &mut self.in_flight_writes;
+        f.batches = f.batches.saturating_sub(1);
+        f.freeing = f.freeing.saturating_sub(usize::from(freeing));
+        for (p, _) in &out {
+            f.records.remove(&p.uid);
+        }
         for (p, landed) in out {
             match landed {
                 Landed::Written => {
@@ -320,6 +370,7 @@ impl Brain {
             (Write::HubStatus { uid, status, .. }, Ok(())) => {
                 if let Some(j) = self.jobs.get_mut(&uid) {
                     j.synced_status = Some(status);
+                    j.synced_at = Some(Instant::now());
                 }
             }
             (Write::HubStatus { label, .. }, Err(e)) => {
