@@ -49,6 +49,14 @@ pub(super) enum Write {
     },
 }
 
+/// Whether `pod`'s controller is an object of the copy's `kind` other than the copy `copy_uid`
+/// (an earlier copy of the same job, deleted, whose pods are still there).
+fn of_another_copy(pod: &Pod, kind: &str, copy_uid: &str) -> bool {
+    pod.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.kind == kind && o.uid != copy_uid)
+}
+
 /// One member in this pass.
 pub(super) enum MemberView {
     /// Connected and in sync: muster's copies (by kind and hub job UID) and pods (by UID).
@@ -87,11 +95,18 @@ impl View {
         if copy.namespace().as_deref() != Some(j.namespace.as_str()) || copy.name_any() != j.name {
             return None;
         }
+        // Not the pods of an earlier copy of the job that are still there (its copy deleted,
+        // its pods not yet collected): those whose controller is another object of the copy's
+        // kind. (Pods an operator makes through objects of its own, as JobSet's and KubeRay's,
+        // carry no such owner and are all kept.)
+        let copy_uid = copy.uid().unwrap_or_default();
+        let earlier = |p: &Pod| of_another_copy(p, j.kind.as_str(), &copy_uid);
         let pods = pods
             .get(uid)
             .map(|v| {
                 v.iter()
                     .filter(|p| p.namespace().as_deref() == Some(j.namespace.as_str()))
+                    .filter(|p| !earlier(p))
                     .collect()
             })
             .unwrap_or_default();
@@ -227,6 +242,18 @@ impl Brain {
         let Some((copy, pods)) = view.copy_and_pods(cluster, uid, j) else {
             return;
         };
+        // Only the copy this record made: while a job is admitted again (or its record names
+        // another copy), what is there is an earlier copy on its way out.
+        let trusted = self.book.get(uid).is_some_and(|e| {
+            e.record.phase != crate::lifecycle::Phase::Admitted
+                && e.record
+                    .copy_uid
+                    .as_ref()
+                    .is_none_or(|u| copy.uid().as_ref() == Some(u))
+        });
+        if !trusted {
+            return;
+        }
         let expected = j.spec.0.as_ref().map_or(0, |w| w.pod_count() as u32);
         let kind = j.kind;
         let holds = self.book.get(uid).is_some_and(|e| e.record.holds());
@@ -317,5 +344,28 @@ impl Brain {
         let admit = self.sched.quota().is_some();
         self.book
             .pass(&mut self.sched, &mut spec, &mut seen, view.now, admit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(owner_kind: &str, owner_uid: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "ownerReferences": [{
+                "apiVersion": "v1", "kind": owner_kind, "name": "j", "uid": owner_uid,
+                "controller": true
+            }]}
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn pods_of_an_earlier_copy_are_not_this_copys() {
+        assert!(of_another_copy(&pod("Job", "old"), "Job", "new"));
+        assert!(!of_another_copy(&pod("Job", "new"), "Job", "new"));
+        // Made through an object of the operator's own (JobSet's child Jobs): kept.
+        assert!(!of_another_copy(&pod("Job", "child"), "JobSet", "new"));
     }
 }
