@@ -572,13 +572,19 @@ async fn scenario_batch_and_jobset(hub: &Client, ns: &Namespaces) {
         hub::members_with("batch/v1", "Job", "jobs", &ns.misc, "batch").await,
         vec![cluster]
     );
-    let obj = hub_job(hub, "batch/v1", "Job", "jobs", &ns.misc, "batch").await;
-    assert_eq!(
-        obj.pointer("/status/succeeded"),
-        Some(&json!(2)),
-        "hub status synced: {:?}",
-        obj.get("status")
-    );
+    // The member's status reaches the hub job (written beside the record, not before it).
+    fleet::wait_for(
+        "the hub job's status synced",
+        Duration::from_secs(10),
+        || async {
+            let obj = hub_job(hub, "batch/v1", "Job", "jobs", &ns.misc, "batch").await;
+            match obj.pointer("/status/succeeded") {
+                Some(v) if *v == json!(2) => Ok(()),
+                _ => Err(format!("{:?}", obj.get("status"))),
+            }
+        },
+    )
+    .await;
 
     let jobset = json!({
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",

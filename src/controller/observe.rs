@@ -307,8 +307,10 @@ impl Brain {
             return;
         }
         // While the job runs, its status is copied at most every STATUS_EVERY (a pod's start,
-        // readiness and end would be a write each); an ended job's at once.
-        let ended = self.book.get(uid).is_none_or(|e| e.record.phase.terminal());
+        // readiness and end would be a write each); an ended job's at once, in the pass that
+        // sees it end (before its record says so).
+        let ended = status::outcome(j.kind, &copy.data).is_some()
+            || self.book.get(uid).is_none_or(|e| e.record.phase.terminal());
         if let Some(due) = j
             .synced_at
             .map(|at| STATUS_EVERY.saturating_sub(at.elapsed()))
