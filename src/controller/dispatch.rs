@@ -249,6 +249,28 @@ pub enum DispatchError {
         name: String,
         cluster: String,
     },
+    /// The job's copy there was made for an earlier admission (another plan): it is deleted
+    /// before this one is made.
+    #[error("{kind} {namespace}/{name} on {cluster} is a copy made for an earlier admission")]
+    Earlier {
+        kind: JobKind,
+        namespace: String,
+        name: String,
+        cluster: String,
+    },
+}
+
+/// The annotation on a copy naming the admission it was made for (its time, ms).
+pub const ADMISSION_ANNOTATION: &str = "muster.dev/admission";
+
+/// `copy` marked as made for the admission at `admitted_at`.
+pub fn for_admission(copy: &mut Value, admitted_at: u64) {
+    if let Some(meta) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
+        let a = meta.entry("annotations").or_insert_with(|| json!({}));
+        if let Some(a) = a.as_object_mut() {
+            a.insert(ADMISSION_ANNOTATION.into(), json!(admitted_at.to_string()));
+        }
+    }
 }
 
 impl DispatchError {
@@ -272,6 +294,7 @@ impl DispatchError {
             DispatchError::Api(_) => "unreachable",
             DispatchError::Invalid(_) => "invalid",
             DispatchError::Conflict { .. } => "conflict",
+            DispatchError::Earlier { .. } => "earlier_copy",
         }
     }
 }
@@ -327,8 +350,19 @@ pub async fn create(
         Ok(o) => Ok(o),
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let existing = api.get(&name).await?;
+            let admission = |o: &DynamicObject| o.annotations().get(ADMISSION_ANNOTATION).cloned();
             if existing.labels().get(JOB_UID_LABEL) == Some(&uid) {
-                Ok(existing)
+                // This job's: adopted when made for this admission (or by a muster that did
+                // not say which).
+                match (admission(&existing), admission(&obj)) {
+                    (Some(a), Some(b)) if a != b => Err(DispatchError::Earlier {
+                        kind,
+                        namespace: ns,
+                        name,
+                        cluster: cluster.to_string(),
+                    }),
+                    _ => Ok(existing),
+                }
             } else {
                 Err(DispatchError::Conflict {
                     kind,
@@ -552,6 +586,22 @@ mod tests {
         assert_eq!(
             v,
             json!({"a": [{"b": 1, "c": {"d": true}}], "x/y": {"z": 2}})
+        );
+    }
+
+    #[test]
+    fn a_copy_names_its_admission() {
+        let mut copy = json!({"metadata": {"name": "j", "annotations": {"keep": "me"}}});
+        for_admission(&mut copy, 1_700_000_000_123);
+        assert_eq!(
+            copy.pointer("/metadata/annotations"),
+            Some(&json!({"keep": "me", "muster.dev/admission": "1700000000123"}))
+        );
+        let mut bare = json!({"metadata": {"name": "j"}});
+        for_admission(&mut bare, 7);
+        assert_eq!(
+            bare.pointer("/metadata/annotations/muster.dev~1admission"),
+            Some(&json!("7"))
         );
     }
 }

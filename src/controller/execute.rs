@@ -19,7 +19,9 @@ pub(super) enum Done {
     Created {
         uid: String,
         cluster: String,
-        result: Result<String, (String, DispatchFailure)>,
+        /// The admission it was made for (the record's `admitted_at`).
+        admitted_at: Option<u64>,
+        result: Result<String, (String, DispatchFailure, bool)>,
     },
     Deleted {
         uid: String,
@@ -57,23 +59,47 @@ impl Brain {
                 Done::Created {
                     uid,
                     cluster,
+                    admitted_at,
                     result,
                 } => {
                     self.in_flight.remove(&(uid.clone(), cluster.clone()));
                     let label = self.jobs.get(&uid).map(|j| j.label()).unwrap_or_default();
-                    // Only for the admission it was made for.
-                    let current = self.book.get(&uid).is_some_and(|e| {
-                        e.record.phase == Phase::Admitted
-                            && e.record.cluster.as_deref() == Some(&cluster)
+                    // Only for the admission it was made for: the job may have been taken
+                    // back and admitted again (another plan) while the create was out.
+                    let record = self.book.get(&uid).map(|e| &e.record);
+                    let current = record.is_some_and(|r| {
+                        r.phase == Phase::Admitted
+                            && r.cluster.as_deref() == Some(&cluster)
+                            && r.admitted_at == admitted_at
                     });
+                    let trusted =
+                        |copy: &str| record.is_some_and(|r| r.copy_uid.as_deref() == Some(copy));
                     let created = match result {
+                        Ok(copy_uid) if !current && !trusted(&copy_uid) => {
+                            // Made for an earlier admission: it goes (the record that took
+                            // the job back is durable, or the job is admitted again).
+                            tracing::info!(job = %label, %cluster, "copy created for an earlier admission; deleting it");
+                            self.delete_copy(
+                                &uid,
+                                &cluster,
+                                "it was made for an earlier admission",
+                            );
+                            continue;
+                        }
                         Ok(copy_uid) => {
                             tracing::info!(job = %label, %cluster, "copy created");
                             Created::Ok { uid: copy_uid }
                         }
-                        Err((message, failure)) => {
+                        Err((message, failure, earlier)) => {
                             self.metrics.dispatch_error(&cluster, failure);
                             tracing::warn!(job = %label, %cluster, error = %message, "dispatch failed");
+                            if earlier {
+                                self.delete_copy(
+                                    &uid,
+                                    &cluster,
+                                    "it was made for an earlier admission",
+                                );
+                            }
                             Created::Failed { message }
                         }
                     };
@@ -218,7 +244,8 @@ impl Brain {
             let _ = self.done_tx.send(Done::Created {
                 uid: uid.to_string(),
                 cluster: cluster.to_string(),
-                result: Err((message, DispatchFailure::Refused)),
+                admitted_at: e.record.admitted_at,
+                result: Err((message, DispatchFailure::Refused, false)),
             });
             self.rediscover
                 .entry(cluster.to_string())
@@ -232,7 +259,7 @@ impl Brain {
             return;
         };
         let gates = self.placement_mode(cluster).0 == PlacementMode::Gates;
-        let copy = dispatch::member_copy(
+        let mut copy = dispatch::member_copy(
             &hub_value,
             w,
             uid,
@@ -240,6 +267,10 @@ impl Brain {
             &e.record.placement,
             gates,
         );
+        let admitted_at = e.record.admitted_at;
+        if let Some(at) = admitted_at {
+            dispatch::for_admission(&mut copy, at);
+        }
         let (client, kind, tx, wake, permits) = (
             m.client.clone(),
             j.kind,
@@ -255,10 +286,14 @@ impl Brain {
             let result = dispatch::create(&client, &cluster, kind, &copy)
                 .await
                 .map(|o| o.uid().unwrap_or_default())
-                .map_err(|e| (e.to_string(), e.failure()));
+                .map_err(|e| {
+                    let earlier = matches!(e, dispatch::DispatchError::Earlier { .. });
+                    (e.to_string(), e.failure(), earlier)
+                });
             let _ = tx.send(Done::Created {
                 uid,
                 cluster,
+                admitted_at,
                 result,
             });
             wake.notify_one();
