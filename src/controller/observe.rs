@@ -57,6 +57,19 @@ fn of_another_copy(pod: &Pod, kind: &str, copy_uid: &str) -> bool {
         .any(|o| o.controller == Some(true) && o.kind == kind && o.uid != copy_uid)
 }
 
+/// Whether `copy` was made for the admission at `admitted_at` (or does not say, or no
+/// admission is asked about).
+fn for_admission(copy: &DynamicObject, admitted_at: Option<Ms>) -> bool {
+    let made_for = copy
+        .annotations()
+        .get(super::dispatch::ADMISSION_ANNOTATION)
+        .and_then(|a| a.parse::<Ms>().ok());
+    match (made_for, admitted_at) {
+        (Some(m), Some(a)) => m == a,
+        _ => true,
+    }
+}
+
 /// One member in this pass.
 pub(super) enum MemberView {
     /// Connected and in sync: muster's copies (by kind and hub job UID) and pods (by UID).
@@ -114,12 +127,23 @@ impl View {
     }
 
     /// A member as the job `uid` sees it.
-    fn seen_on(&self, cluster: &str, uid: &str, j: Option<&Job>) -> Member {
+    /// `admitted_at`: the admission a copy there must have been made for (a copy made for an
+    /// earlier one is not this admission's: it is deleted before this one's is made).
+    fn seen_on(
+        &self,
+        cluster: &str,
+        uid: &str,
+        j: Option<&Job>,
+        admitted_at: Option<Ms>,
+    ) -> Member {
         match self.member(cluster) {
             MemberView::Not(m) => m.clone(),
             MemberView::Answering { .. } => {
                 let copy = j.and_then(|j| {
                     let (copy, pods) = self.copy_and_pods(cluster, uid, j)?;
+                    if !for_admission(copy, admitted_at) {
+                        return None;
+                    }
                     let expected = j.spec.0.as_ref().map_or(0, |w| w.pod_count() as u32);
                     let progress = status::observe(j.kind, &copy.data, &pods, expected);
                     let live_pods = pods
@@ -147,11 +171,14 @@ impl View {
             now: self.now,
             spec: j.map(|j| j.spec.1.clone()).unwrap_or_default(),
             hub: None,
-            here: r.cluster.as_deref().map(|c| self.seen_on(c, uid, j)),
+            here: r
+                .cluster
+                .as_deref()
+                .map(|c| self.seen_on(c, uid, j, r.admitted_at)),
             orphans: r
                 .orphans
                 .keys()
-                .map(|c| (c.clone(), self.seen_on(c, uid, j)))
+                .map(|c| (c.clone(), self.seen_on(c, uid, j, None)))
                 .collect(),
             created: None,
         }
@@ -245,7 +272,8 @@ impl Brain {
         // Only the copy this record made: while a job is admitted again (or its record names
         // another copy), what is there is an earlier copy on its way out.
         let trusted = self.book.get(uid).is_some_and(|e| {
-            e.record.phase != crate::lifecycle::Phase::Admitted
+            for_admission(copy, e.record.admitted_at)
+                && e.record.phase != crate::lifecycle::Phase::Admitted
                 && e.record
                     .copy_uid
                     .as_ref()
