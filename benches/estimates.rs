@@ -29,7 +29,7 @@ fn declare(sc: &mut Scenario, noise: u64, seed: u64) {
     for j in &mut sc.jobs {
         let pct = 100 - noise + rng.below(2 * noise + 1);
         let ms = j.run_for * pct / 100;
-        j.manifest["metadata"]["annotations"] = json!({ANNOTATION: format!("{ms}ms")});
+        j.manifest.value_mut()["metadata"]["annotations"] = json!({ANNOTATION: format!("{ms}ms")});
     }
 }
 
@@ -205,7 +205,7 @@ fn main() {
                 noise == 0,
             );
             for j in &mut sc.jobs {
-                one_priority(&mut j.manifest);
+                one_priority(j.manifest.value_mut());
             }
             accuracy(
                 &format!("seed {seed}, 1 priority, run times {label}"),
@@ -245,7 +245,7 @@ fn cost(sc: &Scenario) {
     sim::apply_fleet(&mut sched, sc);
     let mut ids = Vec::new();
     for j in &sc.jobs {
-        let w = interpret(&j.manifest).expect("the generated jobs read");
+        let w = interpret(&j.manifest.value()).expect("the generated jobs read");
         if let Submitted::Queued(id) | Submitted::Inadmissible(id, _) = sched.submit(&w, 0) {
             ids.push((id, j.run_for));
         }

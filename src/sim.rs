@@ -8,11 +8,13 @@
 mod digest;
 pub mod estimates;
 pub mod faults;
+mod manifest;
 mod report;
 mod scenario;
 
 pub use digest::TraceDigest;
 pub use estimates::{EstimateReport, Estimating};
+pub use manifest::Manifest;
 pub use report::{
     Explained, JobReport, Report, Summary, WaitStats, explanations_text, secs, table,
 };
@@ -178,21 +180,11 @@ fn run_inner(
     let runtimes = scenario::runtimes(sc);
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
     for (i, j) in sc.jobs.iter().enumerate() {
-        let meta = j.manifest.get("metadata");
-        let s = |k: &str| {
-            meta.and_then(|m| m.get(k))
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        };
+        let (kind, namespace, name) = j.manifest.identity();
         jobs.push(SimJob {
-            namespace: s("namespace").unwrap_or_else(|| "default".into()),
-            name: s("name").unwrap_or_else(|| format!("jobs[{i}]")),
-            kind: j
-                .manifest
-                .get("kind")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
+            namespace: namespace.unwrap_or_else(|| "default".into()),
+            name: name.unwrap_or_else(|| format!("jobs[{i}]")),
+            kind: kind.unwrap_or_default(),
             at: j.at,
             run_for: j.run_for,
             queued_at: j.at,
@@ -276,7 +268,9 @@ fn run_inner(
                 }
                 Event::Submit { job } => {
                     let j = &mut jobs[job];
-                    match interpret_with(&sc.jobs[job].manifest, &runtimes) {
+                    // Read into a tree now (a compact manifest), dropped once submitted.
+                    let manifest = sc.jobs[job].manifest.value();
+                    match interpret_with(&manifest, &runtimes) {
                         Err(e) => {
                             j.state = "Rejected";
                             j.reason = Some(e.to_string());
@@ -312,7 +306,7 @@ fn run_inner(
                             };
                             if let Submitted::Queued(id) | Submitted::Inadmissible(id, _) = &s {
                                 let q = sched.queue_name(*id);
-                                est.submitted(job, &w, &sc.jobs[job].manifest, q);
+                                est.submitted(job, &w, &manifest, q);
                             }
                             match s {
                                 Submitted::Queued(id) => {

@@ -118,7 +118,7 @@ impl Change {
                     at: 0,
                     run_for,
                     running: None,
-                    manifest: m.clone(),
+                    manifest: m.clone().into(),
                 });
             }
             Change::AddMember(c) => {
@@ -176,8 +176,8 @@ impl Change {
                 }
                 let mut found = false;
                 for j in &mut sc.jobs {
-                    if job_name(&j.manifest) == *job {
-                        set_priority(&mut j.manifest, class);
+                    if job_name(&j.manifest.value()) == *job {
+                        set_priority(j.manifest.value_mut(), class);
                         found = true;
                     }
                 }
@@ -416,9 +416,10 @@ mod tests {
         let m = &sc
             .jobs
             .iter()
-            .find(|j| job_name(&j.manifest) == "platform/eval-normal")
+            .find(|j| job_name(&j.manifest.value()) == "platform/eval-normal")
             .expect("job")
-            .manifest;
+            .manifest
+            .value();
         assert!(
             m.to_string()
                 .contains(&format!("\"priorityClassName\":\"{class}\""))

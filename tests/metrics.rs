@@ -528,7 +528,7 @@ fn no_label_value_is_a_job_name() {
     let names: BTreeSet<String> = sc
         .jobs
         .iter()
-        .filter_map(|j| j.manifest["metadata"]["name"].as_str().map(str::to_string))
+        .filter_map(|j| j.manifest.identity().2)
         .collect();
     assert_eq!(names.len(), 8);
     for at in [Some("10m"), None] {

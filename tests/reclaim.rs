@@ -27,7 +27,7 @@ fn scheduler(sc: &sim::Scenario) -> Scheduler {
 }
 
 fn submit(s: &mut Scheduler, sc: &sim::Scenario, i: usize, at: u64) -> JobId {
-    let w = interpret(&sc.jobs[i].manifest).expect("manifest");
+    let w = interpret(&sc.jobs[i].manifest.value()).expect("manifest");
     match s.submit(&w, at) {
         Submitted::Queued(id) => id,
         other => panic!("job {i} not queued: {other:?}"),

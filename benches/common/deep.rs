@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Taint;
 use serde_json::{Value, json};
 
 use super::{Rng, job, list, pool, priority_classes};
-use muster::sim::{ClusterSpec, JobSpec, Scenario};
+use muster::sim::{ClusterSpec, JobSpec, Manifest, Scenario};
 
 /// Offered GPU load over the arrival span, as a multiple of the fleet's GPUs.
 const LOAD: u64 = 3;
@@ -170,7 +170,8 @@ fn scenario_of(
                 at: 0,
                 run_for,
                 running: None,
-                manifest,
+                // Compact text: 50,000 trees would hold most of the benchmark's memory.
+                manifest: Manifest::compact(&manifest),
             }
         })
         .collect();

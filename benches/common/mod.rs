@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use muster::sim::{ClusterSpec, JobSpec, NodeSpec, Scenario};
+use muster::sim::{ClusterSpec, JobSpec, Manifest, NodeSpec, Scenario};
 
 pub mod deep;
 
@@ -175,7 +175,8 @@ pub fn scenario_seeded(seed: u64, jobs: usize, clusters: usize, nodes: u32) -> S
                 at: (i as u64) * span_ms / jobs.max(1) as u64 / 1000 * 1000,
                 run_for: (10 + rng.below(140)) * 60_000,
                 running: None,
-                manifest: job(&mut rng, i, &ns, prio),
+                // Compact text: 100,000 trees would be most of the benchmark's memory.
+                manifest: Manifest::compact(&job(&mut rng, i, &ns, prio)),
             }
         })
         .collect();

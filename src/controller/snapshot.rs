@@ -125,7 +125,7 @@ impl Brain {
                             cluster: cluster.to_string(),
                             placement: plan,
                         }),
-                        manifest,
+                        manifest: manifest.into(),
                     });
                 }
                 (Some(JobState::Pending | JobState::Inadmissible(_)), _) => {
@@ -137,7 +137,7 @@ impl Brain {
                             at: 0,
                             run_for: expected,
                             running: None,
-                            manifest,
+                            manifest: manifest.into(),
                         },
                     ));
                 }
@@ -147,7 +147,7 @@ impl Brain {
                         at: until.saturating_sub(now),
                         run_for: expected,
                         running: None,
-                        manifest,
+                        manifest: manifest.into(),
                     });
                 }
                 _ => {}

@@ -105,7 +105,7 @@ pub struct JobSpec {
     /// this member as planned, without a cycle, and running for `runFor` from then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<RunningSpec>,
-    pub manifest: Value,
+    pub manifest: super::Manifest,
 }
 
 /// Where a job already runs: the member and its plan (`{component: {node: pods}}`).
