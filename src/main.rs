@@ -4,6 +4,11 @@
 
 mod cmd_whatif;
 
+/// mimalloc instead of glibc's malloc: the simulator allocates and frees many small objects
+/// (manifest trees, reason strings, plans); see docs/benchmarks.md.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -9,6 +9,10 @@ use muster::sim::{ClusterSpec, JobSpec, Manifest, NodeSpec, Scenario};
 
 pub mod deep;
 
+/// The allocator the `muster` binary uses (src/main.rs), so that the benchmarks measure it.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Small deterministic PRNG (xorshift64*), so every run sees the same scenario.
 pub struct Rng(pub u64);
 impl Rng {
