@@ -277,8 +277,13 @@ impl Brain {
             self.book.to_write().into_iter().map(|(u, _)| u).collect();
         let (mut frees, mut rest, mut held) = (Vec::new(), Vec::new(), Vec::new());
         let mut later: Option<Duration> = None;
+        // A job whose status is being written and whose record now frees capacity: that
+        // record goes only after the write out lands, so nothing that may use the capacity it
+        // frees is sent before it.
+        let mut free_held = false;
         for (uid, e) in self.book.iter() {
             if self.in_flight_writes.writing(uid) {
+                free_held |= changed.contains(uid) && self.book.frees(uid, &e.record);
                 continue;
             }
             let record_changed = changed.contains(uid);
@@ -315,6 +320,9 @@ impl Brain {
                 };
                 rest.push((rank, put));
             }
+        }
+        if free_held {
+            rest.clear();
         }
         rest.sort_by_key(|(rank, _)| *rank);
         // A batch stays short, so that what a pass decides next is not held behind it; the

@@ -1,8 +1,10 @@
 //! The writes a pass asks for, carried out off the sync loop so that a pass never waits for an
 //! API server: QueuedJob statuses in batches (in each, every record that frees capacity first,
 //! and only when all of those are durable the rest; a batch with such records starts only when
-//! no other batch is still writing its own, so an admission never lands before a release
-//! decided before it; at most one write per QueuedJob in flight, [`WRITES_IN_FLIGHT`] in all),
+//! no other batch is still writing its own, and while a job's record frees capacity but its
+//! earlier write is still out only such records go, so an admission never lands before a
+//! release decided before it; at most one write per QueuedJob in flight, [`WRITES_IN_FLIGHT`] in
+//! all),
 //! and the writes observing asks for (pod releases, hub job statuses; at most one per object in
 //! flight). Their outcomes come back as [`Done`](super::execute::Done) and are read at the start
 //! of the next pass, which is the first to know them durable. Every write is fenced by
