@@ -59,7 +59,7 @@ fn of_another_copy(pod: &Pod, kind: &str, copy_uid: &str) -> bool {
 
 /// Whether `copy` was made for the admission at `admitted_at` (or does not say, or no
 /// admission is asked about).
-fn for_admission(copy: &DynamicObject, admitted_at: Option<Ms>) -> bool {
+fn made_for_admission(copy: &DynamicObject, admitted_at: Option<Ms>) -> bool {
     let made_for = copy
         .annotations()
         .get(super::dispatch::ADMISSION_ANNOTATION)
@@ -141,7 +141,7 @@ impl View {
             MemberView::Answering { .. } => {
                 let copy = j.and_then(|j| {
                     let (copy, pods) = self.copy_and_pods(cluster, uid, j)?;
-                    if !for_admission(copy, admitted_at) {
+                    if !made_for_admission(copy, admitted_at) {
                         return None;
                     }
                     let expected = j.spec.0.as_ref().map_or(0, |w| w.pod_count() as u32);
@@ -272,7 +272,7 @@ impl Brain {
         // Only the copy this record made: while a job is admitted again (or its record names
         // another copy), what is there is an earlier copy on its way out.
         let trusted = self.book.get(uid).is_some_and(|e| {
-            for_admission(copy, e.record.admitted_at)
+            made_for_admission(copy, e.record.admitted_at)
                 && e.record.phase != crate::lifecycle::Phase::Admitted
                 && e.record
                     .copy_uid

@@ -84,8 +84,9 @@ impl Put {
     }
 }
 
-/// The JSON merge patch (RFC 7386) that turns `old` into `new`: the members that changed, null
-/// for the ones gone; None when they are equal.
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`: only the members that changed,
+/// null for the ones gone; None when they are equal. (`status::replace_patch` sends every member
+/// of `new`, for a hub job status read from a store that may lag.)
 pub(super) fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
     match (old, new) {
         (Value::Object(o), Value::Object(n)) => {
@@ -177,19 +178,33 @@ async fn put_all(
 }
 
 /// Writes in flight off the sync loop.
-#[derive(Default)]
 pub(super) struct InFlight {
     /// Batches of QueuedJob statuses being written, and how many of them free capacity.
     batches: usize,
     freeing: usize,
     /// The jobs whose QueuedJob status is being written.
     records: HashSet<String>,
-    record_permits: Option<Arc<tokio::sync::Semaphore>>,
+    record_permits: Arc<tokio::sync::Semaphore>,
     /// Observed writes being carried out, by object.
     observed: HashSet<String>,
     /// Pods released lately, and when.
     released: HashMap<String, Instant>,
-    permits: Option<Arc<tokio::sync::Semaphore>>,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for InFlight {
+    fn default() -> InFlight {
+        let permits = || Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT));
+        InFlight {
+            batches: 0,
+            freeing: 0,
+            records: HashSet::new(),
+            record_permits: permits(),
+            observed: HashSet::new(),
+            released: HashMap::new(),
+            permits: permits(),
+        }
+    }
 }
 
 /// The object a write is to (at most one write per object in flight).
@@ -230,10 +245,7 @@ impl Brain {
         f.freeing += usize::from(freeing);
         f.records
             .extend(frees.iter().chain(rest.iter()).map(|p| p.uid.clone()));
-        let permits = f
-            .record_permits
-            .get_or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)))
-            .clone();
+        let permits = f.record_permits.clone();
         let (hub, leadership, tx, wake) = (
             self.hub.clone(),
             self.leadership.clone(),
@@ -293,10 +305,7 @@ impl Brain {
     pub(super) fn carry_out(&mut self, writes: Vec<Write>) {
         let f = &mut self.in_flight_writes;
         f.released.retain(|_, at| at.elapsed() < RELEASED_FOR);
-        let permits = f
-            .permits
-            .get_or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)))
-            .clone();
+        let permits = f.permits.clone();
         for w in writes {
             let k = key(&w);
             if f.observed.contains(&k) || f.released.contains_key(&k) {
@@ -396,7 +405,9 @@ mod tests {
             json!({"state": "Admitted", "reason": null, "cluster": "member-a", "lifecycle": {"ran": true, "orphans": {"m": null}}})
         );
         // Applying the patch as RFC 7386 says gives `new`.
-        assert_eq!(apply(&old, &d), new);
+        let mut applied = old.clone();
+        json_patch::merge(&mut applied, &d);
+        assert_eq!(applied, new);
         assert_eq!(merge_diff(&new, &new), None);
         // From nothing: everything.
         assert_eq!(
@@ -404,25 +415,5 @@ mod tests {
             Some(new.clone()),
             "a first write sends the whole status"
         );
-    }
-
-    /// RFC 7386's MergePatch, to check the diff against.
-    fn apply(target: &Value, patch: &Value) -> Value {
-        let Value::Object(p) = patch else {
-            return patch.clone();
-        };
-        let mut t = match target {
-            Value::Object(t) => t.clone(),
-            _ => Map::new(),
-        };
-        for (k, v) in p {
-            if v.is_null() {
-                t.remove(k);
-            } else {
-                let cur = t.get(k).cloned().unwrap_or(Value::Null);
-                t.insert(k.clone(), apply(&cur, v));
-            }
-        }
-        Value::Object(t)
     }
 }

@@ -55,20 +55,12 @@ impl Scheduler {
         let mut deferred: BTreeSet<usize> = BTreeSet::new();
         for guaranteed_only in [true, false] {
             if !guaranteed_only {
-                // Capacity or quota freed in the first round (reclaim) woke queues for the
-                // next pass: their guaranteed jobs go before these borrowers, which would
-                // otherwise take what those then reclaim from them at once.
-                if !self.dirty.is_empty() {
-                    for Reverse((_, c)) in borrowing.drain(..) {
-                        self.mark_dirty(c);
-                    }
-                    break;
-                }
                 heap.extend(borrowing.drain(..));
             }
             while let Some(Reverse((o, c))) = heap.pop() {
-                // The same among the borrowers: once one of them reclaimed (and so woke
-                // queues), the others wait for the next pass.
+                // Once a reclaim (in either round) freed capacity or quota and so woke queues
+                // for the next pass, the borrowers left wait for it: its guaranteed jobs go
+                // first, and would otherwise reclaim at once what these took.
                 if !guaranteed_only && !self.dirty.is_empty() {
                     self.mark_dirty(c);
                     for Reverse((_, c)) in heap.drain() {
