@@ -13,6 +13,9 @@ use crate::resources::{Demand, Res, ResourceTable, at, set};
 
 /// Attribute on a leaf choosing its queueing strategy (`StrictFIFO` or `BestEffortFIFO`).
 pub const STRATEGY_ATTRIBUTE: &str = "muster.dev/queueing-strategy";
+/// Attribute on a leaf choosing whether a waiting job may preempt admitted jobs of lower
+/// priority in its own queue (`LowerPriority`) or not (`Never`, the default).
+pub const PREEMPTION_ATTRIBUTE: &str = "muster.dev/within-queue-preemption";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub enum Strategy {
@@ -152,6 +155,14 @@ impl QuotaTree {
         }
     }
 
+    /// Whether a waiting job of this leaf may preempt its admitted jobs of lower priority.
+    pub fn preempts_lower_priority(&self, node: usize) -> bool {
+        self.nodes[node]
+            .attributes
+            .get(PREEMPTION_ATTRIBUTE)
+            .is_some_and(|s| s == "LowerPriority")
+    }
+
     pub fn is_leaf(&self, node: usize) -> bool {
         self.nodes[node].children.is_empty()
     }
@@ -250,6 +261,15 @@ fn read_node(
         problems.push(err(
             format!("{field}.attributes[{STRATEGY_ATTRIBUTE}]"),
             format!("{s:?} is not StrictFIFO or BestEffortFIFO"),
+        ));
+    }
+    if let Some(s) = attributes.get(PREEMPTION_ATTRIBUTE)
+        && s != "LowerPriority"
+        && s != "Never"
+    {
+        problems.push(err(
+            format!("{field}.attributes[{PREEMPTION_ATTRIBUTE}]"),
+            format!("{s:?} is not LowerPriority or Never"),
         ));
     }
     let idx = nodes.len();
@@ -453,11 +473,17 @@ impl QuotaState {
     /// root: usage + request <= min for every resource asked that the node guarantees (a min
     /// above zero). Such a job borrows nothing.
     pub fn within_min(&self, leaf: usize, d: &Demand) -> bool {
+        self.within_min_freeing(leaf, d, &Demand::default())
+    }
+
+    /// [`Self::within_min`] with `freed` (usage charged to `leaf`, so to its whole path)
+    /// counted as gone.
+    pub fn within_min_freeing(&self, leaf: usize, d: &Demand, freed: &Demand) -> bool {
         let mut cur = Some(leaf);
         while let Some(n) = cur {
             for (r, x) in d.iter() {
                 let m = self.min_of(n, r);
-                if x > 0 && m > 0 && self.used_of(n, r) + x > m {
+                if x > 0 && m > 0 && self.used_of(n, r) - freed.get(r) + x > m {
                     return false;
                 }
             }

@@ -38,6 +38,8 @@ struct QNode {
     max_cpu: Option<u32>,
     max_gpu: Option<u32>,
     max_jobs: Option<u32>,
+    /// `muster.dev/within-queue-preemption: LowerPriority` (leaves only).
+    preempt: bool,
 }
 
 /// A child of the root: a leaf, or an inner node with 1-2 leaves.
@@ -94,14 +96,18 @@ fn qnode() -> impl Strategy<Value = QNode> {
         prop::option::of(1u32..24),
         prop::option::of(0u32..12),
         prop::option::of(1u32..4),
+        any::<bool>(),
     )
-        .prop_map(|(min_cpu, min_gpu, max_cpu, max_gpu, max_jobs)| QNode {
-            min_cpu,
-            min_gpu,
-            max_cpu,
-            max_gpu,
-            max_jobs,
-        })
+        .prop_map(
+            |(min_cpu, min_gpu, max_cpu, max_gpu, max_jobs, preempt)| QNode {
+                min_cpu,
+                min_gpu,
+                max_cpu,
+                max_gpu,
+                max_jobs,
+                preempt,
+            },
+        )
 }
 
 /// A node whose min is within its max (the validator requires it).
@@ -159,6 +165,11 @@ impl TreeSpec {
             }
             Value::Object(m)
         }
+        let preempting = |v: &mut Value, n: &QNode| {
+            if n.preempt {
+                v["attributes"] = json!({"muster.dev/within-queue-preemption": "LowerPriority"});
+            }
+        };
         let node = |name: String, n: &QNode, min: (u32, u32)| {
             json!({
                 "name": name,
@@ -172,6 +183,7 @@ impl TreeSpec {
             if c.leaves.is_empty() {
                 let mut v = node(format!("c{i}"), &c.node, (c.node.min_cpu, c.node.min_gpu));
                 v["namespaces"] = json!([format!("ns-{i}")]);
+                preempting(&mut v, &c.node);
                 sum_cpu += c.node.min_cpu;
                 sum_gpu += c.node.min_gpu;
                 children.push(v);
@@ -186,6 +198,7 @@ impl TreeSpec {
                 for (j, l) in c.leaves.iter().enumerate() {
                     let mut v = node(format!("c{i}-{j}"), l, (l.min_cpu, l.min_gpu));
                     v["namespaces"] = json!([format!("ns-{i}-{j}")]);
+                    preempting(&mut v, l);
                     leaves.push(v);
                 }
                 let mut inner = c.node.clone();
@@ -555,6 +568,21 @@ impl Run {
                                 !victims.contains(by),
                                 "victim {by} preempted {job} in the same cycle: {ds:#?}"
                             );
+                            // Within a queue only by priority, and only where the leaf allows it.
+                            let queue = self.sched.queue_name(*job);
+                            if queue == self.sched.queue_name(*by) {
+                                let tree = &self.sched.quota().expect("a tree").tree;
+                                let leaf = tree.nodes.iter().position(|n| n.path == queue);
+                                assert!(
+                                    leaf.is_some_and(|l| tree.preempts_lower_priority(l)),
+                                    "{by} preempted {job} of its own queue {queue}, which does \
+                                     not allow it: {ds:#?}"
+                                );
+                                assert!(
+                                    self.sched.priority(*job) < self.sched.priority(*by),
+                                    "{by} preempted {job} of its queue without a higher priority"
+                                );
+                            }
                         }
                         Decision::Admit { job, .. } => {
                             assert!(

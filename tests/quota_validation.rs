@@ -1,7 +1,9 @@
 //! One test per ElasticQuotaTree validation problem: each is reported with its manifest field path
 //! and a message that says what is wrong, errors and warnings apart, and all of them at once.
 
-use muster::quota::{Problem, QuotaTree, STRATEGY_ATTRIBUTE, Severity, Strategy};
+use muster::quota::{
+    PREEMPTION_ATTRIBUTE, Problem, QuotaTree, STRATEGY_ATTRIBUTE, Severity, Strategy,
+};
 use serde_json::{Value, json};
 
 fn tree(root: Value) -> Value {
@@ -470,4 +472,33 @@ fn a_single_leaf_root_is_valid() {
     .expect("a root without children may hold namespaces");
     assert_eq!(t.leaf_for("a"), Some(0));
     assert_eq!(t.leaf_for("b"), Some(0));
+}
+
+#[test]
+fn within_queue_preemption_attribute_is_checked_and_read_per_leaf() {
+    let p = problems(&tree(json!({
+        "name": "root",
+        "children": [
+            {"name": "a", "namespaces": ["a"], "attributes": {PREEMPTION_ATTRIBUTE: "Always"}}
+        ]
+    })));
+    let e = at(
+        &p,
+        "spec.root.children[0].attributes[muster.dev/within-queue-preemption]",
+    );
+    assert_eq!(e.severity, Severity::Error);
+    assert_eq!(e.message, r#""Always" is not LowerPriority or Never"#);
+    let t = QuotaTree::parse(&tree(json!({
+        "name": "root",
+        "children": [
+            {"name": "lower", "namespaces": ["l"], "attributes": {PREEMPTION_ATTRIBUTE: "LowerPriority"}},
+            {"name": "never", "namespaces": ["n"], "attributes": {PREEMPTION_ATTRIBUTE: "Never"}},
+            {"name": "plain", "namespaces": ["p"]}
+        ]
+    })))
+    .expect("valid");
+    let leaf = |ns: &str| t.leaf_for(ns).expect("a leaf");
+    assert!(t.preempts_lower_priority(leaf("l")));
+    assert!(!t.preempts_lower_priority(leaf("n")));
+    assert!(!t.preempts_lower_priority(leaf("p")));
 }

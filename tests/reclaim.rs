@@ -161,3 +161,126 @@ fn sim_run_with_competing_guarantees_ends() {
     assert_eq!(r.summary.finished, 2, "{:#?}", r.jobs);
     assert!(r.summary.preemptions <= 1, "{:#?}", r.summary);
 }
+
+// ----- priority within a queue (`muster.dev/within-queue-preemption`) -------------------------
+
+const A_LOW_1: usize = 0;
+const B_1: usize = 1;
+const B_2: usize = 2;
+const A_HIGH: usize = 3;
+const A_LOW_2: usize = 4;
+const B_HIGH: usize = 5;
+const A_HIGH_SMALL: usize = 6;
+
+fn admitted(s: &Scheduler, job: JobId) -> bool {
+    matches!(s.state(job), muster::scheduler::JobState::Admitted { .. })
+}
+
+fn reasons(ds: &[Decision]) -> Vec<(JobId, String)> {
+    ds.iter()
+        .filter_map(|d| match d {
+            Decision::Preempt { job, reason, .. } => Some((*job, reason.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_job_preempts_its_queues_most_recent_lower_priority_job_where_the_leaf_allows_it() {
+    // team-a's two low jobs fill its min, team-b's job its own; a high job of team-a asks 2.
+    let sc = scenario("priority-preemption.yaml");
+    let mut s = scheduler(&sc);
+    let low_1 = submit(&mut s, &sc, A_LOW_1, 0);
+    let low_2 = submit(&mut s, &sc, A_LOW_2, 1);
+    let b = submit(&mut s, &sc, B_1, 2);
+    s.cycle();
+    assert!(admitted(&s, low_1) && admitted(&s, low_2) && admitted(&s, b));
+    let high = submit(&mut s, &sc, A_HIGH_SMALL, 10);
+    let ds = s.cycle();
+    assert_eq!(preemptions(&ds), [(low_2, high)], "{ds:#?}");
+    assert_eq!(
+        reasons(&ds),
+        [(
+            low_2,
+            "preempted in queue root/team-a for team-a/a-high-small of higher priority (100)"
+                .into()
+        )]
+    );
+    assert!(admitted(&s, high) && admitted(&s, low_1) && admitted(&s, b));
+    // The victim waits behind it and never takes its place back.
+    for _ in 0..3 {
+        let ds = s.cycle();
+        assert!(preemptions(&ds).is_empty(), "{ds:#?}");
+    }
+    assert!(!admitted(&s, low_2));
+}
+
+#[test]
+fn a_leaf_without_the_attribute_never_preempts_its_own_jobs() {
+    // team-b's high job would be within team-b's min with b-1 gone, but team-b does not allow
+    // preemption by priority: it waits.
+    let sc = scenario("priority-preemption.yaml");
+    let mut s = scheduler(&sc);
+    let b = submit(&mut s, &sc, B_1, 0);
+    submit(&mut s, &sc, A_LOW_1, 1);
+    submit(&mut s, &sc, A_LOW_2, 2);
+    s.cycle();
+    let high = submit(&mut s, &sc, B_HIGH, 10);
+    for _ in 0..3 {
+        let ds = s.cycle();
+        assert!(preemptions(&ds).is_empty(), "{ds:#?}");
+    }
+    assert!(admitted(&s, b) && !admitted(&s, high));
+}
+
+#[test]
+fn no_preemption_by_priority_for_a_place_above_the_min() {
+    // team-a holds a high job and a low one (its min); a second high job would still borrow
+    // with the low one gone (2 + 4 > 4): nothing is preempted for it.
+    let sc = scenario("priority-preemption.yaml");
+    let mut s = scheduler(&sc);
+    let first = submit(&mut s, &sc, A_HIGH_SMALL, 0);
+    let low = submit(&mut s, &sc, A_LOW_1, 1);
+    submit(&mut s, &sc, B_1, 2);
+    s.cycle();
+    let high = submit(&mut s, &sc, A_HIGH, 10);
+    for _ in 0..3 {
+        let ds = s.cycle();
+        assert!(preemptions(&ds).is_empty(), "{ds:#?}");
+    }
+    assert!(admitted(&s, first) && admitted(&s, low) && !admitted(&s, high));
+}
+
+#[test]
+fn borrowed_capacity_is_taken_back_before_the_queues_own_jobs_and_only_what_is_needed() {
+    // team-a's low job (2) and team-b's 4 + 2 (borrowing 2) fill the fleet. team-a's high job
+    // (4) is within team-a's min once its low job is gone: it takes back team-b's borrowed 2
+    // and preempts its low job; team-b's job within its min stays.
+    let sc = scenario("priority-preemption.yaml");
+    let mut s = scheduler(&sc);
+    let low = submit(&mut s, &sc, A_LOW_1, 0);
+    let b_1 = submit(&mut s, &sc, B_1, 1);
+    let b_2 = submit(&mut s, &sc, B_2, 2);
+    s.cycle();
+    assert!(admitted(&s, low) && admitted(&s, b_1) && admitted(&s, b_2));
+    let high = submit(&mut s, &sc, A_HIGH, 10);
+    let ds = s.cycle();
+    let mut got = preemptions(&ds);
+    got.sort();
+    let mut want = vec![(low, high), (b_2, high)];
+    want.sort();
+    assert_eq!(got, want, "{ds:#?}");
+    for (job, reason) in reasons(&ds) {
+        let kind = if job == low {
+            "preempted in queue"
+        } else {
+            "preempted to reclaim"
+        };
+        assert!(reason.starts_with(kind), "{job}: {reason}");
+    }
+    assert!(admitted(&s, high) && admitted(&s, b_1));
+    for _ in 0..3 {
+        let ds = s.cycle();
+        assert!(preemptions(&ds).is_empty(), "{ds:#?}");
+    }
+}

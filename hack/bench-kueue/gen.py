@@ -84,7 +84,8 @@ def expand(cfg):
 def tree_root(cfg):
     """Cohort → inner node (min = max = sum of its queues' nominal quotas, which is a Kueue
     cohort's capacity); ClusterQueue → leaf with its namespace, min = nominal, max = nominal +
-    borrowingLimit (capped at the cohort's capacity, as Kueue caps borrowing)."""
+    borrowingLimit (capped at the cohort's capacity, as Kueue caps borrowing), and
+    `withinClusterQueue: LowerPriority` as the leaf's `muster.dev/within-queue-preemption`."""
     cohorts, queues, _ = expand(cfg)
     total = sum(q["nominal_m"] for q in queues)
     children = []
@@ -93,7 +94,9 @@ def tree_root(cfg):
         cap = sum(q["nominal_m"] for q in qs)
         leaves = [{"name": q["name"], "namespaces": [q["name"]],
                    "min": {"cpu": milli_str(q["nominal_m"])},
-                   "max": {"cpu": milli_str(min(cap, q["nominal_m"] + q["borrowing_m"]))}}
+                   "max": {"cpu": milli_str(min(cap, q["nominal_m"] + q["borrowing_m"]))},
+                   **({"attributes": {"muster.dev/within-queue-preemption": "LowerPriority"}}
+                      if q["withinClusterQueue"] == "LowerPriority" else {})}
                   for q in qs]
         children.append({"name": c, "min": {"cpu": milli_str(cap)}, "max": {"cpu": milli_str(cap)},
                          "children": leaves})

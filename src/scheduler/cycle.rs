@@ -76,7 +76,11 @@ impl Scheduler {
                     && let (Some(q), Some(leaf)) =
                         (&self.quota, self.queues.leaf(self.jobs[job].queue))
                     && (deferred.contains(&leaf)
-                        || !q.within_min(leaf, &self.shapes[self.jobs[job].shape].quota_demand))
+                        || !q.within_min_freeing(
+                            leaf,
+                            &self.shapes[self.jobs[job].shape].quota_demand,
+                            &self.charge_of(&self.lower_in_leaf(job, leaf)),
+                        ))
                 {
                     deferred.insert(leaf);
                     borrowing.push(Reverse((o, c)));
@@ -133,27 +137,44 @@ impl Scheduler {
             Some(Err(r)) => Some(r),
             None => None,
         };
-        // Reclaim guaranteed quota from borrowing subtrees, if this job is within its min.
-        if let Some(leaf) = leaf
-            && let Some(short) = self.short_resources(job, leaf, quota_short.as_ref())
-            && let Some((victims, ci, placement)) = self.reclaim(job, leaf, &short)
-        {
-            let reason = format!(
-                "preempted to reclaim quota guaranteed to {} (min) for {}",
-                self.queues.name(queue),
-                self.job_label(job)
-            );
-            for v in victims {
-                self.jobs[v].preemptions += 1;
-                self.jobs[v].last_wait = Some(reason.clone());
-                out.push(Decision::Preempt {
-                    job: v,
-                    by: job,
-                    reason: reason.clone(),
-                });
+        // Preempt, if this job is within its min (with its queue's jobs of lower priority gone,
+        // where the leaf allows preempting them): reclaim guaranteed quota from borrowing
+        // subtrees, and there preempt such jobs of its own queue.
+        if let Some(leaf) = leaf {
+            let own = self.lower_in_leaf(job, leaf);
+            let short = self.short_of(job, leaf, quota_short.as_ref());
+            let freed = self.charge_of(&own);
+            let taken = if self.may_reclaim(job, leaf, &short, &freed) {
+                self.reclaim(job, leaf, &short, &own)
+            } else {
+                None
+            };
+            if let Some((victims, ci, placement)) = taken {
+                let label = self.job_label(job);
+                let qname = self.queues.name(queue).to_string();
+                let reclaim =
+                    format!("preempted to reclaim quota guaranteed to {qname} (min) for {label}");
+                let lower = format!(
+                    "preempted in queue {qname} for {label} of higher priority ({})",
+                    self.jobs[job].priority
+                );
+                for v in victims {
+                    let reason = if self.queues.leaf(self.jobs[v].queue) == Some(leaf) {
+                        lower.clone()
+                    } else {
+                        reclaim.clone()
+                    };
+                    self.jobs[v].preemptions += 1;
+                    self.jobs[v].last_wait = Some(reason.clone());
+                    out.push(Decision::Preempt {
+                        job: v,
+                        by: job,
+                        reason,
+                    });
+                }
+                self.admit(job, ci, placement, out);
+                return Ok(());
             }
-            self.admit(job, ci, placement, out);
-            return Ok(());
         }
         match (quota_short, fleet_reason) {
             (Some(s), _) => {

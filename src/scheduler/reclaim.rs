@@ -1,57 +1,98 @@
-//! Reclaim: preempting jobs of borrowing subtrees so that a job within its guaranteed min runs.
+//! Preemption: reclaiming quota from borrowing subtrees so that a job within its guaranteed min
+//! runs, and (in leaves that allow it) preempting a queue's jobs of lower priority.
 //!
-//! Owns the choice of victims (which leaves may be preempted, per member cluster, shortest prefix
-//! in priority order, minimized) as side-effect-free trials on the scheduler's state. Never
-//! preempts within a leaf, and never lets a victim reclaim back from the job that preempted it.
+//! Owns the choice of victims (which jobs may be preempted, per member cluster, shortest prefix
+//! in order, minimized) as side-effect-free trials on the scheduler's state. Never lets a victim
+//! preempt back the job that preempted it: a victim of another leaf is taken only while the
+//! preemptor's side stays within its min where the two meet, and one of the same leaf only when
+//! its priority is lower.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use super::{JobId, JobState, Scheduler};
 use crate::estimate::{self, Placement};
-use crate::resources::{MAX_JOBS, PODS, Res, at};
+use crate::resources::{Demand, MAX_JOBS, PODS, Res, at};
+
+/// `used(node, res) + request <= min(node, res)`: a condition a preemption must keep.
+type Guard = (usize, Res, i128);
 
 impl Scheduler {
-    /// The resources a blocked job is short of, if it is eligible to reclaim them: it stays
-    /// within its leaf's min for every one of them.
-    pub(super) fn short_resources(
+    /// The resources a blocked job is short of: with quota short, those over a max on its path;
+    /// else those the candidate clusters lack.
+    pub(super) fn short_of(
         &mut self,
         job: JobId,
         leaf: usize,
         quota_short: Option<&crate::quota::Shortfall>,
-    ) -> Option<Vec<Res>> {
-        let fleet_short = match quota_short {
-            Some(_) => Vec::new(),
-            None => self.fleet_short(job),
+    ) -> Vec<Res> {
+        let Some(q) = self.quota.as_ref() else {
+            return Vec::new();
         };
-        let q = self.quota.as_ref()?;
-        let d = &self.shapes[self.jobs[job].shape].quota_demand;
-        let short: Vec<Res> = match quota_short {
-            Some(_) => d
-                .iter()
-                .filter(|(r, x)| {
-                    let mut cur = Some(leaf);
-                    while let Some(n) = cur {
-                        if let Some(m) = q.max_of(n, *r)
-                            && q.used_of(n, *r) + x > m
-                        {
-                            return true;
-                        }
-                        cur = q.tree.nodes[n].parent;
-                    }
-                    false
-                })
-                .map(|(r, _)| r)
-                .collect(),
-            None => fleet_short,
-        };
-        if short.is_empty() {
-            return None;
+        if quota_short.is_none() {
+            return self.fleet_short(job);
         }
-        short
-            .iter()
-            .all(|&r| q.used_of(leaf, r) + d.get(r) <= q.min_of(leaf, r))
-            .then_some(short)
+        let d = &self.shapes[self.jobs[job].shape].quota_demand;
+        d.iter()
+            .filter(|(r, x)| {
+                let mut cur = Some(leaf);
+                while let Some(n) = cur {
+                    if let Some(m) = q.max_of(n, *r)
+                        && q.used_of(n, *r) + x > m
+                    {
+                        return true;
+                    }
+                    cur = q.tree.nodes[n].parent;
+                }
+                false
+            })
+            .map(|(r, _)| r)
+            .collect()
+    }
+
+    /// Whether a job short of `short` may reclaim them: it stays within its leaf's min for every
+    /// one of them, with `freed` (its own queue's jobs it may preempt) counted as gone.
+    pub(super) fn may_reclaim(
+        &self,
+        job: JobId,
+        leaf: usize,
+        short: &[Res],
+        freed: &Demand,
+    ) -> bool {
+        let Some(q) = self.quota.as_ref() else {
+            return false;
+        };
+        let d = &self.shapes[self.jobs[job].shape].quota_demand;
+        !short.is_empty()
+            && short
+                .iter()
+                .all(|&r| q.used_of(leaf, r) - freed.get(r) + d.get(r) <= q.min_of(leaf, r))
+    }
+
+    /// Admitted jobs of `leaf` whose priority is below `job`'s, in victim order (lowest
+    /// priority, then most recently admitted), when the leaf allows preemption by priority.
+    pub(super) fn lower_in_leaf(&self, job: JobId, leaf: usize) -> Vec<JobId> {
+        let allowed = self
+            .quota
+            .as_ref()
+            .is_some_and(|q| q.tree.preempts_lower_priority(leaf));
+        let Some(set) = self.admitted_by_leaf.get(&leaf).filter(|_| allowed) else {
+            return Vec::new();
+        };
+        let p = self.jobs[job].priority;
+        set.iter()
+            .take_while(|(vp, _, _)| *vp < p)
+            .map(|(_, _, v)| *v)
+            .collect()
+    }
+
+    /// What `jobs` are charged to quota, together.
+    pub(super) fn charge_of(&self, jobs: &[JobId]) -> Demand {
+        let mut d = Demand::default();
+        for &v in jobs {
+            d.add_scaled(&self.shapes[self.jobs[v].shape].quota_demand, 1);
+        }
+        d
     }
 
     /// The requested resources the candidate clusters lack for `job`: in every candidate
@@ -90,40 +131,46 @@ impl Scheduler {
         if short.is_empty() { requested } else { short }
     }
 
-    /// Picks victims from borrowing subtrees so that `job` fits: per member cluster, victims on
-    /// it in order (lowest priority, then most recently admitted) until the job fits there, then
-    /// the ones that turned out unnecessary are given back; the cluster whose victim set is
-    /// cheapest (lowest top priority, then fewest victims, then the usual cluster order) wins.
-    /// When only quota is short and the job already fits a cluster, victims come from anywhere.
-    /// On success the victims are released and queued again; on failure nothing changed.
+    /// Picks victims from borrowing subtrees so that `job` fits, taking back borrowed capacity
+    /// before any of `own` (its queue's jobs of lower priority, which it may preempt): see
+    /// [`Self::take_victims`]. Victims of other leaves are taken only while the job's side stays
+    /// within its min where their paths meet, so that none can ever reclaim it back.
     pub(super) fn reclaim(
         &mut self,
         job: JobId,
         leaf: usize,
         short: &[Res],
+        own: &[JobId],
     ) -> Option<(Vec<JobId>, usize, Placement)> {
         let q = self.quota.as_ref()?;
         let d = &self.shapes[self.jobs[job].shape].quota_demand;
+        let freed = self.charge_of(own);
+        let within =
+            |jc: usize, r: Res| q.used_of(jc, r) - freed.get(r) + d.get(r) <= q.min_of(jc, r);
         // Leaves whose jobs may be victims: borrowing at the meeting level on their side, while
         // this job's side stays within its min there (so the victim can never reclaim it back).
+        let mut guard: Vec<Guard> = Vec::new();
         let leaves: Vec<usize> = self
             .admitted_by_leaf
             .iter()
             .filter(|(vleaf, set)| **vleaf != leaf && !set.is_empty())
-            .filter(|(vleaf, _)| {
-                let (Some(mc), Some(jc)) = (
-                    q.meeting_child(leaf, **vleaf),
-                    q.meeting_child(**vleaf, leaf),
-                ) else {
-                    return false;
-                };
-                short.iter().any(|&r| q.borrowing(mc, r))
-                    && short
-                        .iter()
-                        .all(|&r| q.used_of(jc, r) + d.get(r) <= q.min_of(jc, r))
+            .filter_map(|(vleaf, _)| {
+                let mc = q.meeting_child(leaf, *vleaf)?;
+                let jc = q.meeting_child(*vleaf, leaf)?;
+                let eligible = short.iter().any(|&r| q.borrowing(mc, r))
+                    && short.iter().all(|&r| within(jc, r));
+                if eligible && !own.is_empty() {
+                    guard.extend(short.iter().map(|&r| (jc, r, d.get(r))));
+                }
+                eligible.then_some(*vleaf)
             })
-            .map(|(l, _)| *l)
             .collect();
+        // Its own queue's jobs are preempted only for a place within its min.
+        if !own.is_empty() {
+            guard.extend(short.iter().map(|&r| (leaf, r, d.get(r))));
+        }
+        guard.sort_unstable();
+        guard.dedup();
         let mut candidates: Vec<(i32, Reverse<u64>, JobId)> = leaves
             .iter()
             .flat_map(|l| self.admitted_by_leaf[l].iter().copied())
@@ -132,21 +179,41 @@ impl Scheduler {
                 short.iter().any(|&r| vd.get(r) > 0)
             })
             .collect();
-        if candidates.is_empty() {
+        candidates.sort_unstable();
+        let mut order: Vec<JobId> = candidates.into_iter().map(|c| c.2).collect();
+        order.extend(own.iter().copied().filter(|v| {
+            let vd = &self.shapes[self.jobs[*v].shape].quota_demand;
+            short.iter().any(|&r| vd.get(r) > 0)
+        }));
+        self.take_victims(job, leaf, order, &guard)
+    }
+
+    /// Picks victims among `order` (in that order) so that `job` fits: per member cluster, its
+    /// victims on it in order until the job fits there (keeping `guard`), then the ones that
+    /// turned out unnecessary are given back; the first cluster, in the usual order, where that
+    /// works wins. When only quota is short and the job already fits a cluster, victims come
+    /// from anywhere. On success the victims are released and queued again; on failure nothing
+    /// changed.
+    pub(super) fn take_victims(
+        &mut self,
+        job: JobId,
+        leaf: usize,
+        order: Vec<JobId>,
+        guard: &[Guard],
+    ) -> Option<(Vec<JobId>, usize, Placement)> {
+        if order.is_empty() {
             return None;
         }
-        candidates.sort_unstable();
         let shape = self.jobs[job].shape;
         let quota_only = !self.fits_now(job, leaf) && self.find_cluster(job).is_ok();
         let chosen: Option<(Vec<JobId>, usize)> = if quota_only {
             // Quota is the only shortage: release in order until quota allows the job.
-            let order: Vec<JobId> = candidates.iter().map(|c| c.2).collect();
-            self.trial(job, leaf, &order, None)
+            self.trial(job, leaf, &order, None, guard)
                 .ok()
                 .and_then(|v| self.find_cluster_with(job, &v).map(|ci| (v, ci)))
         } else {
             let mut by_cluster: BTreeMap<usize, Vec<JobId>> = BTreeMap::new();
-            for (_, _, v) in &candidates {
+            for v in &order {
                 if let JobState::Admitted { cluster, .. } = self.jobs[*v].state {
                     by_cluster.entry(cluster).or_default().push(*v);
                 }
@@ -185,7 +252,7 @@ impl Scheduler {
                 {
                     continue;
                 }
-                match self.trial(job, leaf, &order, Some(ci)) {
+                match self.trial(job, leaf, &order, Some(ci), guard) {
                     Ok(victims) => {
                         best = Some((victims, ci));
                         break;
@@ -226,14 +293,23 @@ impl Scheduler {
         leaf: usize,
         order: &[JobId],
         on: Option<usize>,
+        guard: &[Guard],
     ) -> Result<Vec<JobId>, bool> {
         let shape = self.jobs[job].shape;
         let fit = self.shapes[shape].fit;
         if let Some(ci) = on {
             self.ensure_eligible(fit, ci);
         }
+        let kept = |s: &Scheduler| -> bool {
+            s.quota.as_ref().is_none_or(|q| {
+                guard
+                    .iter()
+                    .all(|&(n, r, x)| q.used_of(n, r) + x <= q.min_of(n, r))
+            })
+        };
         let fits = |s: &mut Scheduler| -> bool {
             s.fits_now(job, leaf)
+                && kept(s)
                 && on.is_none_or(|ci| {
                     let elig = s.eligible_on(fit, ci);
                     estimate::place(&s.clusters[ci], &s.shapes[shape].groups, elig, &s.table)
@@ -256,7 +332,7 @@ impl Scheduler {
         set_prefix(self, &mut cur, order.len());
         // `fits` with every candidate gone, and why not: quota, or a placement that failed only
         // when placed together, is not a necessary condition (false).
-        let all_gone = if order.is_empty() || !self.fits_now(job, leaf) {
+        let all_gone = if order.is_empty() || !self.fits_now(job, leaf) || !kept(self) {
             Err(false)
         } else {
             match on {
