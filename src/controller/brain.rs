@@ -52,6 +52,8 @@ pub(super) struct Brain {
     pub in_flight: std::collections::BTreeSet<(String, String)>,
     /// QueuedJob status batches and observed writes under way.
     pub in_flight_writes: super::writes::InFlight,
+    /// Quota tree and member status reports under way.
+    pub reports: super::reports::Reports,
     /// The earliest deadline of any record: the next pass comes no later.
     pub next_wake: Option<Ms>,
     pub members: BTreeMap<String, Member>,
@@ -124,6 +126,7 @@ impl Brain {
             done_rx,
             in_flight: Default::default(),
             in_flight_writes: Default::default(),
+            reports: Default::default(),
             next_wake: None,
             members: BTreeMap::new(),
             incoming: BTreeMap::new(),
@@ -189,8 +192,8 @@ impl Brain {
         t.mark("reasons");
         self.write_records();
         t.mark("records");
-        self.write_tree_status().await;
-        self.write_member_statuses().await;
+        self.write_tree_status();
+        self.write_member_statuses();
         self.metrics.observe(&self.sched);
         let mut twice: BTreeMap<String, i64> = BTreeMap::new();
         for (_, e) in self.book.iter() {

@@ -38,6 +38,12 @@ pub(super) enum Done {
         write: super::observe::Write,
         result: Result<(), String>,
     },
+    /// A status report (quota tree, member).
+    Reported {
+        key: String,
+        report: super::reports::Report,
+        result: Result<(), String>,
+    },
 }
 
 impl Brain {
@@ -109,6 +115,11 @@ impl Brain {
                 }
                 Done::Records { freeing, out } => self.records_landed(freeing, out),
                 Done::Observed { write, result } => self.observed_landed(write, result),
+                Done::Reported {
+                    key,
+                    report,
+                    result,
+                } => self.reported(key, report, result),
                 Done::Deleted {
                     uid,
                     cluster,

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
+use kube::api::Api;
 
 use super::brain::Brain;
 use super::crd::{MemberCluster, MemberClusterStatus};
+use super::kubeconfig;
 use super::members::{self, Member};
-use super::{MANAGER, kubeconfig};
+use super::reports::Report;
 use crate::fleet::ClusterInfo;
 use crate::quantity::{Quantity, ResourceList};
 use crate::resources::MAX_JOBS;
@@ -284,7 +284,7 @@ impl Brain {
         }
     }
 
-    pub(super) async fn write_member_statuses(&mut self) {
+    pub(super) fn write_member_statuses(&mut self) {
         let names: Vec<String> = self.member_status.keys().cloned().collect();
         for name in names {
             let table = &self.sched.table;
@@ -392,29 +392,14 @@ impl Brain {
             if st == prev {
                 continue;
             }
-            let api: Api<MemberCluster> = Api::all(self.hub.clone());
-            let body =
-                json!({"apiVersion": "muster.dev/v1alpha1", "kind": "MemberCluster", "status": st});
-            match api
-                .patch_status(
-                    &name,
-                    &PatchParams::apply(MANAGER).force(),
-                    &Patch::Apply(&body),
-                )
-                .await
-            {
-                Ok(_) => {
-                    let at = self
-                        .member_status
-                        .get(&name)
-                        .map(|(_, a)| *a)
-                        .unwrap_or_else(Instant::now);
-                    self.member_status.insert(name.clone(), (st, at));
-                }
-                Err(e) => {
-                    tracing::warn!(member = %name, error = %e, "could not write MemberCluster status")
-                }
-            }
+            // Free capacity alone changes with every admission: written at most every
+            // REPORT_EVERY; anything else at once.
+            let mut figures = prev.clone();
+            figures.free = st.free.clone();
+            figures.allocatable = st.allocatable.clone();
+            figures.last_contact = st.last_contact.clone();
+            let urgent = figures != st;
+            self.send_report(Report::Member { name, status: st }, urgent);
         }
     }
 }

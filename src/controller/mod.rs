@@ -39,6 +39,7 @@ mod operators;
 mod placing;
 mod record;
 pub mod registration;
+mod reports;
 mod runtimes;
 pub mod shutdown;
 pub mod snapshot;

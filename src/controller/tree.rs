@@ -5,13 +5,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::brain::{Brain, truncate};
-use super::crd::{ElasticQuotaTree, ElasticQuotaTreeStatus, QuotaNodeStatus};
-use super::{MANAGER, crd};
+use super::crd;
+use super::crd::{ElasticQuotaTreeStatus, QuotaNodeStatus};
+use super::reports::Report;
 use crate::quantity::Quantity;
 use crate::quota::QuotaTree;
 
@@ -93,7 +92,7 @@ impl Brain {
         }
     }
 
-    pub(super) async fn write_tree_status(&mut self) {
+    pub(super) fn write_tree_status(&mut self) {
         let (Some((ns, name)), Some(mut st)) = (self.tree_ref.clone(), self.tree_status.clone())
         else {
             return;
@@ -139,23 +138,16 @@ impl Brain {
         if self.tree_status_written.as_ref() == Some(&st) {
             return;
         }
-        let api: Api<ElasticQuotaTree> = Api::namespaced(self.hub.clone(), &ns);
-        let body = json!({
-            "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
-            "status": st,
-        });
-        match api
-            .patch_status(
-                &name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-        {
-            Ok(_) => self.tree_status_written = Some(st),
-            Err(e) => {
-                tracing::warn!(tree = %name, error = %e, "could not write the quota tree status")
-            }
-        }
+        // Usage alone changes with every admission: written at most every REPORT_EVERY.
+        let urgent = self
+            .tree_status_written
+            .as_ref()
+            .is_none_or(|w| w.conditions != st.conditions || w.problems != st.problems);
+        let report = Report::Tree {
+            namespace: ns,
+            name,
+            status: st,
+        };
+        self.send_report(report, urgent);
     }
 }
