@@ -848,10 +848,19 @@ proptest! {
             run.check_admitted_set();
             run.check_quota();
         }
-        // Drain: the remaining work completes without ever breaking the invariants.
-        for _ in 0..3 {
-            run.apply(&Op::Cycle);
+        // Drain: the remaining work completes without ever breaking the invariants, and with
+        // nothing else happening preemptions die out (no victim takes a place back, directly
+        // or round a cohort).
+        let mut last = None;
+        for i in 0..60 {
+            let ds = run.apply(&Op::Cycle);
             run.check_quota();
+            if ds.iter().any(|d| matches!(d, Decision::Preempt { .. })) {
+                last = Some((i, ds));
+            }
+        }
+        if let Some((i, ds)) = last {
+            prop_assert!(i < 40, "preemptions go on with nothing else happening: {ds:#?}");
         }
         run.check_fleet();
     }

@@ -180,12 +180,74 @@ impl Scheduler {
             })
             .collect();
         candidates.sort_unstable();
-        let mut order: Vec<JobId> = candidates.into_iter().map(|c| c.2).collect();
-        order.extend(own.iter().copied().filter(|v| {
-            let vd = &self.shapes[self.jobs[*v].shape].quota_demand;
-            short.iter().any(|&r| vd.get(r) > 0)
-        }));
+        let candidates = self.borrowed_only(candidates);
+        // Its own jobs that the guard needs gone come first (no trial can give them back), then
+        // the borrowers, then the rest of its own: the shortest prefix takes borrowed capacity
+        // back before any other job of its queue.
+        let own: Vec<JobId> = own
+            .iter()
+            .copied()
+            .filter(|v| {
+                let vd = &self.shapes[self.jobs[*v].shape].quota_demand;
+                short.iter().any(|&r| vd.get(r) > 0)
+            })
+            .collect();
+        let mut forced = 0;
+        let mut gone = Demand::default();
+        while forced < own.len()
+            && !guard
+                .iter()
+                .all(|&(n, r, x)| q.used_of(n, r) - gone.get(r) + x <= q.min_of(n, r))
+        {
+            gone.add_scaled(&self.shapes[self.jobs[own[forced]].shape].quota_demand, 1);
+            forced += 1;
+        }
+        let mut order: Vec<JobId> = own[..forced].to_vec();
+        order.extend(candidates.into_iter().map(|c| c.2));
+        order.extend(own[forced..].iter().copied());
         self.take_victims(job, leaf, order, &guard)
+    }
+
+    /// The candidates (in order) that leave no victim able to reclaim back: each is taken only
+    /// while its leaf, with the candidates of that leaf before it gone, is above its min for
+    /// every resource it asks that the leaf has a min of, counting as gone the leaf's jobs of
+    /// lower priority it could preempt. Otherwise a victim taken back to within its min could
+    /// reclaim in turn from another borrowing leaf, and jobs of equal priority could take each
+    /// other's places round a cohort forever.
+    fn borrowed_only(
+        &self,
+        candidates: Vec<(i32, Reverse<u64>, JobId)>,
+    ) -> Vec<(i32, Reverse<u64>, JobId)> {
+        let Some(q) = self.quota.as_ref() else {
+            return candidates;
+        };
+        let mut gone: BTreeMap<usize, Vec<JobId>> = BTreeMap::new();
+        let mut out = Vec::with_capacity(candidates.len());
+        for c in candidates {
+            let v = c.2;
+            let Some(vleaf) = self.queues.leaf(self.jobs[v].queue) else {
+                continue;
+            };
+            let before = gone.entry(vleaf).or_default();
+            let lower: Vec<JobId> = self
+                .lower_in_leaf(v, vleaf)
+                .into_iter()
+                .filter(|l| !before.contains(l))
+                .collect();
+            let (taken, left) = (self.charge_of(before), self.charge_of(&lower));
+            let vd = &self.shapes[self.jobs[v].shape].quota_demand;
+            let borrowed = vd
+                .iter()
+                .filter(|&(r, x)| x > 0 && q.min_of(vleaf, r) > 0)
+                .all(|(r, _)| {
+                    q.used_of(vleaf, r) - taken.get(r) - left.get(r) > q.min_of(vleaf, r)
+                });
+            if borrowed {
+                before.push(v);
+                out.push(c);
+            }
+        }
+        out
     }
 
     /// Picks victims among `order` (in that order) so that `job` fits: per member cluster, its
@@ -298,6 +360,9 @@ impl Scheduler {
         let shape = self.jobs[job].shape;
         let fit = self.shapes[shape].fit;
         if let Some(ci) = on {
+            if !self.might_fit_freeing(job, ci, order) {
+                return Err(true);
+            }
             self.ensure_eligible(fit, ci);
         }
         let kept = |s: &Scheduler| -> bool {
@@ -378,6 +443,44 @@ impl Scheduler {
         }
         needed.reverse();
         Ok(needed)
+    }
+
+    /// A necessary condition, cheap beside a trial, for `job` to fit cluster `ci` with every one
+    /// of `order` on it gone: each of its pods' demands fits one node's free capacity plus what
+    /// those jobs hold there (node constraints ignored).
+    fn might_fit_freeing(&self, job: JobId, ci: usize, order: &[JobId]) -> bool {
+        let c = &self.clusters[ci];
+        let mut freed: BTreeMap<usize, Demand> = BTreeMap::new();
+        for &v in order {
+            let JobState::Admitted { cluster, placement } = &self.jobs[v].state else {
+                continue;
+            };
+            if *cluster != ci {
+                continue;
+            }
+            let groups = &self.shapes[self.jobs[v].shape].groups;
+            for (gi, nodes) in placement.groups.iter().enumerate() {
+                for &(n, k) in nodes {
+                    if let Some(g) = groups.get(gi) {
+                        freed
+                            .entry(n)
+                            .or_default()
+                            .add_scaled(&g.demand, i128::from(k));
+                    }
+                }
+            }
+        }
+        let none = Demand::default();
+        self.shapes[self.jobs[job].shape]
+            .groups
+            .iter()
+            .filter(|g| g.pods > 0)
+            .all(|g| {
+                c.nodes.iter().enumerate().any(|(n, node)| {
+                    let f = freed.get(&n).unwrap_or(&none);
+                    g.demand.iter().all(|(r, x)| node.free(r) + f.get(r) >= x)
+                })
+            })
     }
 
     /// The cluster `find_cluster` would pick with `victims` released, state left unchanged.
