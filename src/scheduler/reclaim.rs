@@ -3,9 +3,9 @@
 //!
 //! Owns the choice of victims (which jobs may be preempted, per member cluster, shortest prefix
 //! in order, minimized) as side-effect-free trials on the scheduler's state. Never lets a victim
-//! preempt back the job that preempted it: a victim of another leaf is taken only while the
-//! preemptor's side stays within its min where the two meet, and one of the same leaf only when
-//! its priority is lower.
+//! preempt back, directly or round a cohort: a victim of another leaf is taken only from what
+//! its leaf borrows and while the preemptor's side stays within its min where the two meet, and
+//! one of the same leaf only when its priority is lower.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -256,7 +256,7 @@ impl Scheduler {
     /// works wins. When only quota is short and the job already fits a cluster, victims come
     /// from anywhere. On success the victims are released and queued again; on failure nothing
     /// changed.
-    pub(super) fn take_victims(
+    fn take_victims(
         &mut self,
         job: JobId,
         leaf: usize,
