@@ -180,7 +180,6 @@ impl Scheduler {
             })
             .collect();
         candidates.sort_unstable();
-        let candidates = self.borrowed_only(candidates);
         // Its own jobs that the guard needs gone come first (no trial can give them back), then
         // the borrowers, then the rest of its own: the shortest prefix takes borrowed capacity
         // back before any other job of its queue.
@@ -208,26 +207,26 @@ impl Scheduler {
         self.take_victims(job, leaf, order, &guard)
     }
 
-    /// The candidates (in order) that leave no victim able to reclaim back: each is taken only
-    /// while its leaf, with the candidates of that leaf before it gone, is above its min for
-    /// every resource it asks that the leaf has a min of, counting as gone the leaf's jobs of
-    /// lower priority it could preempt. Otherwise a victim taken back to within its min could
-    /// reclaim in turn from another borrowing leaf, and jobs of equal priority could take each
-    /// other's places round a cohort forever.
-    fn borrowed_only(
-        &self,
-        candidates: Vec<(i32, Reverse<u64>, JobId)>,
-    ) -> Vec<(i32, Reverse<u64>, JobId)> {
+    /// The candidates of `order` (in order) that leave no victim able to reclaim back: one of
+    /// another leaf than `leaf` is kept only while its leaf, with that leaf's candidates before
+    /// it gone, is above its min for every resource it asks that the leaf has a min of,
+    /// counting as gone the leaf's jobs of lower priority it could preempt. Otherwise a victim
+    /// taken back to within its min could reclaim in turn from another borrowing leaf, and jobs
+    /// of equal priority could take each other's places round a cohort forever.
+    fn borrowed_only(&self, leaf: usize, order: Vec<JobId>) -> Vec<JobId> {
         let Some(q) = self.quota.as_ref() else {
-            return candidates;
+            return order;
         };
         let mut gone: BTreeMap<usize, Vec<JobId>> = BTreeMap::new();
-        let mut out = Vec::with_capacity(candidates.len());
-        for c in candidates {
-            let v = c.2;
+        let mut out = Vec::with_capacity(order.len());
+        for v in order {
             let Some(vleaf) = self.queues.leaf(self.jobs[v].queue) else {
                 continue;
             };
+            if vleaf == leaf {
+                out.push(v);
+                continue;
+            }
             let before = gone.entry(vleaf).or_default();
             let lower: Vec<JobId> = self
                 .lower_in_leaf(v, vleaf)
@@ -244,14 +243,15 @@ impl Scheduler {
                 });
             if borrowed {
                 before.push(v);
-                out.push(c);
+                out.push(v);
             }
         }
         out
     }
 
     /// Picks victims among `order` (in that order) so that `job` fits: per member cluster, its
-    /// victims on it in order until the job fits there (keeping `guard`), then the ones that
+    /// victims on it in order (those [`Self::borrowed_only`] keeps) until the job fits there
+    /// (keeping `guard`), then the ones that
     /// turned out unnecessary are given back; the first cluster, in the usual order, where that
     /// works wins. When only quota is short and the job already fits a cluster, victims come
     /// from anywhere. On success the victims are released and queued again; on failure nothing
@@ -270,6 +270,7 @@ impl Scheduler {
         let quota_only = !self.fits_now(job, leaf) && self.find_cluster(job).is_ok();
         let chosen: Option<(Vec<JobId>, usize)> = if quota_only {
             // Quota is the only shortage: release in order until quota allows the job.
+            let order = self.borrowed_only(leaf, order);
             self.trial(job, leaf, &order, None, guard)
                 .ok()
                 .and_then(|v| self.find_cluster_with(job, &v).map(|ci| (v, ci)))
@@ -293,7 +294,7 @@ impl Scheduler {
             clusters.sort();
             let mut best: Option<(Vec<JobId>, usize)> = None;
             for (_, _, ci) in clusters {
-                let order = by_cluster.remove(&ci).unwrap_or_default();
+                let order = self.borrowed_only(leaf, by_cluster.remove(&ci).unwrap_or_default());
                 let c = &self.clusters[ci];
                 if !c.reachable || !self.candidate(shape, ci) {
                     continue;
