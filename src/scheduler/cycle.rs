@@ -143,13 +143,7 @@ impl Scheduler {
         if let Some(leaf) = leaf {
             let own = self.lower_in_leaf(job, leaf);
             let short = self.short_of(job, leaf, quota_short.as_ref());
-            let freed = self.charge_of(&own);
-            let taken = if self.may_reclaim(job, leaf, &short, &freed) {
-                self.reclaim(job, leaf, &short, &own)
-            } else {
-                None
-            };
-            if let Some((victims, ci, placement)) = taken {
+            if let Some((victims, ci, placement)) = self.reclaim(job, leaf, &short, &own) {
                 let label = self.job_label(job);
                 let qname = self.queues.name(queue).to_string();
                 let reclaim =

@@ -52,13 +52,7 @@ impl Scheduler {
 
     /// Whether a job short of `short` may reclaim them: it stays within its leaf's min for every
     /// one of them, with `freed` (its own queue's jobs it may preempt) counted as gone.
-    pub(super) fn may_reclaim(
-        &self,
-        job: JobId,
-        leaf: usize,
-        short: &[Res],
-        freed: &Demand,
-    ) -> bool {
+    fn may_reclaim(&self, job: JobId, leaf: usize, short: &[Res], freed: &Demand) -> bool {
         let Some(q) = self.quota.as_ref() else {
             return false;
         };
@@ -131,7 +125,14 @@ impl Scheduler {
         if short.is_empty() { requested } else { short }
     }
 
-    /// Picks victims from borrowing subtrees so that `job` fits, taking back borrowed capacity
+    /// Whether `job` asks for any of `short`.
+    fn asks_any(&self, job: JobId, short: &[Res]) -> bool {
+        let d = &self.shapes[self.jobs[job].shape].quota_demand;
+        short.iter().any(|&r| d.get(r) > 0)
+    }
+
+    /// If `job` may reclaim what it is short of ([`Self::may_reclaim`]), picks victims from
+    /// borrowing subtrees so that it fits, taking back borrowed capacity
     /// before any of `own` (its queue's jobs of lower priority, which it may preempt): see
     /// [`Self::take_victims`]. Victims of other leaves are taken only while the job's side stays
     /// within its min where their paths meet, so that none can ever reclaim it back.
@@ -142,9 +143,12 @@ impl Scheduler {
         short: &[Res],
         own: &[JobId],
     ) -> Option<(Vec<JobId>, usize, Placement)> {
+        let freed = self.charge_of(own);
+        if !self.may_reclaim(job, leaf, short, &freed) {
+            return None;
+        }
         let q = self.quota.as_ref()?;
         let d = &self.shapes[self.jobs[job].shape].quota_demand;
-        let freed = self.charge_of(own);
         let within =
             |jc: usize, r: Res| q.used_of(jc, r) - freed.get(r) + d.get(r) <= q.min_of(jc, r);
         // Leaves whose jobs may be victims: borrowing at the meeting level on their side, while
@@ -174,10 +178,7 @@ impl Scheduler {
         let mut candidates: Vec<(i32, Reverse<u64>, JobId)> = leaves
             .iter()
             .flat_map(|l| self.admitted_by_leaf[l].iter().copied())
-            .filter(|(_, _, v)| {
-                let vd = &self.shapes[self.jobs[*v].shape].quota_demand;
-                short.iter().any(|&r| vd.get(r) > 0)
-            })
+            .filter(|(_, _, v)| self.asks_any(*v, short))
             .collect();
         candidates.sort_unstable();
         // Its own jobs that the guard needs gone come first (no trial can give them back), then
@@ -186,10 +187,7 @@ impl Scheduler {
         let own: Vec<JobId> = own
             .iter()
             .copied()
-            .filter(|v| {
-                let vd = &self.shapes[self.jobs[*v].shape].quota_demand;
-                short.iter().any(|&r| vd.get(r) > 0)
-            })
+            .filter(|v| self.asks_any(*v, short))
             .collect();
         let mut forced = 0;
         let mut gone = Demand::default();
