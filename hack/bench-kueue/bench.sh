@@ -9,7 +9,9 @@
 #   BENCH_PORT_BASE=17400, BENCH_STATE=~/.cache/muster/bench-kueue/fleet-state
 #                     the fleet's FLEET_PORT_BASE and MUSTER_FLEET_STATE (never the default fleet)
 #   BENCH_RESULTS=~/.cache/muster/bench-kueue/results   one folder per run in there
-#   BENCH_SIDES="kueue muster"   run only one side with BENCH_SIDES=kueue (or muster)
+#   BENCH_SIDES="kueue member muster"   the sides to run: Kueue's benchmark, the member alone
+#                     (the same Jobs created straight on member-a: the floor under muster's
+#                     side) and muster; e.g. BENCH_SIDES=muster
 #   BENCH_KEEP_FLEET=1  leave the benchmark fleet running afterwards
 #   MUSTER_ARGS       extra `muster controller` flags (e.g. "--resync-seconds 1")
 #   MEMBER_KCM_QPS=200, MEMBER_JOB_SYNCS=20
@@ -23,7 +25,16 @@ BENCH_NAME=bench-kueue
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SCALE="${SCALE:-10}"
 NODE_CPU="${NODE_CPU:-40}"
-SIDES="${BENCH_SIDES:-kueue muster}"
+SIDES="${BENCH_SIDES:-kueue member muster}"
+# kwok moves 32 pods through their stages at once (its default, 4, made a 0.2 s pod take 6 s
+# from bound to Succeeded on a busy member): hack/fleet/fleet.py.
+export FLEET_KWOK_POD_PARALLELISM="${FLEET_KWOK_POD_PARALLELISM:-32}"
+
+member_kcm() {
+  if [[ "${MEMBER_KCM_QPS:-200}" != 0 ]]; then
+    python3 "$HERE/member_kcm.py" "$MUSTER_FLEET_STATE" member-a "${MEMBER_KCM_QPS:-200}" "${MEMBER_JOB_SYNCS:-20}"
+  fi
+}
 
 RUN="$RESULTS_ROOT/$(date -u +%Y%m%dT%H%M%SZ)-scale$SCALE"
 mkdir -p "$RUN"
@@ -68,6 +79,14 @@ if [[ " $SIDES " == *" kueue "* ]]; then
   log "kueue: done in $((SECONDS - t))s"
 fi
 
+if [[ " $SIDES " == *" member "* ]]; then
+  log "member alone: fleet up on port base $FLEET_PORT_BASE, state $MUSTER_FLEET_STATE"
+  fresh_fleet "$RUN/fleet.yaml"
+  member_kcm
+  python3 "$HERE/floor.py" --config "$RUN/generator.yaml" \
+    --kubeconfigs "$MUSTER_FLEET_STATE/kubeconfigs" --out "$RUN/member"
+fi
+
 if [[ " $SIDES " == *" muster "* ]]; then
   log "muster: cargo build --release"
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}"
@@ -75,9 +94,7 @@ if [[ " $SIDES " == *" muster "* ]]; then
   MUSTER="$CARGO_TARGET_DIR/release/muster"
   log "muster: fleet up on port base $FLEET_PORT_BASE, state $MUSTER_FLEET_STATE"
   fresh_fleet "$RUN/fleet.yaml"
-  if [[ "${MEMBER_KCM_QPS:-200}" != 0 ]]; then
-    python3 "$HERE/member_kcm.py" "$MUSTER_FLEET_STATE" member-a "${MEMBER_KCM_QPS:-200}" "${MEMBER_JOB_SYNCS:-20}"
-  fi
+  member_kcm
   # shellcheck disable=SC2086
   python3 "$HERE/muster_run.py" --config "$RUN/generator.yaml" \
     --kubeconfigs "$MUSTER_FLEET_STATE/kubeconfigs" --muster "$MUSTER" --out "$RUN/muster" \
@@ -85,11 +102,14 @@ if [[ " $SIDES " == *" muster "* ]]; then
 fi
 
 if [[ " $SIDES " == *" kueue "* && " $SIDES " == *" muster "* ]]; then
+  MEMBER_DIR=""
+  [[ ! -f "$RUN/member/summary.json" ]] || MEMBER_DIR="$RUN/member"
   python3 "$HERE/report.py" --kueue "$RUN/kueue" --muster "$RUN/muster" --out "$RUN/summary.json" \
+    ${MEMBER_DIR:+--member "$MEMBER_DIR"} \
     --meta "scale=$SCALE" --meta "kueue=$(cut -d' ' -f1 "$KUEUE/version")" \
     --meta "muster=$(git -C "$REPO" rev-parse --short HEAD)" \
     --meta "load_start=${LOAD_START// /,}" --meta "load_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" \
     --meta "cores=$(nproc)" --meta "member_kcm_qps=${MEMBER_KCM_QPS:-200}" \
-    --meta "member_job_syncs=${MEMBER_JOB_SYNCS:-20}" --meta "node_cpu=$NODE_CPU"
+    --meta "member_job_syncs=${MEMBER_JOB_SYNCS:-20}" --meta "node_cpu=$NODE_CPU" --meta "kwok_pod_parallelism=$FLEET_KWOK_POD_PARALLELISM"
 fi
 log "results in $RUN"

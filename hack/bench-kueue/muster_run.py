@@ -39,6 +39,7 @@ TREE = "bench-kueue"
 NS = "muster-system"
 MEMBER = "member-a"
 QJ = "/apis/muster.dev/v1alpha1/queuedjobs"
+GATE = "muster.dev/placement"  # muster's scheduling gate (src/placement.rs `GATE`)
 TREE_PATH = f"/apis/scheduling.sigs.k8s.io/v1beta1/namespaces/kube-system/elasticquotatrees/{TREE}"
 
 
@@ -154,7 +155,7 @@ class Jobs:
                 "namespace": it["namespace"], "name": it["name"], "class": it["class"],
                 "cpu_m": it["cpu_m"], "created": None, "admitted": None, "dispatched": None,
                 "finished": None, "state": None, "requeues": 0, "holds": [], "first_seen": None,
-                "member_complete": None}
+                "member_complete": None, "copies": {}, "last_copy": None, "pods": {}}
 
     def created(self, key, t):
         with self.lock:
@@ -198,9 +199,17 @@ class Jobs:
 
 
     def on_member_job(self, typ, obj, now):
-        """The member's copy: when its Job controller says Complete (seen here)."""
+        """The member's copy: when it first shows up and when its Job controller says Complete
+        (seen here)."""
         if typ == "DELETED":
             return
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        uid = obj["metadata"]["uid"]
+        with self.lock:
+            j = self.jobs.get(key)
+            if j is not None and uid not in j["copies"]:
+                j["copies"][uid] = now
+                j["last_copy"] = uid
         conds = (obj.get("status") or {}).get("conditions") or []
         if not any(c["type"] == "Complete" and c["status"] == "True" for c in conds):
             return
@@ -209,6 +218,62 @@ class Jobs:
             j = self.jobs.get(key)
             if j is not None and j["member_complete"] is None:
                 j["member_complete"] = now
+
+
+    def on_member_pod(self, typ, obj, now):
+        """The member's pods, by the copy that owns them: when each is first seen, released from
+        muster's gate, bound, running and succeeded (seen here)."""
+        if typ == "DELETED":
+            return
+        md = obj["metadata"]
+        job = (md.get("labels") or {}).get("job-name")
+        owner = next((o["uid"] for o in md.get("ownerReferences") or [] if o.get("controller")), None)
+        if job is None or owner is None:
+            return
+        spec, st = obj.get("spec") or {}, obj.get("status") or {}
+        with self.lock:
+            j = self.jobs.get((md["namespace"], job))
+            if j is None:
+                return
+            p = j["pods"].setdefault(md["uid"], {"copy": owner, "seen": now})
+            if "released" not in p and not any(
+                    g.get("name") == GATE for g in spec.get("schedulingGates") or []):
+                p["released"] = now
+            if "bound" not in p and spec.get("nodeName"):
+                p["bound"] = now
+            if "running" not in p and st.get("phase") in ("Running", "Succeeded"):
+                p["running"] = now
+            if "succeeded" not in p and st.get("phase") == "Succeeded":
+                p["succeeded"] = now
+
+
+# The steps of a job on the member, in order, for `member_phases`.
+STEPS = ["dispatched", "copy seen", "pod seen", "released", "bound", "running", "succeeded",
+         "copy Complete", "hub Finished"]
+
+
+def member_phases(recs):
+    """Per class, the mean time of each step of a job taken back never (one copy, one pod): hub
+    dispatchedAt → the copy seen on the member → its pod seen → released from muster's gate →
+    bound → running → succeeded → the copy Complete → hub Finished, each seen by this harness."""
+    out = {}
+    for j in recs:
+        if j["requeues"] or len(j["copies"]) != 1 or len(j["pods"]) != 1:
+            continue
+        p = next(iter(j["pods"].values()))
+        t = [j["dispatched"], j["copies"][j["last_copy"]], p.get("seen"), p.get("released"),
+             p.get("bound"), p.get("running"), p.get("succeeded"), j["member_complete"], j["finished"]]
+        if any(x is None for x in t):
+            continue
+        c = out.setdefault(j["class"], {"jobs": 0, **{f"{a} → {b}": 0.0 for a, b in zip(STEPS, STEPS[1:])}})
+        c["jobs"] += 1
+        for (a, b), x, y in zip(zip(STEPS, STEPS[1:]), t, t[1:]):
+            c[f"{a} → {b}"] += (y - x) * 1000
+    for c in out.values():
+        for k in c:
+            if k != "jobs":
+                c[k] = round(c[k] / c["jobs"])
+    return out
 
 
 def watch(kube, path, on_event, stop):
@@ -444,6 +509,8 @@ def main():
         threads = [threading.Thread(target=watch, args=(hub, QJ, jobs.on_qj, stop), daemon=True),
                    threading.Thread(target=watch, args=(member, "/apis/batch/v1/jobs",
                                                          jobs.on_member_job, stop), daemon=True),
+                   threading.Thread(target=watch, args=(member, "/api/v1/pods",
+                                                         jobs.on_member_pod, stop), daemon=True),
                    threading.Thread(target=sample_tree, args=(hub, leaves, samples, stop), daemon=True)]
         for t in threads:
             t.start()
@@ -503,6 +570,7 @@ def main():
     t_last = max(finished) if finished else None
     summary = summarize(recs, samples, queues, t_first, t_last, rusage, wall_proc, gen_s)
     summary["createErrors"] = len(errors)
+    summary["memberStepsMs"] = member_phases(recs.values())
     # What the run asked of each API server (the harness's own creates and reads included).
     summary["apiRequests"] = requests
     summary["controllerArgs"] = args[1:]

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Reads Kueue's runner outputs and muster_run.py's summary and prints one table, muster vs
-Kueue, with the ratio; writes the figures of both as JSON.
+"""Reads Kueue's runner outputs, muster_run.py's summary and (if given) floor.py's, and prints
+one table, muster vs Kueue with the ratio, and the member alone (the floor under muster's side)
+with muster's ratio to it; writes the figures as JSON.
 
-  report.py --kueue DIR --muster DIR --out FILE.json [--meta KEY=VALUE ...]
+  report.py --kueue DIR --muster DIR [--member DIR] --out FILE.json [--meta KEY=VALUE ...]
 
 Kueue's figures are taken as its own tooling computes them: wall time from
 minimalkueue.stats.yaml (the process's lifetime, Kueue's `maxWallMs` check), mean time to
@@ -101,6 +102,22 @@ def muster_figures(d):
     }
 
 
+def member_figures(d):
+    """floor.py's summary in the shape of the others: the member alone has no admission, so only
+    the wall time, jobs finished per second and time to finish (create → Complete)."""
+    with open(os.path.join(d, "summary.json")) as f:
+        s = json.load(f)
+    times = {}
+    with open(os.path.join(d, "jobs.csv")) as f:
+        for row in csv.DictReader(f):
+            if row["ms to member complete"]:
+                times.setdefault(row["class"], []).append(int(row["ms to member complete"]))
+    return {"workloads": s["jobs"], "spanSeconds": s["wallSeconds"], "wallSeconds": None,
+            "finishedPerSecond": s["jobsPerSecond"],
+            "workloadClasses": {c: {"meanTimeToFinishMs": sum(v) / len(v)} for c, v in times.items()},
+            "stepsMs": s["stepsMs"]}
+
+
 def fmt(v, unit=""):
     if v is None:
         return "-"
@@ -111,67 +128,87 @@ def fmt(v, unit=""):
     return f"{v}{unit}"
 
 
-def rows(k, m):
+def rows(k, m, f):
+    """(figure, Kueue, muster, the member alone) for each line of the table."""
+    f = f or {"workloadClasses": {}}
+    fin = lambda x: x["workloads"] / x["spanSeconds"] if x.get("spanSeconds") else None  # noqa: E731
     out = [
-        ("workloads / jobs", k["workloads"], m["workloads"], ""),
-        ("wall: first creation → last finish (s)", k["spanSeconds"], m["spanSeconds"], ""),
-        ("wall: process lifetime (s)", k["wallSeconds"], m["wallSeconds"], ""),
-        ("admissions / s", k["admissionsPerSecond"], m["admissionsPerSecond"], ""),
+        ("workloads / jobs", k["workloads"], m["workloads"], f.get("workloads")),
+        ("wall: first creation → last finish (s)", k["spanSeconds"], m["spanSeconds"],
+         f.get("spanSeconds")),
+        ("wall: process lifetime (s)", k["wallSeconds"], m["wallSeconds"], None),
+        ("admissions / s", k["admissionsPerSecond"], m["admissionsPerSecond"], None),
+        ("finished / s", fin(k), fin(m), f.get("finishedPerSecond")),
     ]
     for c in sorted(set(k["workloadClasses"]) | set(m["workloadClasses"])):
         kc, mc = k["workloadClasses"].get(c, {}), m["workloadClasses"].get(c, {})
+        fc = f["workloadClasses"].get(c, {})
         sec = lambda v: v / 1000 if v is not None else None  # noqa: E731
         out.append((f"{c}: mean time to admission (s)", sec(kc.get("meanTimeToAdmissionMs")),
-                    sec(mc.get("meanTimeToAdmissionMs")), ""))
+                    sec(mc.get("meanTimeToAdmissionMs")), None))
         out.append((f"{c}: p99 time to admission (s)", sec(kc.get("p99TimeToAdmissionMs")),
-                    sec(mc.get("p99TimeToAdmissionMs")), ""))
+                    sec(mc.get("p99TimeToAdmissionMs")), None))
         out.append((f"{c}: mean time to finish (s)", sec(kc.get("meanTimeToFinishMs")),
-                    sec(mc.get("meanTimeToFinishMs")), ""))
+                    sec(mc.get("meanTimeToFinishMs")), sec(fc.get("meanTimeToFinishMs"))))
         out.append((f"{c}: mean time to dispatch (s; muster only)", None,
-                    sec(mc.get("meanTimeToDispatchMs")), ""))
+                    sec(mc.get("meanTimeToDispatchMs")), None))
         out.append((f"{c}: member Complete → hub Finished (s; muster only)", None,
-                    sec(mc.get("meanMemberCompleteToFinishedMs")), ""))
+                    sec(mc.get("meanMemberCompleteToFinishedMs")), None))
     out += [
-        ("usage, all queues (% of nominal/min)", k["classUsagePercent"], m["classUsagePercent"], ""),
+        ("usage, all queues (% of nominal/min)", k["classUsagePercent"], m["classUsagePercent"], None),
         ("lowest queue's usage (% of nominal/min)", k["minClusterQueueUsagePercent"],
-         m["minClusterQueueUsagePercent"], ""),
-        ("evictions / preemptions", k["evictions"], m["evictions"], ""),
-        ("controller cpu (s)", k["process"]["cpuSeconds"], m["process"]["cpuSeconds"], ""),
-        ("controller peak RSS (MiB)", k["process"]["maxRssMiB"], m["process"]["maxRssMiB"], ""),
+         m["minClusterQueueUsagePercent"], None),
+        ("evictions / preemptions", k["evictions"], m["evictions"], None),
+        ("controller cpu (s)", k["process"]["cpuSeconds"], m["process"]["cpuSeconds"], None),
+        ("controller peak RSS (MiB)", k["process"]["maxRssMiB"], m["process"]["maxRssMiB"], None),
     ]
     req = (m.get("apiRequests") or {}).get("hub") or {}
     if req and m["workloads"]:
         out.append(("hub API requests per job (muster only)", None,
-                    sum(req.values()) / m["workloads"], ""))
+                    sum(req.values()) / m["workloads"], None))
         out.append(("  of which QueuedJob status writes", None,
-                    req.get("queuedjobs/status APPLY", 0) / m["workloads"], ""))
+                    (req.get("queuedjobs/status APPLY", 0) + req.get("queuedjobs/status PATCH", 0))
+                    / m["workloads"], None))
     return out
+
+
+def ratio(a, b):
+    ok = isinstance(a, (int, float)) and isinstance(b, (int, float)) and b
+    return f"{a / b:.2f}" if ok else "-"
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kueue", required=True)
     ap.add_argument("--muster", required=True)
+    ap.add_argument("--member", help="floor.py's folder: the member alone")
     ap.add_argument("--out", required=True)
     ap.add_argument("--meta", action="append", default=[])
     a = ap.parse_args()
     k = kueue_figures(a.kueue)
     m = muster_figures(a.muster)
+    f = member_figures(a.member) if a.member else None
     meta = dict(x.split("=", 1) for x in a.meta)
-    table = rows(k, m)
+    table = rows(k, m, f)
     w = max(len(r[0]) for r in table)
-    lines = [f"{'figure':<{w}}  {'Kueue':>10}  {'muster':>10}  {'muster/Kueue':>12}"]
-    for name, kv, mv, _ in table:
-        ratio = (mv / kv) if (isinstance(kv, (int, float)) and isinstance(mv, (int, float)) and kv) else None
-        lines.append(f"{name:<{w}}  {fmt(kv):>10}  {fmt(mv):>10}  {fmt(ratio) if ratio is None else f'{ratio:.2f}':>12}")
+    head = f"{'figure':<{w}}  {'Kueue':>10}  {'muster':>10}  {'muster/Kueue':>12}"
+    if f:
+        head += f"  {'member alone':>12}  {'muster/member':>13}"
+    lines = [head]
+    for name, kv, mv, fv in table:
+        line = f"{name:<{w}}  {fmt(kv):>10}  {fmt(mv):>10}  {ratio(mv, kv):>12}"
+        if f:
+            line += f"  {fmt(fv):>12}  {ratio(mv, fv):>13}"
+        lines.append(line)
     text = "\n".join(lines)
     print(" ".join(f"{k_}={v}" for k_, v in meta.items()))
     print(text)
-    with open(a.out, "w") as f:
-        json.dump({"meta": meta, "kueue": k, "muster": m,
-                   "table": [{"figure": r[0], "kueue": r[1], "muster": r[2]} for r in table]}, f, indent=1)
-    with open(os.path.splitext(a.out)[0] + ".txt", "w") as f:
-        f.write(" ".join(f"{k_}={v}" for k_, v in meta.items()) + "\n" + text + "\n")
+    with open(a.out, "w") as fh:
+        json.dump({"meta": meta, "kueue": k, "muster": m, "member": f,
+                   "table": [{"figure": r[0], "kueue": r[1], "muster": r[2], "member": r[3]}
+                             for r in table]}, fh, indent=1)
+    with open(os.path.splitext(a.out)[0] + ".txt", "w") as fh:
+        fh.write(" ".join(f"{k_}={v}" for k_, v in meta.items()) + "\n" + text + "\n")
     print(f"written: {a.out}", file=sys.stderr)
 
 

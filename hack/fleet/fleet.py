@@ -504,6 +504,23 @@ def start_kwok(c):
     configs = sorted(os.path.join(STAGES, f) for f in os.listdir(STAGES)
                      if f.endswith(".yaml") and not f.endswith("pod-complete.yaml"))
     configs += sorted(os.path.join(ours, f) for f in os.listdir(ours) if f.endswith(".yaml"))
+    par = os.environ.get("FLEET_KWOK_POD_PARALLELISM")
+    if par:
+        # How many pods kwok moves through their stages at once (kwok's default 4).
+        path = p(c, "kwok-config.yaml")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            yaml.safe_dump({"apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                            "kind": "KwokConfiguration",
+                            # kwok applies no defaults to a configuration file: every
+                            # option whose zero value it refuses is given its default.
+                            "options": {"podPlayStageParallelism": int(par),
+                                        "nodePlayStageParallelism": 4, "nodeLeaseParallelism": 4,
+                                        "podsOnNodeSyncParallelism": 1, "cidr": "10.0.0.0/24",
+                                        "enableDebuggingHandlers": True,
+                                        "enableProfilingHandler": True,
+                                        "enablePodsOnNodeSyncListPager": True}}, f)
+        configs.append(path)
     start(f"{c}/kwok", "kwok", [
         f"--kubeconfig={kubeconfig_path(c)}",
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
