@@ -255,6 +255,9 @@ pub struct Record {
     pub missing_since: Option<Ms>,
     /// Finished or failed, but pods still run: its quota stays charged until they end.
     pub lingering: bool,
+    /// Every pod it needs has succeeded and none is left: its quota and capacity are free
+    /// while the member's own word on the outcome is awaited (its phase stays).
+    pub pods_done: bool,
     /// Taken back: queued again at this time.
     pub backoff_until: Option<Ms>,
     pub requeues: u32,
@@ -268,9 +271,15 @@ pub struct Record {
 }
 
 impl Record {
-    /// Charged to quota and holding capacity (what a restarted driver restores as admitted).
+    /// Placed on its member, or ended with pods left there: its copy there is the job's own.
     pub fn holds(&self) -> bool {
         self.phase.placed() || self.lingering
+    }
+
+    /// Charged to quota and holding capacity (what a restarted driver restores as admitted):
+    /// held, unless every pod it needs has already succeeded.
+    pub fn charged(&self) -> bool {
+        self.holds() && !(self.pods_done && self.phase.placed())
     }
 
     /// This record, held by the hub, allows creating the copy on `cluster`.
@@ -346,6 +355,10 @@ pub struct Copy {
     pub live_pods: u32,
     /// Pods the job needs.
     pub expected: u32,
+    /// Every pod the job needs has succeeded and none is live, so no pod of it will run again
+    /// (a batch Job whose completions have succeeded), though the member's controller has not
+    /// said the job is over yet.
+    pub pods_done: bool,
     /// Why pods wait, in the member scheduler's words.
     pub waiting: Option<String>,
 }

@@ -602,6 +602,7 @@ fn run_faults(
     }
     let n = n.unwrap_or(0);
     let (mut runs, mut faults, mut crashes, mut requeues, mut bad) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut freed_early = 0u64;
     let started = Instant::now();
     for seed in from..from.saturating_add(n) {
         for partition in policy.policies() {
@@ -615,6 +616,7 @@ fn run_faults(
             faults += u64::from(o.faults);
             crashes += u64::from(o.crashes);
             requeues += u64::from(o.requeues);
+            freed_early += u64::from(o.freed_early);
             if o.violation.is_some() {
                 bad += 1;
                 println!("{}", o.summary());
@@ -623,7 +625,8 @@ fn run_faults(
     }
     println!(
         "{runs} runs ({n} seeds from {from}, partition policy {}): {bad} broke an invariant; \
-         {faults} faults, {crashes} controller crashes, {requeues} requeues; {:.1} s",
+         {faults} faults, {crashes} controller crashes, {requeues} requeues, {freed_early} jobs \
+         freed when their pods were done; {:.1} s",
         match policy {
             PolicyArg::Replace => "replace",
             PolicyArg::Wait => "wait",

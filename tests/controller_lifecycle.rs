@@ -8,6 +8,7 @@
 //! 4. A batch Job with completions > parallelism runs its last wave to the end.
 //! 5. Workers that finish before their master are progress, not loss.
 //! 6. A job kind whose CRD is installed after the start is handled.
+//! 7. A batch Job whose pods all succeeded frees its quota before its member says it is complete.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -456,5 +457,99 @@ async fn a_job_kind_installed_after_the_start_is_handled() {
         let _ = crds.create(&Default::default(), &crd).await;
         hub::wait_established(&hub, name).await;
     }
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+/// 7. A batch Job whose pods all succeeded frees its quota before its member says so: a leaf of
+///    10m cpu holds one 10m job at a time. `first` runs on some member; that member's
+///    kube-controller-manager is paused, so its pod succeeds (kwok) but its Job is never marked
+///    Complete; `second` waits for the quota. muster frees `first`'s quota on its pod's success:
+///    `second` is admitted while `first` is still Running (its member's Job not Complete),
+///    with its reason saying why. Resumed, the member completes `first`; the hub job gets its
+///    status and both finish. Watched throughout: neither taken back, no running pod deleted,
+///    never in two members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_job_whose_pods_succeeded_frees_its_quota_before_its_member_says_so() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("done");
+    let tiny = json!({"name": "done", "namespaces": [ns], "max": {"cpu": "10m", "memory": "16Mi"}});
+    let hub = setup(&[&ns], root(vec![tiny])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
+    let controller = Controller::start("done", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        let (seen, task) = watch_states(&hub, &ns);
+        fleet::create_json(&hub, "jobs", batch_job(&ns, "first", 1, 1, 8))
+            .await
+            .expect("create first");
+        let q = hub::wait_queued_state(&hub, &ns, "Job", "first", QueuedJobState::Running, T).await;
+        let cluster = q.status.and_then(|s| s.cluster).expect("a member");
+        let paused = Paused::new(&format!("{cluster}/kube-controller-manager"));
+        fleet::create_json(&hub, "jobs", batch_job(&ns, "second", 1, 1, 2))
+            .await
+            .expect("create second");
+        // `second` can only be admitted into what `first` held.
+        let second = wait_for("second admitted", T, || async {
+            let q = hub::queued_job(&hub, &ns, "Job", "second").await;
+            match q.and_then(|q| q.status) {
+                Some(s) if s.admitted_at.is_some() => Ok(s),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        assert!(second.cluster.is_some(), "{second:?}");
+        let first = hub::queued_job(&hub, &ns, "Job", "first")
+            .await
+            .and_then(|q| q.status)
+            .expect("first's status");
+        assert_eq!(first.state, QueuedJobState::Running, "{first:?}");
+        assert!(
+            first.lifecycle.as_ref().is_some_and(|l| l.pods_done),
+            "{first:?}"
+        );
+        let reason = first.reason.clone().unwrap_or_default();
+        assert!(
+            reason.starts_with(&format!("every pod succeeded on {cluster}")),
+            "{reason}"
+        );
+        // Its member has not said so: its Job controller is paused.
+        let member = fleet::client_for(&cluster).await;
+        let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(member, &ns);
+        let copy = jobs.get("first").await.expect("first's copy");
+        let complete = |j: &k8s_openapi::api::batch::v1::Job| {
+            j.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Complete" && c.status == "True")
+                })
+        };
+        assert!(!complete(&copy), "{:?}", copy.status);
+        drop(paused);
+        for name in ["first", "second"] {
+            hub::wait_queued_state(&hub, &ns, "Job", name, QueuedJobState::Finished, T).await;
+        }
+        task.abort();
+        // The hub job gets its member's final status.
+        let hub_jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(hub.clone(), &ns);
+        wait_for("first's hub job Complete", T, || async {
+            let j = hub_jobs.get("first").await.map_err(|e| e.to_string())?;
+            if complete(&j) {
+                Ok(())
+            } else {
+                Err(format!("{:?}", j.status))
+            }
+        })
+        .await;
+        for name in ["first", "second"] {
+            let states = never_taken_back(&seen, name);
+            assert!(
+                states.contains(&QueuedJobState::Finished),
+                "{name}: {states:?}"
+            );
+        }
+        dog.assert_clean("pods done").await;
+    }))
+    .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
 }

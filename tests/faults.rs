@@ -16,6 +16,7 @@ fn report(o: &Outcome) -> String {
 }
 
 fn seeds(from: u64, n: u64, partition: Partition) {
+    let mut freed_early = 0;
     for seed in from..from + n {
         let o = run(&Options {
             seed,
@@ -25,7 +26,14 @@ fn seeds(from: u64, n: u64, partition: Partition) {
         assert!(o.violation.is_none(), "{}", report(&o));
         // A run that never ends a job or never injects a fault proves nothing.
         assert!(o.faults > 0 && o.finished > 0, "{}", o.summary());
+        freed_early += o.freed_early;
     }
+    // Batch Jobs whose quota was freed on their pods' success, before the member said so, are
+    // among what the faults meet.
+    assert!(
+        freed_early >= n as u32,
+        "{freed_early} jobs freed early in {n} seeds"
+    );
 }
 
 // 2,000 seeds in all (1,000 per partition policy), split so that the test harness runs them on

@@ -286,6 +286,10 @@ pub struct LifecycleStatus {
     /// Ended, but pods still run: its quota stays charged until they end.
     #[serde(default)]
     pub lingering: bool,
+    /// Every pod it needs has succeeded: its quota is free while the member's word on the
+    /// outcome is awaited.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pods_done: bool,
     /// Taken back: queued again at this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_until: Option<String>,

@@ -146,6 +146,7 @@ impl View {
                     }
                     let expected = j.spec.0.as_ref().map_or(0, |w| w.pod_count() as u32);
                     let progress = status::observe(j.kind, &copy.data, &pods, expected);
+                    let pods_done = status::pods_done(j.kind, &copy.data, &pods);
                     let live_pods = pods
                         .iter()
                         .filter(|p| {
@@ -157,6 +158,7 @@ impl View {
                         progress,
                         live_pods,
                         expected,
+                        pods_done,
                         waiting: j.waiting.clone(),
                     })
                 });

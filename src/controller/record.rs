@@ -74,6 +74,7 @@ pub(super) fn to_status(r: &Record, may_run_twice_on: Vec<String>) -> QueuedJobS
             degraded_since: r.degraded_since.map(time),
             missing_since: r.missing_since.map(time),
             lingering: r.lingering,
+            pods_done: r.pods_done,
             backoff_until: r.backoff_until.map(time),
             avoid: r.avoid.iter().cloned().collect(),
             orphans: r
@@ -110,6 +111,7 @@ pub(super) fn from_status(st: &QueuedJobStatus, spec: &str) -> Record {
         degraded_since: t(&l.degraded_since),
         missing_since: t(&l.missing_since),
         lingering: l.lingering,
+        pods_done: l.pods_done,
         backoff_until: t(&l.backoff_until),
         requeues: st.requeues,
         avoid: l.avoid.iter().cloned().collect(),
@@ -406,6 +408,7 @@ mod tests {
             ran: true,
             degraded_since: Some(1_700_000_002_000),
             lingering: false,
+            pods_done: true,
             backoff_until: None,
             requeues: 2,
             reason: "running on member-a: 2/2 pods".into(),

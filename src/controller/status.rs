@@ -123,6 +123,58 @@ pub fn observe(kind: JobKind, copy: &Value, pods: &[&Arc<Pod>], expected: u32) -
     Observed::judge(scheduled, running, succeeded, waiting, expected)
 }
 
+/// Whether every pod the job needs has succeeded and none is left, so that no pod of it will
+/// run again though the member's controller has not said it is over (it counts its pods on its
+/// own time: seconds on a busy member). Only for a batch Job, whose rule is its own: its
+/// `completions` succeeded (distinct indexes of an Indexed Job; one pod of a work queue without
+/// `completions`), no pod pending or running, and no failure condition on it. A Job with a
+/// `successPolicy` or any other kind waits for the member's word.
+pub fn pods_done(kind: JobKind, copy: &Value, pods: &[&Arc<Pod>]) -> bool {
+    if kind != JobKind::Job {
+        return false;
+    }
+    let spec = copy.get("spec");
+    let field = |k: &str| spec.and_then(|s| s.get(k));
+    if field("successPolicy").is_some_and(|p| !p.is_null()) {
+        return false;
+    }
+    if copy
+        .get("status")
+        .is_some_and(|st| condition_true(st, &["Failed", "FailureTarget"]).is_some())
+    {
+        return false;
+    }
+    let t = tally(pods);
+    if t.running > 0 || t.waiting > 0 {
+        return false;
+    }
+    let succeeded: Vec<&&Arc<Pod>> = pods
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+        .collect();
+    let Some(completions) = field("completions").and_then(Value::as_u64) else {
+        // A work queue: done once one pod succeeded and the others ended.
+        return !succeeded.is_empty() && field("completions").is_none_or(Value::is_null);
+    };
+    let indexed = field("completionMode").and_then(Value::as_str) == Some("Indexed");
+    let done = if indexed {
+        succeeded
+            .iter()
+            .filter_map(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()?
+                    .get("batch.kubernetes.io/job-completion-index")
+                    .cloned()
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    } else {
+        succeeded.len()
+    };
+    completions > 0 && done as u64 >= completions
+}
+
 /// A JSON merge patch that turns `old` into exactly `new` (keys only in `old` become `null`, at
 /// every depth): plain merge patches keep stale fields, which the API server may reject as
 /// inconsistent (a finished batch Job with `active > 0`).
@@ -158,6 +210,61 @@ mod tests {
             }))
             .expect("pod"),
         )
+    }
+
+    fn indexed(i: u32, phase: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": format!("p-{i}"),
+                    "annotations": {"batch.kubernetes.io/job-completion-index": i.to_string()}},
+                "spec": {"nodeName": "n", "containers": []},
+                "status": {"phase": phase}
+            }))
+            .expect("pod"),
+        )
+    }
+
+    #[test]
+    fn a_batch_job_is_done_once_its_completions_succeeded() {
+        let ok = pod(Some("n"), "Succeeded");
+        let failed = pod(Some("n"), "Failed");
+        let run = pod(Some("n"), "Running");
+        let job = |spec: Value| json!({"spec": spec, "status": {}});
+        let two = job(json!({"parallelism": 2, "completions": 2}));
+        assert!(pods_done(JobKind::Job, &two, &[&ok, &ok]));
+        // A failed pod replaced by one that succeeded: done; one still to succeed: not.
+        assert!(pods_done(JobKind::Job, &two, &[&ok, &failed, &ok]));
+        assert!(!pods_done(JobKind::Job, &two, &[&ok, &failed]));
+        assert!(!pods_done(JobKind::Job, &two, &[&ok]));
+        // Waves: completions 4 at parallelism 2 after the first wave.
+        let waves = job(json!({"parallelism": 2, "completions": 4}));
+        assert!(!pods_done(JobKind::Job, &waves, &[&ok, &ok]));
+        // Any live pod: not done.
+        let one = job(json!({"completions": 1}));
+        assert!(!pods_done(JobKind::Job, &one, &[&ok, &run]));
+        assert!(pods_done(JobKind::Job, &one, &[&ok]));
+        // Indexed: distinct indexes count, not pods.
+        let idx = job(json!({"completions": 2, "parallelism": 2, "completionMode": "Indexed"}));
+        let (a, a2, b) = (
+            indexed(0, "Succeeded"),
+            indexed(0, "Succeeded"),
+            indexed(1, "Succeeded"),
+        );
+        assert!(!pods_done(JobKind::Job, &idx, &[&a, &a2]));
+        assert!(pods_done(JobKind::Job, &idx, &[&a, &b]));
+        // A work queue (no completions): one success and nothing left.
+        let queue = job(json!({"parallelism": 3}));
+        assert!(pods_done(JobKind::Job, &queue, &[&ok, &failed]));
+        assert!(!pods_done(JobKind::Job, &queue, &[&failed]));
+        // Rules of its own, a failure on the way, another kind: the member's word is awaited.
+        let policy = job(json!({"completions": 2, "completionMode": "Indexed",
+            "successPolicy": {"rules": [{"succeededCount": 1}]}}));
+        assert!(!pods_done(JobKind::Job, &policy, &[&a, &b]));
+        let failing = json!({"spec": {"completions": 1}, "status": {"conditions": [
+            {"type": "FailureTarget", "status": "True"}]}});
+        assert!(!pods_done(JobKind::Job, &failing, &[&ok]));
+        assert!(!pods_done(JobKind::PyTorchJob, &one, &[&ok]));
+        assert!(!pods_done(JobKind::JobSet, &one, &[&ok]));
     }
 
     #[test]

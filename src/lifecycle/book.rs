@@ -111,7 +111,7 @@ impl Book {
         };
         let mut out = Vec::new();
         match (&durable, &spec.0) {
-            (Some(r), Ok(w)) if r.holds() => {
+            (Some(r), Ok(w)) if r.charged() => {
                 let c = r.cluster.clone().unwrap_or_default();
                 match sched.restore(w, submitted, &c, &r.placement) {
                     Submitted::Queued(id) | Submitted::Inadmissible(id, _) => e.id = Some(id),
@@ -121,7 +121,8 @@ impl Book {
                     }
                 }
             }
-            // Not charged: ended, backing off, or placed but unreadable now (it runs; reported).
+            // Not charged: ended, backing off, placed with every pod done, or placed but
+            // unreadable now (it runs; reported).
             (Some(r), _) if r.phase.terminal() || r.backoff_until.is_some() || r.holds() => {}
             _ => {
                 if !self.submit(sched, &mut e, spec) && durable.is_none() {
@@ -446,12 +447,12 @@ impl Book {
     /// Whether writing `record` for `uid` frees capacity the hub still records as held: if such
     /// a write fails, the writes after it must wait (see [`Book::to_write`]).
     pub fn frees(&self, uid: &str, record: &Record) -> bool {
-        !record.holds()
+        !record.charged()
             && self
                 .jobs
                 .get(uid)
                 .and_then(|e| e.written.as_ref())
-                .is_some_and(Record::holds)
+                .is_some_and(Record::charged)
     }
 
     /// The records to write, in a safe order: first those that free capacity (a job leaving its
@@ -464,9 +465,9 @@ impl Book {
             .iter()
             .filter(|(_, e)| e.written.as_ref() != Some(&e.record))
             .map(|(u, e)| {
-                let rank = if e.record.holds() {
+                let rank = if e.record.charged() {
                     2
-                } else if e.written.as_ref().is_some_and(Record::holds) {
+                } else if e.written.as_ref().is_some_and(Record::charged) {
                     0
                 } else {
                     1

@@ -403,7 +403,8 @@ fn lost(mut n: Record, since: Ms, seen: &Seen, s: &Settings, out: &mut Vec<Inten
 fn placed(mut n: Record, seen: &Seen, s: &Settings, out: &mut Vec<Intent>) -> Record {
     let c = cluster_of(&n);
     let now = seen.now;
-    if seen.spec != n.spec {
+    // A job whose pods are all done runs nothing: an edit now changes nothing that runs.
+    if seen.spec != n.spec && !n.pods_done {
         return respec(&n, seen, out);
     }
     match &seen.here {
@@ -447,6 +448,21 @@ fn progress(
     let expected = copy.expected;
     let was = n.phase;
     match &copy.progress {
+        Progress::Running { .. } | Progress::Starting { .. } if copy.pods_done || n.pods_done => {
+            // Its pods are all done: what it held goes back at once, not when the member's
+            // controller gets round to saying so (seconds on a busy member).
+            n.phase = Phase::Running;
+            n.ran = true;
+            n.degraded_since = None;
+            n.reason = format!(
+                "every pod succeeded on {c}; waiting for {c} to say the job is complete (its quota is free)"
+            );
+            if !n.pods_done {
+                n.pods_done = true;
+                out.push(Intent::Release);
+            }
+            n
+        }
         Progress::Running { running, .. } => {
             n.phase = Phase::Running;
             n.ran = true;

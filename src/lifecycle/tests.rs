@@ -60,6 +60,7 @@ impl Obs {
             progress,
             live_pods: live,
             expected: 3,
+            pods_done: false,
             waiting: None,
         })))
     }
@@ -249,6 +250,7 @@ fn a_silent_member_loses_its_job_after_the_grace_and_the_old_copy_is_deleted_whe
         progress: RUNNING,
         live_pods: 3,
         expected: 3,
+        pods_done: false,
         waiting: None,
     }));
     let obs = Obs::of(&b, 80_000)
@@ -367,4 +369,52 @@ fn the_spec_digest_ignores_layout_and_suspend() {
         |v: serde_json::Value| spec_of(crate::workload::interpret(&v).map_err(|e| e.to_string())).1;
     assert_eq!(d(job(true, "1")), d(job(false, "1000m")));
     assert_ne!(d(job(true, "1")), d(job(true, "2")));
+}
+
+#[test]
+fn a_job_whose_pods_all_succeeded_frees_its_quota_before_the_member_says_so() {
+    // A batch Job's completions succeeded; its member's Job controller has not counted them.
+    let r = rec(Phase::Running);
+    let done = |n: &Record, now: Ms, pods_done: bool| {
+        Obs::of(n, now).here(Member::Answering(Some(Copy {
+            uid: "copy-1".into(),
+            progress: Progress::judge(0, 0, 3, 0, 3),
+            live_pods: 0,
+            expected: 3,
+            pods_done,
+            waiting: None,
+        })))
+    };
+    let (n, out) = done(&r, 5_000, true).step(&r);
+    assert_eq!(n.phase, Phase::Running);
+    assert!(n.pods_done && n.holds() && !n.charged());
+    assert_eq!(out.iter().filter(|i| **i == Intent::Release).count(), 1);
+    assert!(n.reason.starts_with("every pod succeeded on member-a"));
+    // Its copy stays its own: never deleted for it, and freed only once.
+    assert!(!n.removes_from("member-a"));
+    let (n2, out) = done(&n, 6_000, true).step(&n);
+    assert!(!out.contains(&Intent::Release) && n2 == n);
+    // Its pods collected before the member's word: still done, nothing taken back.
+    let (n3, out) = Obs::of(&n, 7_000).copy("copy-1", STARTING, 0).step(&n);
+    assert!(n3.pods_done && requeued(&out).is_none() && !out.contains(&Intent::Release));
+    // An edit now changes nothing that runs: not taken back.
+    let (n4, out) = done(&n, 8_000, false).spec("spec-2").step(&n);
+    assert!(n4.pods_done && requeued(&out).is_none());
+    // The member's word: Finished, nothing more to free (the release is idempotent).
+    let (f, out) = Obs::of(&n, 9_000)
+        .copy("copy-1", Progress::Succeeded, 0)
+        .step(&n);
+    assert_eq!(f.phase, Phase::Finished);
+    assert!(out.contains(&Intent::Ended { succeeded: true }));
+    assert_eq!(f.reason, "succeeded on member-a");
+}
+
+#[test]
+fn a_job_still_charged_is_not_done_until_its_copy_says_so() {
+    let r = rec(Phase::Running);
+    let (n, out) = Obs::of(&r, 5_000)
+        .copy("copy-1", Progress::judge(0, 0, 3, 0, 3), 0)
+        .step(&r);
+    assert!(!n.pods_done && n.charged());
+    assert!(!out.contains(&Intent::Release));
 }

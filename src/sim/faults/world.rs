@@ -71,7 +71,13 @@ pub struct SimCopy {
     /// Whole CPUs per pod (as the copy's spec asks).
     pub cpu: u32,
     pub outcome: Option<bool>,
+    /// A batch Job: when its last pod succeeded. Its controller says Complete
+    /// [`OUTCOME_LAG`] later, as a member's Job controller counts its pods on its own time.
+    pub done_at: Option<Ms>,
 }
+
+/// How long after a batch Job's last pod succeeded its member's controller says it is complete.
+pub const OUTCOME_LAG: Ms = 2_000;
 
 /// What a job is and how it runs.
 #[derive(Clone, Debug)]
@@ -187,6 +193,7 @@ impl HubJob {
             to_start,
             cpu: self.cpu,
             outcome: None,
+            done_at: None,
         }
     }
 }
@@ -257,8 +264,13 @@ impl SimMember {
                 let torch = c.pods.iter().any(|p| p.role == 1);
                 let all_done =
                     c.to_start == 0 && c.pods.iter().all(|p| p.state == PodState::Succeeded);
-                if (torch && master_done) || (!torch && all_done) {
+                if torch && master_done {
                     c.outcome = Some(true);
+                } else if !torch && all_done {
+                    let done = *c.done_at.get_or_insert(now);
+                    if now >= done.saturating_add(OUTCOME_LAG) {
+                        c.outcome = Some(true);
+                    }
                 }
             }
         }
@@ -309,6 +321,12 @@ pub fn view(c: &SimCopy, expected: u32) -> Copy {
         count(PodState::Pending),
         count(PodState::Succeeded),
     );
+    let batch = c.pods.iter().all(|p| p.role == 0);
+    let pods_done = c.outcome.is_none()
+        && batch
+        && c.to_start == 0
+        && !c.pods.is_empty()
+        && c.pods.iter().all(|p| p.state == PodState::Succeeded);
     let progress = match c.outcome {
         Some(true) => Progress::Succeeded,
         Some(false) => Progress::Failed("BackoffLimitExceeded".into()),
@@ -319,6 +337,7 @@ pub fn view(c: &SimCopy, expected: u32) -> Copy {
         progress,
         live_pods: running,
         expected,
+        pods_done,
         waiting: (pending > 0).then(|| format!("{pending} pods pending")),
     }
 }
