@@ -9,9 +9,11 @@
 #   BENCH_PORT_BASE=17400, BENCH_STATE=~/.cache/muster/bench-kueue/fleet-state
 #                     the fleet's FLEET_PORT_BASE and MUSTER_FLEET_STATE (never the default fleet)
 #   BENCH_RESULTS=~/.cache/muster/bench-kueue/results   one folder per run in there
-#   BENCH_SIDES="kueue member muster"   the sides to run: Kueue's benchmark, the member alone
-#                     (the same Jobs created straight on member-a: the floor under muster's
-#                     side) and muster; e.g. BENCH_SIDES=muster
+#   BENCH_SIDES="kueue kueue-jobs member muster"   the sides to run: Kueue's benchmark
+#                     (Workload objects only), Kueue's manager with the same workload as real
+#                     Jobs on member-a (kueue_jobs.py), the member alone (the same Jobs created
+#                     straight on member-a: the floor under both) and muster; e.g.
+#                     BENCH_SIDES=muster
 #   BENCH_KEEP_FLEET=1  leave the benchmark fleet running afterwards
 #   MUSTER_ARGS       extra `muster controller` flags (e.g. "--resync-seconds 1")
 #   MEMBER_KCM_QPS=200, MEMBER_JOB_SYNCS=20
@@ -25,7 +27,7 @@ BENCH_NAME=bench-kueue
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SCALE="${SCALE:-10}"
 NODE_CPU="${NODE_CPU:-40}"
-SIDES="${BENCH_SIDES:-kueue member muster}"
+SIDES="${BENCH_SIDES:-kueue kueue-jobs member muster}"
 # kwok moves 32 pods through their stages at once (its default, 4, made a 0.2 s pod take 6 s
 # from bound to Succeeded on a busy member): hack/fleet/fleet.py.
 export FLEET_KWOK_POD_PARALLELISM="${FLEET_KWOK_POD_PARALLELISM:-32}"
@@ -79,6 +81,14 @@ if [[ " $SIDES " == *" kueue "* ]]; then
   log "kueue: done in $((SECONDS - t))s"
 fi
 
+if [[ " $SIDES " == *" kueue-jobs "* ]]; then
+  log "kueue, real Jobs: fleet up on port base $FLEET_PORT_BASE, state $MUSTER_FLEET_STATE"
+  fresh_fleet "$RUN/fleet.yaml"
+  member_kcm
+  python3 "$HERE/kueue_jobs.py" --config "$RUN/generator.yaml" \
+    --kubeconfigs "$MUSTER_FLEET_STATE/kubeconfigs" --kueue "$KUEUE" --out "$RUN/kueue-jobs"
+fi
+
 if [[ " $SIDES " == *" member "* ]]; then
   log "member alone: fleet up on port base $FLEET_PORT_BASE, state $MUSTER_FLEET_STATE"
   fresh_fleet "$RUN/fleet.yaml"
@@ -102,10 +112,11 @@ if [[ " $SIDES " == *" muster "* ]]; then
 fi
 
 if [[ " $SIDES " == *" kueue "* && " $SIDES " == *" muster "* ]]; then
-  MEMBER_DIR=""
+  MEMBER_DIR="" KJ_DIR=""
   [[ ! -f "$RUN/member/summary.json" ]] || MEMBER_DIR="$RUN/member"
+  [[ ! -f "$RUN/kueue-jobs/summary.json" ]] || KJ_DIR="$RUN/kueue-jobs"
   python3 "$HERE/report.py" --kueue "$RUN/kueue" --muster "$RUN/muster" --out "$RUN/summary.json" \
-    ${MEMBER_DIR:+--member "$MEMBER_DIR"} \
+    ${MEMBER_DIR:+--member "$MEMBER_DIR"} ${KJ_DIR:+--kueue-jobs "$KJ_DIR"} \
     --meta "scale=$SCALE" --meta "kueue=$(cut -d' ' -f1 "$KUEUE/version")" \
     --meta "muster=$(git -C "$REPO" rev-parse --short HEAD)" \
     --meta "load_start=${LOAD_START// /,}" --meta "load_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" \

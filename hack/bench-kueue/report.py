@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Reads Kueue's runner outputs, muster_run.py's summary and (if given) floor.py's, and prints
-one table, muster vs Kueue with the ratio, and the member alone (the floor under muster's side)
-with muster's ratio to it; writes the figures as JSON.
+"""Reads Kueue's runner outputs, muster_run.py's summary and (if given) kueue_jobs.py's and
+floor.py's, and prints one table: muster vs Kueue's benchmark with the ratio, then Kueue with
+real Jobs on the same member and the member alone (the floor under both), each with muster's
+ratio to it; writes the figures as JSON.
 
-  report.py --kueue DIR --muster DIR [--member DIR] --out FILE.json [--meta KEY=VALUE ...]
+  report.py --kueue DIR --muster DIR [--kueue-jobs DIR] [--member DIR] --out FILE.json
+            [--meta KEY=VALUE ...]
 
 Kueue's figures are taken as its own tooling computes them: wall time from
 minimalkueue.stats.yaml (the process's lifetime, Kueue's `maxWallMs` check), mean time to
@@ -128,48 +130,60 @@ def fmt(v, unit=""):
     return f"{v}{unit}"
 
 
-def rows(k, m, f):
-    """(figure, Kueue, muster, the member alone) for each line of the table."""
-    f = f or {"workloadClasses": {}}
+def rows(sides):
+    """(figure, [value per side]) for each line of the table; `sides` are figure dicts in the
+    table's column order (Kueue, muster, then the optional ones), a value None where a side has
+    no such figure."""
+    sec = lambda v: v / 1000 if v is not None else None  # noqa: E731
     fin = lambda x: x["workloads"] / x["spanSeconds"] if x.get("spanSeconds") else None  # noqa: E731
+    proc = lambda x, k: (x.get("process") or {}).get(k)  # noqa: E731
+    each = lambda fn: [fn(x) for x in sides]  # noqa: E731
     out = [
-        ("workloads / jobs", k["workloads"], m["workloads"], f.get("workloads")),
-        ("wall: first creation → last finish (s)", k["spanSeconds"], m["spanSeconds"],
-         f.get("spanSeconds")),
-        ("wall: process lifetime (s)", k["wallSeconds"], m["wallSeconds"], None),
-        ("admissions / s", k["admissionsPerSecond"], m["admissionsPerSecond"], None),
-        ("finished / s", fin(k), fin(m), f.get("finishedPerSecond")),
+        ("workloads / jobs", each(lambda x: x.get("workloads"))),
+        ("wall: first creation → last finish (s)", each(lambda x: x.get("spanSeconds"))),
+        ("wall: process lifetime (s)", each(lambda x: x.get("wallSeconds"))),
+        ("admissions / s", each(lambda x: x.get("admissionsPerSecond"))),
+        ("finished / s", each(lambda x: x.get("finishedPerSecond") or fin(x))),
     ]
-    for c in sorted(set(k["workloadClasses"]) | set(m["workloadClasses"])):
-        kc, mc = k["workloadClasses"].get(c, {}), m["workloadClasses"].get(c, {})
-        fc = f["workloadClasses"].get(c, {})
-        sec = lambda v: v / 1000 if v is not None else None  # noqa: E731
-        out.append((f"{c}: mean time to admission (s)", sec(kc.get("meanTimeToAdmissionMs")),
-                    sec(mc.get("meanTimeToAdmissionMs")), None))
-        out.append((f"{c}: p99 time to admission (s)", sec(kc.get("p99TimeToAdmissionMs")),
-                    sec(mc.get("p99TimeToAdmissionMs")), None))
-        out.append((f"{c}: mean time to finish (s)", sec(kc.get("meanTimeToFinishMs")),
-                    sec(mc.get("meanTimeToFinishMs")), sec(fc.get("meanTimeToFinishMs"))))
-        out.append((f"{c}: mean time to dispatch (s; muster only)", None,
-                    sec(mc.get("meanTimeToDispatchMs")), None))
-        out.append((f"{c}: member Complete → hub Finished (s; muster only)", None,
-                    sec(mc.get("meanMemberCompleteToFinishedMs")), None))
+    classes = sorted({c for x in sides for c in x.get("workloadClasses", {})})
+    for c in classes:
+        wc = lambda x, k: sec((x.get("workloadClasses", {}).get(c) or {}).get(k))  # noqa: E731
+        out.append((f"{c}: mean time to admission (s)", each(lambda x: wc(x, "meanTimeToAdmissionMs"))))
+        out.append((f"{c}: p99 time to admission (s)", each(lambda x: wc(x, "p99TimeToAdmissionMs"))))
+        out.append((f"{c}: mean time to finish (s)", each(lambda x: wc(x, "meanTimeToFinishMs"))))
+        out.append((f"{c}: mean time to dispatch (s; muster only)",
+                    each(lambda x: wc(x, "meanTimeToDispatchMs"))))
+        out.append((f"{c}: member Complete → hub Finished (s; muster only)",
+                    each(lambda x: wc(x, "meanMemberCompleteToFinishedMs"))))
     out += [
-        ("usage, all queues (% of nominal/min)", k["classUsagePercent"], m["classUsagePercent"], None),
-        ("lowest queue's usage (% of nominal/min)", k["minClusterQueueUsagePercent"],
-         m["minClusterQueueUsagePercent"], None),
-        ("evictions / preemptions", k["evictions"], m["evictions"], None),
-        ("controller cpu (s)", k["process"]["cpuSeconds"], m["process"]["cpuSeconds"], None),
-        ("controller peak RSS (MiB)", k["process"]["maxRssMiB"], m["process"]["maxRssMiB"], None),
+        ("usage, all queues (% of nominal/min)", each(lambda x: x.get("classUsagePercent"))),
+        ("lowest queue's usage (% of nominal/min)",
+         each(lambda x: x.get("minClusterQueueUsagePercent"))),
+        ("evictions / preemptions", each(lambda x: x.get("evictions"))),
+        ("controller cpu (s)", each(lambda x: proc(x, "cpuSeconds"))),
+        ("controller peak RSS (MiB)", each(lambda x: proc(x, "maxRssMiB"))),
     ]
+    m = sides[1]
     req = (m.get("apiRequests") or {}).get("hub") or {}
     if req and m["workloads"]:
-        out.append(("hub API requests per job (muster only)", None,
-                    sum(req.values()) / m["workloads"], None))
-        out.append(("  of which QueuedJob status writes", None,
-                    (req.get("queuedjobs/status APPLY", 0) + req.get("queuedjobs/status PATCH", 0))
-                    / m["workloads"], None))
+        only = lambda v: [v if i == 1 else None for i in range(len(sides))]  # noqa: E731
+        out.append(("hub API requests per job (muster only)", only(sum(req.values()) / m["workloads"])))
+        out.append(("  of which QueuedJob status writes",
+                    only((req.get("queuedjobs/status APPLY", 0) + req.get("queuedjobs/status PATCH", 0))
+                         / m["workloads"])))
     return out
+
+
+def kueue_jobs_figures(d):
+    """kueue_jobs.py's summary: Kueue's manager admitting real Jobs on member-a."""
+    with open(os.path.join(d, "summary.json")) as f:
+        s = json.load(f)
+    return {"workloads": s["jobs"], "spanSeconds": s["wallSeconds"],
+            "wallSeconds": s["kueue"]["wallSeconds"],
+            "admissionsPerSecond": s["admissionsPerSecond"],
+            "workloadClasses": s["workloadClasses"], "evictions": s["evictions"],
+            "process": {"name": "kueue", "cpuSeconds": s["kueue"]["cpuSeconds"],
+                        "maxRssMiB": s["kueue"]["maxRssMiB"]}}
 
 
 def ratio(a, b):
@@ -181,32 +195,39 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kueue", required=True)
     ap.add_argument("--muster", required=True)
+    ap.add_argument("--kueue-jobs", help="kueue_jobs.py's folder: Kueue with real Jobs")
     ap.add_argument("--member", help="floor.py's folder: the member alone")
     ap.add_argument("--out", required=True)
     ap.add_argument("--meta", action="append", default=[])
     a = ap.parse_args()
     k = kueue_figures(a.kueue)
     m = muster_figures(a.muster)
-    f = member_figures(a.member) if a.member else None
+    extra = []
+    if a.kueue_jobs:
+        extra.append(("Kueue, Jobs", "muster/that", kueue_jobs_figures(a.kueue_jobs)))
+    if a.member:
+        extra.append(("member alone", "muster/member", member_figures(a.member)))
     meta = dict(x.split("=", 1) for x in a.meta)
-    table = rows(k, m, f)
+    table = rows([k, m] + [x[2] for x in extra])
     w = max(len(r[0]) for r in table)
     head = f"{'figure':<{w}}  {'Kueue':>10}  {'muster':>10}  {'muster/Kueue':>12}"
-    if f:
-        head += f"  {'member alone':>12}  {'muster/member':>13}"
+    for label, rlabel, _ in extra:
+        head += f"  {label:>12}  {rlabel:>13}"
     lines = [head]
-    for name, kv, mv, fv in table:
+    for name, vals in table:
+        kv, mv = vals[0], vals[1]
         line = f"{name:<{w}}  {fmt(kv):>10}  {fmt(mv):>10}  {ratio(mv, kv):>12}"
-        if f:
-            line += f"  {fmt(fv):>12}  {ratio(mv, fv):>13}"
+        for v in vals[2:]:
+            line += f"  {fmt(v):>12}  {ratio(mv, v):>13}"
         lines.append(line)
     text = "\n".join(lines)
     print(" ".join(f"{k_}={v}" for k_, v in meta.items()))
     print(text)
+    names = ["kueue", "muster"] + [x[0] for x in extra]
     with open(a.out, "w") as fh:
-        json.dump({"meta": meta, "kueue": k, "muster": m, "member": f,
-                   "table": [{"figure": r[0], "kueue": r[1], "muster": r[2], "member": r[3]}
-                             for r in table]}, fh, indent=1)
+        json.dump({"meta": meta, "kueue": k, "muster": m,
+                   **{x[0]: x[2] for x in extra},
+                   "table": [{"figure": r[0], **dict(zip(names, r[1]))} for r in table]}, fh, indent=1)
     with open(os.path.splitext(a.out)[0] + ".txt", "w") as fh:
         fh.write(" ".join(f"{k_}={v}" for k_, v in meta.items()) + "\n" + text + "\n")
     print(f"written: {a.out}", file=sys.stderr)
