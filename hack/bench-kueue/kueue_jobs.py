@@ -12,7 +12,7 @@ label), on one cluster.
 
 Writes `summary.json` (wall time from the first create to the last Complete, admissions per
 second, per class the mean and p99 time to admission (create → unsuspended by Kueue) and mean
-time to finish (create → Complete), evictions (a Job suspended again), Kueue's cpu) and
+time to finish (create → Complete), evictions (Kueue's own count, by reason), Kueue's cpu) and
 `jobs.csv`.
 """
 
@@ -171,6 +171,7 @@ def main():
             time.sleep(0.2)
         else:
             log(f"timed out after {a.timeout}s")
+        kueue_evictions = workload_evictions(member)
     finally:
         stop.set()
         if proc.poll() is None:
@@ -200,8 +201,13 @@ def main():
     evictions = sum(j["evictions"] for j in recs.values())
     summary = {
         "jobs": len(recs), "created": len(created), "complete": len(complete),
-        "createErrors": len(errors), "wallSeconds": span, "evictions": evictions,
-        "admissionsPerSecond": (len(recs) + evictions) / span if span else None,
+        "createErrors": len(errors), "wallSeconds": span,
+        # Kueue's own count (every Workload's status.schedulingStats.evictions), which includes
+        # workloads evicted before their Job was unsuspended; `suspendedAgain` counts only the
+        # Jobs seen started and then suspended.
+        "evictions": sum(kueue_evictions.values()), "evictionsByReason": kueue_evictions,
+        "suspendedAgain": evictions,
+        "admissionsPerSecond": (len(recs) + sum(kueue_evictions.values())) / span if span else None,
         "workloadClasses": {n: {"count": c["count"], "evictions": c["evictions"],
                                 "meanTimeToAdmissionMs": mean(c["admit"]),
                                 "p99TimeToAdmissionMs": mr.pct(c["admit"], 99),
@@ -220,6 +226,16 @@ def main():
             d_ = lambda t: round((t - j["created"]) * 1000) if t and j["created"] else ""  # noqa: E731
             w.writerow([ns, name, j["class"], d_(j["started"]), d_(j["complete"]), j["evictions"]])
     log(f"summary: {os.path.join(a.out, 'summary.json')}")
+
+
+def workload_evictions(member):
+    """{reason/underlyingCause: count} over every Workload, from Kueue's schedulingStats."""
+    out = {}
+    for w in member.get(f"{mk.API}/workloads").get("items") or []:
+        for e in ((w.get("status") or {}).get("schedulingStats") or {}).get("evictions") or []:
+            k = "/".join(x for x in (e.get("reason"), e.get("underlyingCause")) if x)
+            out[k] = out.get(k, 0) + int(e.get("count") or 0)
+    return out
 
 
 def create_set(member, s, seen, errors):
