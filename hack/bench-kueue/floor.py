@@ -61,7 +61,7 @@ def main():
     errors = []
     log(f"{n_jobs} jobs straight onto {mr.MEMBER}")
     t_gen = time.time()
-    creators = [threading.Thread(target=create_set, args=(member, s, jobs, errors), daemon=True)
+    creators = [threading.Thread(target=mr.create_set, args=(member, s, jobs, errors), daemon=True)
                 for s in sets]
     for t in creators:
         t.start()
@@ -119,17 +119,6 @@ def main():
 # running → succeeded → the Job Complete.
 STEPS = ["created → pod seen", "pod seen → bound", "bound → running", "running → succeeded",
          "succeeded → Complete"]
-
-
-def create_set(member, s, jobs, errors):
-    for it in s["items"]:
-        time.sleep(s["interval_ms"] / 1000)
-        try:
-            member.create(f"/apis/batch/v1/namespaces/{it['namespace']}/jobs", mr.job_manifest(it))
-        except Exception as e:  # noqa: BLE001
-            errors.append(f"{it['namespace']}/{it['name']}: {e}")
-            continue
-        jobs.created((it["namespace"], it["name"]), time.time())
 
 
 if __name__ == "__main__":

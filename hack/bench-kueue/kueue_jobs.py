@@ -48,6 +48,10 @@ class Seen:
             "class": it["class"], "created": None, "started": None, "complete": None,
             "evictions": 0, "running": False} for it in items}
 
+    def created(self, key, t):
+        with self.lock:
+            self.jobs[key]["created"] = t
+
     def on_job(self, typ, obj, now):
         if typ == "DELETED":
             return
@@ -114,10 +118,7 @@ def main():
     mk.install_crds(member, os.path.join(a.kueue, "crds"))
     member.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                          "metadata": {"name": mk.KUEUE_NS}}, exist_ok=True)
-    if os.path.exists(mk.METRICS_CERTS) and not os.path.exists(os.path.join(mk.METRICS_CERTS, mk.MARK)):
-        raise SystemExit(f"{mk.METRICS_CERTS} exists and is not this harness's: not overwriting it")
-    mk.self_signed(mk.METRICS_CERTS)
-    open(os.path.join(mk.METRICS_CERTS, mk.MARK), "w").close()
+    mk.metrics_cert()
     path, health, d = mk.config(a.out, "kueue")
     # Its Job and Workload reconcilers 20 at a time (Kueue's defaults, 5, created the Workloads
     # 20 s after their Jobs and unsuspended admitted Jobs 45 s late in a first run), as
@@ -155,7 +156,8 @@ def main():
         t.start()
         errors = []
         log(f"{len(queues)} ClusterQueues ready; {len(items)} Jobs onto {mr.MEMBER}")
-        creators = [threading.Thread(target=create_set, args=(member, s, seen, errors), daemon=True)
+        creators = [threading.Thread(target=mr.create_set, args=(member, s, seen, errors, queued_manifest),
+                                     daemon=True)
                     for s in sets]
         for c in creators:
             c.start()
@@ -238,19 +240,12 @@ def workload_evictions(member):
     return out
 
 
-def create_set(member, s, seen, errors):
-    for it in s["items"]:
-        time.sleep(s["interval_ms"] / 1000)
-        job = mr.job_manifest(it)
-        job["metadata"]["labels"][QUEUE_LABEL] = it["namespace"]
-        job["spec"]["suspend"] = True
-        try:
-            member.create(f"/apis/batch/v1/namespaces/{it['namespace']}/jobs", job)
-        except Exception as e:  # noqa: BLE001
-            errors.append(f"{it['namespace']}/{it['name']}: {e}")
-            continue
-        with seen.lock:
-            seen.jobs[(it["namespace"], it["name"])]["created"] = time.time()
+def queued_manifest(it):
+    """The benchmark's Job as Kueue's Job webhook leaves it: suspended, with its queue."""
+    job = mr.job_manifest(it)
+    job["metadata"]["labels"][QUEUE_LABEL] = it["namespace"]
+    job["spec"]["suspend"] = True
+    return job
 
 
 if __name__ == "__main__":

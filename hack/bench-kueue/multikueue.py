@@ -60,6 +60,15 @@ def install_crds(kube, crd_dir):
     muster_run.install_crds(kube, docs)
 
 
+def metrics_cert():
+    """The self-signed metrics certificate Kueue reads from its fixed path (never over one this
+    harness did not write; `cleanup` removes it)."""
+    if os.path.exists(METRICS_CERTS) and not os.path.exists(os.path.join(METRICS_CERTS, MARK)):
+        raise SystemExit(f"{METRICS_CERTS} exists and is not this harness's: not overwriting it")
+    self_signed(METRICS_CERTS)
+    open(os.path.join(METRICS_CERTS, MARK), "w").close()
+
+
 def quotas(quota_cpu):
     return [{"name": "default", "resources": [
         {"name": "cpu", "nominalQuota": quota_cpu},
@@ -122,10 +131,7 @@ def start(a, hub, members, out, ns, queue, quota_cpu):
         install_crds(k, os.path.join(a.kueue, "crds"))
         k.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                         "metadata": {"name": KUEUE_NS}}, exist_ok=True)
-    if os.path.exists(METRICS_CERTS) and not os.path.exists(os.path.join(METRICS_CERTS, MARK)):
-        raise SystemExit(f"{METRICS_CERTS} exists and is not this harness's: not overwriting it")
-    self_signed(METRICS_CERTS)
-    open(os.path.join(METRICS_CERTS, MARK), "w").close()
+    metrics_cert()
     procs = []
     try:
         for name, k in kubes.items():

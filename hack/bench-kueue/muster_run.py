@@ -310,11 +310,15 @@ def sample_tree(hub, leaves, samples, stop):
         stop.wait(max(0.0, 0.5 - (time.time() - t0)))
 
 
-def create_set(hub, s, jobs, errors):
+def create_set(kube, s, jobs, errors, manifest=None):
+    """Creates one workload set's Jobs on `kube` as the generator does (waiting the set's
+    interval before each), telling `jobs.created` when each create returned; `manifest` (by
+    default `job_manifest`) makes each Job."""
     for it in s["items"]:
         time.sleep(s["interval_ms"] / 1000)
         try:
-            hub.create(f"/apis/batch/v1/namespaces/{it['namespace']}/jobs", job_manifest(it))
+            kube.create(f"/apis/batch/v1/namespaces/{it['namespace']}/jobs",
+                        (manifest or job_manifest)(it))
         except Exception as e:  # noqa: BLE001
             errors.append(f"{it['namespace']}/{it['name']}: {e}")
             continue

@@ -321,12 +321,8 @@ pub fn view(c: &SimCopy, expected: u32) -> Copy {
         count(PodState::Pending),
         count(PodState::Succeeded),
     );
-    let batch = c.pods.iter().all(|p| p.role == 0);
-    let pods_done = c.outcome.is_none()
-        && batch
-        && c.to_start == 0
-        && !c.pods.is_empty()
-        && c.pods.iter().all(|p| p.state == PodState::Succeeded);
+    // A batch Job whose last pod succeeded, its member not having said so yet.
+    let pods_done = c.outcome.is_none() && c.done_at.is_some();
     let progress = match c.outcome {
         Some(true) => Progress::Succeeded,
         Some(false) => Progress::Failed("BackoffLimitExceeded".into()),
