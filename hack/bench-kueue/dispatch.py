@@ -234,6 +234,31 @@ def report(a):
         f.write(text + "\n")
 
 
+def busy_fraction(seconds):
+    """The share of the machine's CPU time spent busy over the next `seconds` (/proc/stat)."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # all, idle + iowait
+    a = sample()
+    time.sleep(seconds)
+    b = sample()
+    return 1 - (b[1] - a[1]) / max(1, b[0] - a[0])
+
+
+def wait_quiet(limit=0.25, window=3.0, timeout=120.0):
+    """Waits (at most `timeout` s) until the machine was less than `limit` busy over `window` s:
+    a fleet just started is still syncing its operators' caches, and "an idle fleet" is what the
+    figure is for. Returns the last busy share measured."""
+    deadline = time.time() + timeout
+    while True:
+        busy = busy_fraction(window)
+        if busy < limit or time.time() > deadline:
+            log(f"machine {busy:.0%} busy over {window:.0f}s"
+                + ("" if busy < limit else f" (not quiet after {timeout:.0f}s; going on)"))
+            return busy
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("system", choices=["muster", "multikueue", "fleet-file", "report"])
@@ -269,6 +294,7 @@ def main():
                 k, f"/apis/batch/v1/namespaces/{NS}/jobs",
                 lambda t, o, now, m=m: seen.on_member_job(m, t, o, now), stop)).start()
         time.sleep(1)
+        quiet = wait_quiet()
         req0 = {"hub": api_requests(hub), **{m: api_requests(k) for m, k in members.items()}}
         log(f"{a.system}: ready; creating {a.jobs} jobs with {a.creators} threads")
         errors = []
@@ -317,7 +343,7 @@ def main():
         "maxSubmitToMemberMs": max(lat) if lat else None,
         "perMember": per_member, "onMoreThanOneMember": twice,
         "apiRequests": requests, "controllers": usage,
-        "load": os.getloadavg(),
+        "load": os.getloadavg(), "busyBefore": quiet,
     }
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)

@@ -462,7 +462,9 @@ def start_apiserver(c):
         "--authorization-mode=RBAC", "--allow-privileged=true",
         # The "kubernetes" Service gets no endpoints: 127.0.0.1 is not a valid endpoint address.
         "--endpoint-reconciler-type=none",
-        "--profiling=false", "--v=1",
+        # FLEET_APISERVER_PROFILING=1 serves /debug/pprof (benchmarks: where a server's CPU goes).
+        "--profiling=" + ("true" if os.environ.get("FLEET_APISERVER_PROFILING") else "false"),
+        "--v=1",
     ])
 
 
