@@ -86,6 +86,11 @@ impl Scheduler {
                     borrowing.push(Reverse((o, c)));
                     continue;
                 }
+                if self.certain_to_wait(c, job) {
+                    // The same job waits for the same reason: no decision, the reason is kept.
+                    self.fleet_blocked.insert(c);
+                    continue;
+                }
                 match self.try_admit(job, out) {
                     Ok(()) => {
                         moved = true;
@@ -98,8 +103,10 @@ impl Scheduler {
                         let class = &mut self.classes[c];
                         class.reason = Some(reason.clone());
                         class.reason_cycle = self.cycle_no;
+                        class.reason_job = None;
                         match block.on {
                             Blocker::Fleet => {
+                                class.reason_job = Some(job);
                                 self.fleet_blocked.insert(c);
                             }
                             Blocker::Quota(n) => {
@@ -112,6 +119,36 @@ impl Scheduler {
             }
         }
         moved
+    }
+
+    /// Whether a visit of class `c`, whose head is `job`, would certainly end in the same wait
+    /// as its last one: the same job last waited there for the fleet (since it was queued), it
+    /// is within quota now, it cannot reclaim (no resource it asks for stays within its leaf's
+    /// min, and no job of its queue may be preempted for it), and its pods fit no candidate member by what is known ([`Self::fits_nowhere`]).
+    /// Such a visit is skipped: no `Wait` decision, and the reason shown stays the one of the
+    /// last visit made.
+    fn certain_to_wait(&self, c: ClassId, job: JobId) -> bool {
+        let class = &self.classes[c];
+        let j = &self.jobs[job];
+        if class.reason_job != Some(job) || class.reason_cycle < j.enqueued_cycle {
+            return false;
+        }
+        let d = &self.shapes[j.shape].quota_demand;
+        if let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(j.queue))
+            && (q.check(leaf, d).is_err()
+                // Its queue's jobs of lower priority may be preempted for it (what they free
+                // may bring it within min).
+                || self.any_lower_in_leaf(job, leaf)
+                || d.iter().any(|(r, x)| {
+                    r != PODS
+                        && r != MAX_JOBS
+                        && x > 0
+                        && q.used_of(leaf, r) + x <= q.min_of(leaf, r)
+                }))
+        {
+            return false;
+        }
+        self.fits_nowhere(job)
     }
 
     fn try_admit(&mut self, job: JobId, out: &mut Vec<Decision>) -> Result<(), Block> {

@@ -116,6 +116,26 @@ impl Scheduler {
         Err(reason)
     }
 
+    /// Whether the job's pods fit no candidate member now, by what is known without an estimate:
+    /// the shape fit nowhere at this fleet version, or on every candidate member a failure is
+    /// kept ([`Self::still_fails`], kept capacity failures included; no candidate at all is no
+    /// fit either). [`Self::find_cluster`] would then estimate only to refresh reasons.
+    pub(super) fn fits_nowhere(&self, job: JobId) -> bool {
+        let shape_id = self.jobs[job].shape;
+        if let Some((v, _)) = &self.shapes[shape_id].nowhere
+            && *v == self.fleet_version
+        {
+            return true;
+        }
+        let fit = self.shapes[shape_id].fit;
+        self.fits[fit].seen.len() >= self.clusters.len()
+            && (0..self.clusters.len()).all(|ci| {
+                self.still_fails(fit, ci, true)
+                    || !self.clusters[ci].reachable
+                    || !self.candidate(shape_id, ci)
+            })
+    }
+
     /// Whether the pod shape's last failure on `ci` is what an estimate now would find (with
     /// `keep_capacity_failures`, also a necessary condition failed before free capacity there
     /// only shrank).

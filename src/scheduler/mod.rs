@@ -112,6 +112,9 @@ struct Class {
     jobs: BTreeSet<(JobOrder, JobId)>,
     reason: Option<String>,
     reason_cycle: u64,
+    /// The job whose visit gave `reason`, when it waited for the fleet (see
+    /// [`Scheduler::certain_to_wait`]).
+    reason_job: Option<JobId>,
     dirty: bool,
     /// Per cluster: (cluster version, candidates, failed on a necessary condition) of the last
     /// failed reclaim trial there.
@@ -832,6 +835,7 @@ impl Scheduler {
             jobs: BTreeSet::new(),
             reason: None,
             reason_cycle: 0,
+            reason_job: None,
             dirty: false,
             reclaim_failed: HashMap::new(),
         });

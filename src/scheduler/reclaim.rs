@@ -80,6 +80,18 @@ impl Scheduler {
             .collect()
     }
 
+    /// Whether [`Self::lower_in_leaf`] would name any job (without collecting them).
+    pub(super) fn any_lower_in_leaf(&self, job: JobId, leaf: usize) -> bool {
+        self.quota
+            .as_ref()
+            .is_some_and(|q| q.tree.preempts_lower_priority(leaf))
+            && self
+                .admitted_by_leaf
+                .get(&leaf)
+                .and_then(|set| set.iter().next())
+                .is_some_and(|(vp, _, _)| *vp < self.jobs[job].priority)
+    }
+
     /// What `jobs` are charged to quota, together.
     pub(super) fn charge_of(&self, jobs: &[JobId]) -> Demand {
         let mut d = Demand::default();

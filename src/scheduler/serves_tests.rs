@@ -258,3 +258,58 @@ fn a_kind_whose_operator_does_not_act_is_refused_and_no_other() {
     );
     assert_eq!(admitted(&s.cycle(), id).as_deref(), Some("member-b"));
 }
+
+fn waits_of(d: &[Decision], id: JobId) -> usize {
+    d.iter()
+        .filter(|d| matches!(d, Decision::Wait { job, .. } if *job == id))
+        .count()
+}
+
+/// A job whose pods fit no candidate member, and where nothing was freed since it last waited,
+/// is not visited again when capacity is freed on a member that is no candidate for it: no new
+/// `Wait`, the reason it was given stays; once its own member frees room it is admitted.
+#[test]
+fn a_job_certain_to_wait_is_not_visited_again() {
+    let mut s = scheduler(&[
+        member("member-a", TORCH, &[]),
+        member("member-b", &[JobKind::Job], &[]),
+    ]);
+    let Submitted::Queued(a) = s.submit(&pytorch_gpus("a", None, 4), 0) else {
+        panic!("queued")
+    };
+    assert_eq!(admitted(&s.cycle(), a).as_deref(), Some("member-a"));
+    let Submitted::Queued(b) = s.submit(&pytorch_gpus("b", None, 4), 1) else {
+        panic!("queued")
+    };
+    assert_eq!(waits_of(&s.cycle(), b), 1, "its first visit waits");
+    let reason = s.reason(b).expect("a reason");
+    // Batch Jobs come and go on member-b, which cannot create PyTorchJobs.
+    for i in 0..3 {
+        let x = interpret(&serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": format!("x{i}"), "namespace": "team"},
+            "spec": {"template": {"spec": {"containers": [{"name": "x", "image": "x",
+                "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": 8}}}]}}}
+        }))
+        .expect("reads");
+        let Submitted::Queued(x) = s.submit(&x, 2 + i) else {
+            panic!("queued")
+        };
+        let d = s.cycle();
+        assert_eq!(admitted(&d, x).as_deref(), Some("member-b"));
+        assert_eq!(waits_of(&d, b), 0);
+        s.finish(x);
+        assert!(
+            s.has_work(),
+            "the release wakes the queues blocked on the fleet"
+        );
+        assert_eq!(
+            waits_of(&s.cycle(), b),
+            0,
+            "not visited: nothing changed for it"
+        );
+        assert_eq!(s.reason(b).as_deref(), Some(reason.as_str()));
+    }
+    s.finish(a);
+    assert_eq!(admitted(&s.cycle(), b).as_deref(), Some("member-a"));
+}
