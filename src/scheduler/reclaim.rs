@@ -227,7 +227,7 @@ impl Scheduler {
         let Some(q) = self.quota.as_ref() else {
             return order;
         };
-        let mut gone: BTreeMap<usize, Vec<JobId>> = BTreeMap::new();
+        let mut sides: BTreeMap<usize, Side> = BTreeMap::new();
         let mut out = Vec::with_capacity(order.len());
         for v in order {
             let Some(vleaf) = self.queues.leaf(self.jobs[v].queue) else {
@@ -237,26 +237,57 @@ impl Scheduler {
                 out.push(v);
                 continue;
             }
-            let before = gone.entry(vleaf).or_default();
-            let lower: Vec<JobId> = self
-                .lower_in_leaf(v, vleaf)
-                .into_iter()
-                .filter(|l| !before.contains(l))
-                .collect();
-            let (taken, left) = (self.charge_of(before), self.charge_of(&lower));
+            let side = sides.entry(vleaf).or_insert_with(|| self.side(vleaf));
+            let p = self.jobs[v].priority;
+            // Its leaf's jobs of lower priority, those kept before it excepted.
+            let mut left = side.below(p);
+            if !side.below.is_empty() {
+                for (_, d) in side.taken_by_priority.range(..p) {
+                    left.add_scaled(d, -1);
+                }
+            }
             let vd = &self.shapes[self.jobs[v].shape].quota_demand;
             let borrowed = vd
                 .iter()
                 .filter(|&(r, x)| x > 0 && q.min_of(vleaf, r) > 0)
                 .all(|(r, _)| {
-                    q.used_of(vleaf, r) - taken.get(r) - left.get(r) > q.min_of(vleaf, r)
+                    q.used_of(vleaf, r) - side.taken.get(r) - left.get(r) > q.min_of(vleaf, r)
                 });
             if borrowed {
-                before.push(v);
+                side.taken.add_scaled(vd, 1);
+                side.taken_by_priority
+                    .entry(p)
+                    .or_default()
+                    .add_scaled(vd, 1);
                 out.push(v);
             }
         }
         out
+    }
+
+    /// What [`Self::borrowed_only`] counts of `leaf`: nothing kept yet, and, when the leaf
+    /// preempts by priority, its admitted jobs' charge below each of their priorities.
+    fn side(&self, leaf: usize) -> Side {
+        let mut below = Vec::new();
+        let allowed = self
+            .quota
+            .as_ref()
+            .is_some_and(|q| q.tree.preempts_lower_priority(leaf));
+        if let Some(set) = self.admitted_by_leaf.get(&leaf).filter(|_| allowed) {
+            let mut sum = Demand::default();
+            for &(p, _, j) in set {
+                if below.last().is_none_or(|(lp, _): &(i32, Demand)| *lp < p) {
+                    below.push((p, sum.clone()));
+                }
+                sum.add_scaled(&self.shapes[self.jobs[j].shape].quota_demand, 1);
+            }
+            below.push((i32::MAX, sum));
+        }
+        Side {
+            taken: Demand::default(),
+            taken_by_priority: BTreeMap::new(),
+            below,
+        }
     }
 
     /// Picks victims among `order` (in that order) so that `job` fits: per member cluster, its
@@ -531,6 +562,34 @@ impl Scheduler {
         if let (Some(q), Some(leaf)) = (self.quota.as_mut(), self.queues.leaf(self.jobs[job].queue))
         {
             q.charge(leaf, &shape.quota_demand, sign);
+        }
+    }
+}
+
+/// One victim leaf in [`Scheduler::borrowed_only`]: the charge of its candidates kept so far,
+/// in all and by priority, and `(priority, charge of its admitted jobs of lower priority)` in
+/// increasing priority (empty when the leaf does not preempt by priority).
+struct Side {
+    taken: Demand,
+    taken_by_priority: BTreeMap<i32, Demand>,
+    below: Vec<(i32, Demand)>,
+}
+
+impl Side {
+    /// The charge of the leaf's admitted jobs of priority below `p`.
+    fn below(&self, p: i32) -> Demand {
+        // The last entry whose priority is at most p: it sums every job below its priority;
+        // jobs of a priority between it and p do not exist (each priority has an entry).
+        let i = self.below.partition_point(|(bp, _)| *bp <= p);
+        if i == 0 {
+            return Demand::default();
+        }
+        let (bp, d) = &self.below[i - 1];
+        if *bp == p || i == self.below.len() {
+            d.clone()
+        } else {
+            // Entry i-1 is a priority below p; the jobs of that priority count too.
+            self.below[i].1.clone()
         }
     }
 }
