@@ -124,7 +124,8 @@ impl Scheduler {
     /// Whether a visit of class `c`, whose head is `job`, would certainly end in the same wait
     /// as its last one: the same job last waited there for the fleet (since it was queued), it
     /// is within quota now, it cannot reclaim (no resource it asks for stays within its leaf's
-    /// min, and no job of its queue may be preempted for it), and its pods fit no candidate member by what is known ([`Self::fits_nowhere`]).
+    /// min, and no job of its queue may be preempted for it), and its pods fit no candidate
+    /// member by what is known ([`Self::fits_nowhere`]).
     /// Such a visit is skipped: no `Wait` decision, and the reason shown stays the one of the
     /// last visit made.
     fn certain_to_wait(&self, c: ClassId, job: JobId) -> bool {

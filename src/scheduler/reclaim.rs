@@ -240,12 +240,7 @@ impl Scheduler {
             let side = sides.entry(vleaf).or_insert_with(|| self.side(vleaf));
             let p = self.jobs[v].priority;
             // Its leaf's jobs of lower priority, those kept before it excepted.
-            let mut left = side.below(p);
-            if !side.below.is_empty() {
-                for (_, d) in side.taken_by_priority.range(..p) {
-                    left.add_scaled(d, -1);
-                }
-            }
+            let left = side.left(p);
             let vd = &self.shapes[self.jobs[v].shape].quota_demand;
             let borrowed = vd
                 .iter()
@@ -268,25 +263,29 @@ impl Scheduler {
     /// What [`Self::borrowed_only`] counts of `leaf`: nothing kept yet, and, when the leaf
     /// preempts by priority, its admitted jobs' charge below each of their priorities.
     fn side(&self, leaf: usize) -> Side {
-        let mut below = Vec::new();
         let allowed = self
             .quota
             .as_ref()
             .is_some_and(|q| q.tree.preempts_lower_priority(leaf));
-        if let Some(set) = self.admitted_by_leaf.get(&leaf).filter(|_| allowed) {
-            let mut sum = Demand::default();
-            for &(p, _, j) in set {
-                if below.last().is_none_or(|(lp, _): &(i32, Demand)| *lp < p) {
-                    below.push((p, sum.clone()));
+        let lower = self
+            .admitted_by_leaf
+            .get(&leaf)
+            .filter(|_| allowed)
+            .map(|set| {
+                let mut below: Vec<(i32, Demand)> = Vec::new();
+                let mut sum = Demand::default();
+                for &(p, _, j) in set {
+                    if below.last().is_none_or(|(lp, _)| *lp < p) {
+                        below.push((p, sum.clone()));
+                    }
+                    sum.add_scaled(&self.shapes[self.jobs[j].shape].quota_demand, 1);
                 }
-                sum.add_scaled(&self.shapes[self.jobs[j].shape].quota_demand, 1);
-            }
-            below.push((i32::MAX, sum));
-        }
+                Lower { below, all: sum }
+            });
         Side {
             taken: Demand::default(),
             taken_by_priority: BTreeMap::new(),
-            below,
+            lower,
         }
     }
 
@@ -567,29 +566,38 @@ impl Scheduler {
 }
 
 /// One victim leaf in [`Scheduler::borrowed_only`]: the charge of its candidates kept so far,
-/// in all and by priority, and `(priority, charge of its admitted jobs of lower priority)` in
-/// increasing priority (empty when the leaf does not preempt by priority).
+/// in all and by priority, and what its jobs of lower priority are charged (None when the leaf
+/// does not preempt by priority).
 struct Side {
     taken: Demand,
     taken_by_priority: BTreeMap<i32, Demand>,
+    lower: Option<Lower>,
+}
+
+/// A leaf's admitted jobs: for each priority among them, in increasing order, the charge of the
+/// ones below it; and the charge of them all.
+struct Lower {
     below: Vec<(i32, Demand)>,
+    all: Demand,
 }
 
 impl Side {
-    /// The charge of the leaf's admitted jobs of priority below `p`.
-    fn below(&self, p: i32) -> Demand {
-        // The last entry whose priority is at most p: it sums every job below its priority;
-        // jobs of a priority between it and p do not exist (each priority has an entry).
-        let i = self.below.partition_point(|(bp, _)| *bp <= p);
-        if i == 0 {
+    /// The charge of the leaf's jobs that a job of priority `p` may preempt, less those kept
+    /// before it.
+    fn left(&self, p: i32) -> Demand {
+        let Some(l) = &self.lower else {
             return Demand::default();
+        };
+        // The lowest priority present that is not below p: the jobs below it are the ones
+        // below p (no priority lies between).
+        let i = l.below.partition_point(|(bp, _)| *bp < p);
+        let mut left = l
+            .below
+            .get(i)
+            .map_or_else(|| l.all.clone(), |(_, d)| d.clone());
+        for (_, d) in self.taken_by_priority.range(..p) {
+            left.add_scaled(d, -1);
         }
-        let (bp, d) = &self.below[i - 1];
-        if *bp == p || i == self.below.len() {
-            d.clone()
-        } else {
-            // Entry i-1 is a priority below p; the jobs of that priority count too.
-            self.below[i].1.clone()
-        }
+        left
     }
 }
