@@ -8,7 +8,7 @@
 //! one of the same leaf only when its priority is lower.
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{JobId, JobState, Scheduler};
 use crate::estimate::{self, Placement};
@@ -66,11 +66,7 @@ impl Scheduler {
     /// Admitted jobs of `leaf` whose priority is below `job`'s, in victim order (lowest
     /// priority, then most recently admitted), when the leaf allows preemption by priority.
     pub(super) fn lower_in_leaf(&self, job: JobId, leaf: usize) -> Vec<JobId> {
-        let allowed = self
-            .quota
-            .as_ref()
-            .is_some_and(|q| q.tree.preempts_lower_priority(leaf));
-        let Some(set) = self.admitted_by_leaf.get(&leaf).filter(|_| allowed) else {
+        let Some(set) = self.preemptible_in_leaf(leaf) else {
             return Vec::new();
         };
         let p = self.jobs[job].priority;
@@ -82,14 +78,19 @@ impl Scheduler {
 
     /// Whether [`Self::lower_in_leaf`] would name any job (without collecting them).
     pub(super) fn any_lower_in_leaf(&self, job: JobId, leaf: usize) -> bool {
-        self.quota
+        self.preemptible_in_leaf(leaf)
+            .and_then(|set| set.iter().next())
+            .is_some_and(|(vp, _, _)| *vp < self.jobs[job].priority)
+    }
+
+    /// The admitted jobs of `leaf`, lowest priority first, when the leaf allows its jobs to be
+    /// preempted by priority (None otherwise).
+    fn preemptible_in_leaf(&self, leaf: usize) -> Option<&BTreeSet<(i32, Reverse<u64>, JobId)>> {
+        let allowed = self
+            .quota
             .as_ref()
-            .is_some_and(|q| q.tree.preempts_lower_priority(leaf))
-            && self
-                .admitted_by_leaf
-                .get(&leaf)
-                .and_then(|set| set.iter().next())
-                .is_some_and(|(vp, _, _)| *vp < self.jobs[job].priority)
+            .is_some_and(|q| q.tree.preempts_lower_priority(leaf));
+        self.admitted_by_leaf.get(&leaf).filter(|_| allowed)
     }
 
     /// What `jobs` are charged to quota, together.
@@ -263,25 +264,17 @@ impl Scheduler {
     /// What [`Self::borrowed_only`] counts of `leaf`: nothing kept yet, and, when the leaf
     /// preempts by priority, its admitted jobs' charge below each of their priorities.
     fn side(&self, leaf: usize) -> Side {
-        let allowed = self
-            .quota
-            .as_ref()
-            .is_some_and(|q| q.tree.preempts_lower_priority(leaf));
-        let lower = self
-            .admitted_by_leaf
-            .get(&leaf)
-            .filter(|_| allowed)
-            .map(|set| {
-                let mut below: Vec<(i32, Demand)> = Vec::new();
-                let mut sum = Demand::default();
-                for &(p, _, j) in set {
-                    if below.last().is_none_or(|(lp, _)| *lp < p) {
-                        below.push((p, sum.clone()));
-                    }
-                    sum.add_scaled(&self.shapes[self.jobs[j].shape].quota_demand, 1);
+        let lower = self.preemptible_in_leaf(leaf).map(|set| {
+            let mut below: Vec<(i32, Demand)> = Vec::new();
+            let mut sum = Demand::default();
+            for &(p, _, j) in set {
+                if below.last().is_none_or(|(lp, _)| *lp < p) {
+                    below.push((p, sum.clone()));
                 }
-                Lower { below, all: sum }
-            });
+                sum.add_scaled(&self.shapes[self.jobs[j].shape].quota_demand, 1);
+            }
+            Lower { below, all: sum }
+        });
         Side {
             taken: Demand::default(),
             taken_by_priority: BTreeMap::new(),
