@@ -1,28 +1,33 @@
 //! The admission cycle: queued jobs, quota and the fleet in; admit / preempt / wait decisions out.
 //!
-//! Owns the scheduler's state (jobs, queues, quota usage, reservations on member nodes); the
-//! deterministic cycle over it is in `cycle`. Pure: no I/O, no clock, no async; time and
-//! identity arrive as plain values from a driver (the simulator or the controller), which
-//! applies the decisions.
+//! Owns the scheduler's state (jobs, queues, quota usage, reservations on member nodes), its
+//! inputs and its queries. A job's path through it: `intake` (queue, class, shape,
+//! admissibility), `wake` (which classes a pass visits), `cycle` (the pass), `fit` (the member),
+//! `reclaim` (victims), `reserve` (pods on nodes, quota charged), `explain` and `view` (read).
+//! Pure: no I/O, no clock, no async; time and identity arrive as plain values from a driver (the
+//! simulator or the controller), which applies the decisions.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use crate::estimate::{self, Placement, PodGroup};
-use crate::fleet::{Cluster, ClusterInfo, Constraints, Needs};
-use crate::quantity::{Quantity, ResourceList};
+use crate::estimate::{Placement, PodGroup};
+use crate::fleet::{Cluster, ClusterInfo, Needs};
+use crate::quantity::ResourceList;
 use crate::queue::{JobOrder, Queues};
 use crate::quota::{QuotaState, QuotaTree, Strategy};
-use crate::resources::{Demand, MAX_JOBS, ONE, PODS, Res, ResourceTable, at};
+use crate::resources::{Demand, MAX_JOBS, PODS, Res, ResourceTable};
 use crate::workload::{ClusterRestriction, Workload};
 
 mod cycle;
 pub mod explain;
 mod fit;
+mod intake;
 mod reclaim;
+mod reserve;
 #[cfg(test)]
 mod serves_tests;
 pub mod view;
+mod wake;
 
 pub type JobId = usize;
 /// Pods per node per component name: `{component: {node: pods}}`.
@@ -471,30 +476,6 @@ impl Scheduler {
         Some((c.name.as_str(), plan))
     }
 
-    fn placement_from(&self, job: JobId, ci: usize, plan: &Plan) -> Placement {
-        let c = &self.clusters[ci];
-        let shape = &self.shapes[self.jobs[job].shape];
-        let groups = shape
-            .groups
-            .iter()
-            .map(|g| {
-                plan.get(&g.name)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|(node, k)| c.node_index.get(node).map(|&n| (n, *k)))
-                    .collect()
-            })
-            .collect();
-        Placement { groups }
-    }
-
-    /// Adds (`sign` 1) or removes (`sign` -1) a job's planned pods on its cluster's nodes; nothing
-    /// else (quota, state, versions) changes.
-    fn reserve_nodes(&mut self, job: JobId, ci: usize, placement: &Placement, sign: i128) {
-        let groups = &self.shapes[self.jobs[job].shape].groups;
-        reserve_on(&mut self.clusters[ci], groups, placement, sign);
-    }
-
     // ----- queries --------------------------------------------------------------------------
 
     pub fn state(&self, job: JobId) -> &JobState {
@@ -563,381 +544,6 @@ impl Scheduler {
     /// `namespace/name` of a job.
     pub fn job_label(&self, job: JobId) -> String {
         format!("{}/{}", self.jobs[job].namespace, self.jobs[job].name)
-    }
-
-    // ----- bookkeeping ----------------------------------------------------------------------
-
-    fn reserve(&mut self, job: JobId, ci: usize, placement: Placement) {
-        self.reserve_with(job, ci, placement, false);
-    }
-
-    /// `restore`: the job gets back its earlier admission order (an undone trial release).
-    fn reserve_with(&mut self, job: JobId, ci: usize, placement: Placement, restore: bool) {
-        self.reserve_nodes(job, ci, &placement, 1);
-        let shape = &self.shapes[self.jobs[job].shape];
-        if let (Some(q), Some(leaf)) = (self.quota.as_mut(), self.queues.leaf(self.jobs[job].queue))
-        {
-            q.charge(leaf, &shape.quota_demand, 1);
-        }
-        if !restore || self.jobs[job].admitted_seq == 0 {
-            self.seq += 1;
-            self.jobs[job].admitted_seq = self.seq;
-        }
-        self.jobs[job].state = JobState::Admitted {
-            cluster: ci,
-            placement,
-        };
-        let j = &self.jobs[job];
-        let entry = (j.priority, Reverse(j.admitted_seq), job);
-        if let Some(leaf) = self.queues.leaf(j.queue) {
-            self.admitted_by_leaf.entry(leaf).or_default().insert(entry);
-        }
-        self.bump_cluster(ci);
-    }
-
-    fn release(&mut self, job: JobId) {
-        let JobState::Admitted {
-            cluster: ci,
-            placement,
-        } = std::mem::replace(&mut self.jobs[job].state, JobState::Pending)
-        else {
-            return;
-        };
-        self.reserve_nodes(job, ci, &placement, -1);
-        let shape = &self.shapes[self.jobs[job].shape];
-        let leaf = self.queues.leaf(self.jobs[job].queue);
-        if let (Some(q), Some(leaf)) = (self.quota.as_mut(), leaf) {
-            q.charge(leaf, &shape.quota_demand, -1);
-            for n in q.tree.path_up(leaf) {
-                if let Some(set) = self.quota_blocked.remove(&n) {
-                    for c in set {
-                        self.mark_dirty(c);
-                    }
-                }
-            }
-        }
-        let entry = (
-            self.jobs[job].priority,
-            Reverse(self.jobs[job].admitted_seq),
-            job,
-        );
-        if let Some(set) = leaf.and_then(|l| self.admitted_by_leaf.get_mut(&l)) {
-            set.remove(&entry);
-        }
-        self.freed_on(ci);
-        self.capacity_freed();
-    }
-
-    fn bump_cluster(&mut self, ci: usize) {
-        self.fleet_version += 1;
-        self.clusters[ci].version = self.fleet_version;
-    }
-
-    /// [`Self::bump_cluster`] for a change that may give nodes of the cluster more free
-    /// capacity (see [`Cluster::freed`]).
-    fn freed_on(&mut self, ci: usize) {
-        self.bump_cluster(ci);
-        self.clusters[ci].freed = self.clusters[ci].version;
-    }
-
-    fn capacity_freed(&mut self) {
-        let blocked: Vec<ClassId> = self.fleet_blocked.drain().collect();
-        for c in blocked {
-            self.mark_dirty(c);
-        }
-    }
-
-    fn mark_dirty(&mut self, c: ClassId) {
-        if !self.classes[c].dirty {
-            self.classes[c].dirty = true;
-            self.dirty.push(c);
-        }
-    }
-
-    fn enqueue(&mut self, job: JobId) {
-        let c = self.jobs[job].class;
-        // Considered from the next pass on: reasons from earlier passes are not its own.
-        self.jobs[job].enqueued_cycle = self.cycle_no + 1;
-        let key = (self.jobs[job].order, job);
-        self.classes[c].jobs.insert(key);
-        self.mark_dirty(c);
-    }
-
-    /// Back in the queue, but not considered before the next cycle (preemption victims).
-    fn enqueue_later(&mut self, job: JobId) {
-        let c = self.jobs[job].class;
-        self.jobs[job].enqueued_cycle = self.cycle_no + 1;
-        let key = (self.jobs[job].order, job);
-        self.classes[c].jobs.insert(key);
-        self.next_dirty.push(c);
-    }
-
-    fn dequeue(&mut self, job: JobId) {
-        let c = self.jobs[job].class;
-        let key = (self.jobs[job].order, job);
-        if self.classes[c].jobs.remove(&key)
-            && self.queues.strategy(self.jobs[job].queue) == Strategy::StrictFIFO
-        {
-            self.mark_dirty(c);
-        }
-    }
-
-    fn fleet_changed(&mut self) {
-        self.empty_clusters.clear();
-        for s in &mut self.shapes {
-            s.key_res = PODS;
-        }
-        let shapes: Vec<ShapeId> = (0..self.shapes.len()).collect();
-        for s in shapes {
-            let d = self.shapes[s].quota_demand.clone();
-            self.shapes[s].key_res = self.key_resource(&d);
-        }
-        self.recheck_inadmissible();
-        self.capacity_freed();
-    }
-
-    fn all_changed(&mut self) {
-        self.fleet_blocked.clear();
-        self.quota_blocked.clear();
-        for c in 0..self.classes.len() {
-            self.mark_dirty(c);
-        }
-        self.recheck_inadmissible();
-    }
-
-    fn recheck_inadmissible(&mut self) {
-        let ids: Vec<JobId> = self.inadmissible.iter().copied().collect();
-        for j in ids {
-            let ns = self.jobs[j].namespace.clone();
-            let (queue, ok) = self.queue_for(&ns);
-            if !ok {
-                continue;
-            }
-            self.jobs[j].queue = queue;
-            self.jobs[j].class = self.class_for(queue, self.jobs[j].shape);
-            match self.admissibility(j) {
-                Ok(p) => {
-                    self.inadmissible.remove(&j);
-                    self.jobs[j].priority = p;
-                    self.jobs[j].order.priority = Reverse(p);
-                    self.jobs[j].state = JobState::Pending;
-                    self.enqueue(j);
-                }
-                Err(r) => self.jobs[j].state = JobState::Inadmissible(r),
-            }
-        }
-    }
-
-    /// The job's priority if it could ever run, else why not.
-    fn admissibility(&mut self, job: JobId) -> Result<i32, String> {
-        let mut prio: Option<i32> = None;
-        for name in &self.jobs[job].priority_classes {
-            match self.priorities.get(name) {
-                Some(v) => prio = Some(prio.map_or(*v, |p: i32| p.max(*v))),
-                None => return Err(format!("PriorityClass {name:?} does not exist")),
-            }
-        }
-        let shape_id = self.jobs[job].shape;
-        if let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(self.jobs[job].queue))
-            && let Some(s) = q.never_fits(leaf, &self.shapes[shape_id].quota_demand)
-        {
-            return Err(format!(
-                "requests {} but quota {} allows at most {}: can never be admitted",
-                self.table.fmt_amount(s.res, s.request),
-                q.tree.nodes[s.node].path,
-                Quantity::from_milli(s.max)
-            ));
-        }
-        // Could the whole job fit in some candidate cluster if it were empty?
-        let mut reasons = Vec::new();
-        let mut refused = Vec::new();
-        let mut any = false;
-        for ci in 0..self.clusters.len() {
-            let c = &self.clusters[ci];
-            if !self.shapes[shape_id].candidates.allows(&c.name, &c.labels) {
-                continue;
-            }
-            if let Some(why) = self.refusal(shape_id, ci) {
-                refused.push(why);
-                continue;
-            }
-            any = true;
-            let stale = self
-                .empty_clusters
-                .get(&ci)
-                .is_none_or(|(v, _)| *v != c.topology);
-            if stale {
-                let mut e = c.clone();
-                for n in &mut e.nodes {
-                    n.reserved.clear();
-                    n.external.clear();
-                }
-                self.empty_clusters.insert(ci, (c.topology, e));
-            }
-            // Eligibility depends on topology only, which the empty copy shares.
-            let fit = self.shapes[shape_id].fit;
-            self.ensure_eligible(fit, ci);
-            let Some((_, empty)) = self.empty_clusters.get(&ci) else {
-                continue;
-            };
-            let shape = &self.shapes[shape_id];
-            let elig = self.eligible_on(fit, ci);
-            match estimate::place(empty, &shape.groups, elig, &self.table) {
-                Ok(_) => return Ok(prio.unwrap_or(0)),
-                Err(r) => reasons.push(format!("{}: {r}", self.clusters[ci].name)),
-            }
-        }
-        if !any {
-            return Err(if self.clusters.is_empty() {
-                "no member clusters are known".to_string()
-            } else if !refused.is_empty() {
-                format!("no member can create it: {}", refused.join("; "))
-            } else {
-                "no member cluster matches the job's cluster restriction".to_string()
-            });
-        }
-        // The members that could create it but never hold it, then those that cannot create it.
-        reasons.extend(refused);
-        Err(format!(
-            "can never fit in any member, even empty: {}",
-            reasons.join("; ")
-        ))
-    }
-
-    fn queue_for(&mut self, namespace: &str) -> (usize, bool) {
-        match &self.quota {
-            Some(q) => match q.tree.leaf_for(namespace) {
-                Some(leaf) => {
-                    let name = q.tree.nodes[leaf].path.clone();
-                    let strategy = q.tree.strategy(leaf);
-                    (self.queues.get_or_add(&name, Some(leaf), strategy), true)
-                }
-                None => (0, false),
-            },
-            None => (
-                self.queues
-                    .get_or_add(namespace, None, self.config.default_strategy),
-                true,
-            ),
-        }
-    }
-
-    fn class_for(&mut self, queue: usize, shape: ShapeId) -> ClassId {
-        let key = match self.queues.strategy(queue) {
-            Strategy::StrictFIFO => (queue, None),
-            Strategy::BestEffortFIFO => (queue, Some(shape)),
-        };
-        if let Some(&c) = self.class_ids.get(&key) {
-            return c;
-        }
-        let id = self.classes.len();
-        self.classes.push(Class {
-            jobs: BTreeSet::new(),
-            reason: None,
-            reason_cycle: 0,
-            reason_job: None,
-            dirty: false,
-            reclaim_failed: HashMap::new(),
-        });
-        self.class_ids.insert(key, id);
-        id
-    }
-
-    fn shape_for(&mut self, w: &Workload) -> ShapeId {
-        let groups: Vec<PodGroup> = w
-            .components
-            .iter()
-            .map(|c| {
-                let mut demand = self.table.demand(&c.requests);
-                demand.add_scaled(&Demand(vec![(PODS, ONE)]), 1);
-                PodGroup {
-                    name: c.name.clone(),
-                    pods: c.pods,
-                    demand,
-                    constraints: Constraints {
-                        node_selector: c.node_selector.clone(),
-                        tolerations: c.tolerations.clone(),
-                        affinity: c.required_node_affinity.clone(),
-                    },
-                }
-            })
-            .collect();
-        let needs = Needs::of(w);
-        let key = format!("{:?}|{:?}|{:?}", groups, w.candidates, needs);
-        if let Some(&s) = self.shape_ids.get(&key) {
-            return s;
-        }
-        let mut quota_demand = Demand::default();
-        for g in &groups {
-            quota_demand.add_scaled(&g.demand, i128::from(g.pods));
-        }
-        quota_demand.add_scaled(&Demand(vec![(MAX_JOBS, ONE)]), 1);
-        let key_res = self.key_resource(&quota_demand);
-        // Shapes of the same pods share what was learnt about where they fit.
-        let pods_key = format!("{groups:?}");
-        let fit = match self.fit_ids.get(&pods_key) {
-            Some(&f) => f,
-            None => {
-                let f = self.fits.len();
-                let memo = fit::FitMemo::new(groups.clone(), quota_demand.clone());
-                self.fits.push(memo);
-                self.fit_ids.insert(pods_key, f);
-                f
-            }
-        };
-        let id = self.shapes.len();
-        self.shapes.push(Shape {
-            groups,
-            quota_demand,
-            candidates: w.candidates.clone(),
-            needs,
-            key_res,
-            fit,
-            nowhere: None,
-        });
-        self.shape_ids.insert(key, id);
-        id
-    }
-
-    /// The requested resource with the highest share of the fleet's allocatable.
-    fn key_resource(&mut self, d: &Demand) -> Res {
-        let mut totals: Vec<i128> = Vec::new();
-        for c in &mut self.clusters {
-            let s = c.summary();
-            for (i, v) in s.total_alloc.iter().enumerate() {
-                if totals.len() <= i {
-                    totals.resize(i + 1, 0);
-                }
-                totals[i] = totals[i].saturating_add(*v);
-            }
-        }
-        let mut best = (0i128, PODS);
-        for (r, x) in d.iter() {
-            if r == PODS || r == MAX_JOBS {
-                continue;
-            }
-            let share = x.saturating_mul(1_000_000_000) / at(&totals, r).max(1);
-            if share > best.0 || (share == best.0 && best.1 == PODS) {
-                best = (share, r);
-            }
-        }
-        best.1
-    }
-}
-
-/// The one place node reservations change: `sign` × each group's per-pod demand on the nodes
-/// of `placement` (nodes the cluster no longer has are skipped).
-fn reserve_on(c: &mut Cluster, groups: &[PodGroup], placement: &Placement, sign: i128) {
-    for (gi, nodes) in placement.groups.iter().enumerate() {
-        for &(n, k) in nodes {
-            if let Some(node) = c.nodes.get_mut(n) {
-                crate::resources::add_demand(
-                    &mut node.reserved,
-                    &groups[gi].demand,
-                    sign * i128::from(k),
-                );
-            }
-        }
     }
 }
 

@@ -550,7 +550,7 @@ impl Scheduler {
             return;
         };
         let shape = &self.shapes[self.jobs[job].shape];
-        super::reserve_on(&mut self.clusters[*cluster], &shape.groups, placement, sign);
+        super::reserve::reserve_on(&mut self.clusters[*cluster], &shape.groups, placement, sign);
         if let (Some(q), Some(leaf)) = (self.quota.as_mut(), self.queues.leaf(self.jobs[job].queue))
         {
             q.charge(leaf, &shape.quota_demand, sign);

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::fleet::{Needs, NodeInfo, Serves};
+use crate::quantity::Quantity;
 use crate::workload::{JobKind, interpret};
 
 fn member(name: &str, kinds: &[JobKind], classes: &[&str]) -> ClusterInfo {

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::fleet::NodeInfo;
+use crate::quantity::Quantity;
 use crate::workload::interpret;
 
 fn gpu_cluster(name: &str, nodes: usize, gpus: &str) -> ClusterInfo {

@@ -1,0 +1,73 @@
+//! Wakeups: which classes the next pass visits. Owns the dirty list, a job entering or leaving
+//! its class, and what a fleet or tree change marks to be looked at again.
+
+use super::{ClassId, JobId, Scheduler, ShapeId};
+use crate::quota::Strategy;
+use crate::resources::PODS;
+
+impl Scheduler {
+    pub(super) fn capacity_freed(&mut self) {
+        let blocked: Vec<ClassId> = self.fleet_blocked.drain().collect();
+        for c in blocked {
+            self.mark_dirty(c);
+        }
+    }
+
+    pub(super) fn mark_dirty(&mut self, c: ClassId) {
+        if !self.classes[c].dirty {
+            self.classes[c].dirty = true;
+            self.dirty.push(c);
+        }
+    }
+
+    pub(super) fn enqueue(&mut self, job: JobId) {
+        let c = self.jobs[job].class;
+        // Considered from the next pass on: reasons from earlier passes are not its own.
+        self.jobs[job].enqueued_cycle = self.cycle_no + 1;
+        let key = (self.jobs[job].order, job);
+        self.classes[c].jobs.insert(key);
+        self.mark_dirty(c);
+    }
+
+    /// Back in the queue, but not considered before the next cycle (preemption victims).
+    pub(super) fn enqueue_later(&mut self, job: JobId) {
+        let c = self.jobs[job].class;
+        self.jobs[job].enqueued_cycle = self.cycle_no + 1;
+        let key = (self.jobs[job].order, job);
+        self.classes[c].jobs.insert(key);
+        self.next_dirty.push(c);
+    }
+
+    pub(super) fn dequeue(&mut self, job: JobId) {
+        let c = self.jobs[job].class;
+        let key = (self.jobs[job].order, job);
+        if self.classes[c].jobs.remove(&key)
+            && self.queues.strategy(self.jobs[job].queue) == Strategy::StrictFIFO
+        {
+            self.mark_dirty(c);
+        }
+    }
+
+    pub(super) fn fleet_changed(&mut self) {
+        self.empty_clusters.clear();
+        for s in &mut self.shapes {
+            s.key_res = PODS;
+        }
+        let shapes: Vec<ShapeId> = (0..self.shapes.len()).collect();
+        for s in shapes {
+            let d = self.shapes[s].quota_demand.clone();
+            self.shapes[s].key_res = self.key_resource(&d);
+        }
+        self.recheck_inadmissible();
+        self.capacity_freed();
+    }
+
+    pub(super) fn all_changed(&mut self) {
+        self.fleet_blocked.clear();
+        self.quota_blocked.clear();
+        for c in 0..self.classes.len() {
+            self.mark_dirty(c);
+        }
+        self.recheck_inadmissible();
+    }
+}
