@@ -107,7 +107,7 @@ impl Scheduler {
         self.capacity_freed();
     }
 
-    pub(super) fn bump_cluster(&mut self, ci: usize) {
+    fn bump_cluster(&mut self, ci: usize) {
         self.fleet_version += 1;
         self.clusters[ci].version = self.fleet_version;
     }
