@@ -209,7 +209,7 @@ impl Scheduler {
         id
     }
 
-    /// The requested resource with the highest share of the fleet's allocatable.
+    /// The requested resource with the highest share of the fleet's allocatable (ties by name).
     pub(super) fn key_resource(&mut self, d: &Demand) -> Res {
         let mut totals: Vec<i128> = Vec::new();
         for c in &mut self.clusters {
@@ -227,7 +227,11 @@ impl Scheduler {
                 continue;
             }
             let share = x.saturating_mul(1_000_000_000) / at(&totals, r).max(1);
-            if share > best.0 || (share == best.0 && best.1 == PODS) {
+            // Ties by name, so that the choice does not depend on the order names were seen.
+            if share > best.0
+                || (share == best.0
+                    && (best.1 == PODS || self.table.name(r) < self.table.name(best.1)))
+            {
                 best = (share, r);
             }
         }

@@ -105,7 +105,7 @@ impl Scheduler {
     /// The requested resources the candidate clusters lack for `job`: in every candidate
     /// cluster, one of its pods asks more than any node has free, or the job more than the
     /// cluster has free. When no single resource is short (fragmentation, node constraints),
-    /// every requested resource.
+    /// the job's scarcest resource (its `key_res`).
     fn fleet_short(&mut self, job: JobId) -> Vec<Res> {
         let shape_id = self.jobs[job].shape;
         let d = self.shapes[shape_id].quota_demand.clone();
@@ -135,7 +135,16 @@ impl Scheduler {
             }
             short.push(r);
         }
-        if short.is_empty() { requested } else { short }
+        if short.is_empty() {
+            // Fragmentation or node constraints: no one resource is short on its own; the
+            // binding one is taken to be the job's scarcest (what chooses its member).
+            let key = self.shapes[shape_id].key_res;
+            if requested.contains(&key) {
+                return vec![key];
+            }
+            return requested;
+        }
+        short
     }
 
     /// Whether `job` asks for any of `short`.
@@ -215,16 +224,16 @@ impl Scheduler {
         let mut order: Vec<JobId> = own[..forced].to_vec();
         order.extend(candidates.into_iter().map(|c| c.2));
         order.extend(own[forced..].iter().copied());
-        self.take_victims(job, leaf, order, &guard)
+        self.take_victims(job, leaf, short, order, &guard)
     }
 
     /// The candidates of `order` (in order) that leave no victim able to reclaim back: one of
     /// another leaf than `leaf` is kept only while its leaf, with that leaf's candidates before
-    /// it gone, is above its min for every resource it asks that the leaf has a min of,
+    /// it gone, is above its min for every resource of `short` (those being reclaimed) it asks,
     /// counting as gone the leaf's jobs of lower priority it could preempt. Otherwise a victim
     /// taken back to within its min could reclaim in turn from another borrowing leaf, and jobs
     /// of equal priority could take each other's places round a cohort forever.
-    fn borrowed_only(&self, leaf: usize, order: Vec<JobId>) -> Vec<JobId> {
+    fn borrowed_only(&self, leaf: usize, short: &[Res], order: Vec<JobId>) -> Vec<JobId> {
         let Some(q) = self.quota.as_ref() else {
             return order;
         };
@@ -243,12 +252,11 @@ impl Scheduler {
             // Its leaf's jobs of lower priority, those kept before it excepted.
             let left = side.left(p);
             let vd = &self.shapes[self.jobs[v].shape].quota_demand;
-            let borrowed = vd
-                .iter()
-                .filter(|&(r, x)| x > 0 && q.min_of(vleaf, r) > 0)
-                .all(|(r, _)| {
-                    q.used_of(vleaf, r) - side.taken.get(r) - left.get(r) > q.min_of(vleaf, r)
-                });
+            // Only the resources being reclaimed count: a leaf that borrows GPUs gives them
+            // back even while it uses little of its guaranteed cpu or memory.
+            let borrowed = short.iter().filter(|&&r| vd.get(r) > 0).all(|&r| {
+                q.used_of(vleaf, r) - side.taken.get(r) - left.get(r) > q.min_of(vleaf, r)
+            });
             if borrowed {
                 side.taken.add_scaled(vd, 1);
                 side.taken_by_priority
@@ -293,6 +301,7 @@ impl Scheduler {
         &mut self,
         job: JobId,
         leaf: usize,
+        short: &[Res],
         order: Vec<JobId>,
         guard: &[Guard],
     ) -> Option<(Vec<JobId>, usize, Placement)> {
@@ -303,7 +312,7 @@ impl Scheduler {
         let quota_only = !self.fits_now(job, leaf) && self.find_cluster(job).is_ok();
         let chosen: Option<(Vec<JobId>, usize)> = if quota_only {
             // Quota is the only shortage: release in order until quota allows the job.
-            let order = self.borrowed_only(leaf, order);
+            let order = self.borrowed_only(leaf, short, order);
             self.trial(job, leaf, &order, None, guard)
                 .ok()
                 .and_then(|v| self.find_cluster_with(job, &v).map(|ci| (v, ci)))
@@ -327,7 +336,8 @@ impl Scheduler {
             clusters.sort();
             let mut best: Option<(Vec<JobId>, usize)> = None;
             for (_, _, ci) in clusters {
-                let order = self.borrowed_only(leaf, by_cluster.remove(&ci).unwrap_or_default());
+                let order =
+                    self.borrowed_only(leaf, short, by_cluster.remove(&ci).unwrap_or_default());
                 let c = &self.clusters[ci];
                 if !c.reachable || !self.candidate(shape, ci) {
                     continue;
