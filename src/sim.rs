@@ -75,6 +75,9 @@ enum Event {
 /// Hooks for progress output (the CLI prints to stderr on a terminal).
 pub trait Progress {
     fn tick(&mut self, _done: usize, _total: usize, _now_ms: u64) {}
+    /// After each admission cycle at virtual time `now_ms`: what it decided, and the core as
+    /// it left it (a test's reference scheduler follows the run this way).
+    fn cycled(&mut self, _now_ms: u64, _decisions: &[Decision], _sched: &Scheduler) {}
 }
 
 impl Progress for () {}
@@ -364,6 +367,7 @@ fn run_inner(
             if let (Some(m), Some(t)) = (rec, started) {
                 m.cycle_duration(t.elapsed().as_secs_f64());
             }
+            progress.cycled(now, &decisions, &sched);
             let moved = decisions
                 .iter()
                 .any(|d| !matches!(d, Decision::Wait { .. }));

@@ -284,3 +284,48 @@ fn borrowed_capacity_is_taken_back_before_the_queues_own_jobs_and_only_what_is_n
         assert!(preemptions(&ds).is_empty(), "{ds:#?}");
     }
 }
+
+/// The issue "Min is a guarantee again": mins on cpu and memory as well as GPUs. team-a borrows
+/// 4 GPUs while it uses 2 of its 32 guaranteed cpus; team-b's job within its GPU min preempts
+/// one of team-a's jobs (the most recently admitted) and starts at once, not an hour later.
+#[test]
+fn a_min_on_cpu_and_memory_does_not_keep_borrowed_gpus_from_being_reclaimed() {
+    let sc = scenario("reclaim_multi_resource.yaml");
+    let mut s = scheduler(&sc);
+    let a_one = submit(&mut s, &sc, 0, 0);
+    let a_two = submit(&mut s, &sc, 1, 1_000);
+    let ds = s.cycle();
+    assert_eq!(
+        ds.iter()
+            .filter(|d| matches!(d, Decision::Admit { .. }))
+            .count(),
+        2,
+        "{ds:?}"
+    );
+    let b_one = submit(&mut s, &sc, 2, 600_000);
+    let ds = s.cycle();
+    assert_eq!(preemptions(&ds), vec![(a_two, b_one)], "{ds:?}");
+    assert!(
+        ds.iter()
+            .any(|d| matches!(d, Decision::Admit { job, .. } if *job == b_one)),
+        "{ds:?}"
+    );
+    assert!(matches!(
+        s.state(a_one),
+        muster::scheduler::JobState::Admitted { .. }
+    ));
+    // And through `muster sim`'s driver: b-one is dispatched at its submission, 10m.
+    let report = sim::run("reclaim_multi_resource.yaml", &sc, &mut ()).expect("runs");
+    let b = report
+        .jobs
+        .iter()
+        .find(|j| j.name == "b-one")
+        .expect("b-one reported");
+    assert_eq!(b.dispatched, serde_json::json!(600), "{b:?}");
+    let a = report
+        .jobs
+        .iter()
+        .find(|j| j.name == "a-two")
+        .expect("a-two reported");
+    assert_eq!(a.preemptions, 1, "{a:?}");
+}

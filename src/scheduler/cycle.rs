@@ -14,16 +14,17 @@ impl Scheduler {
     pub fn cycle(&mut self) -> Vec<Decision> {
         let mut out = Vec::new();
         // Capacity freed inside a pass (preemption) is offered to the blocked queues in a
-        // further pass; bounded so that a cycle always ends.
+        // further pass, until a pass moves nothing; bounded so that a cycle always ends.
         for _ in 0..8 {
-            if !self.pass(&mut out) || self.dirty.is_empty() {
+            if !self.pass(&mut out) {
                 break;
             }
         }
         // Preemption victims are back in their queues for the next cycle, not this one.
-        let next = std::mem::take(&mut self.next_dirty);
-        for c in next {
-            self.mark_dirty(c);
+        for v in std::mem::take(&mut self.held) {
+            if self.jobs[v].state == JobState::Pending {
+                self.enqueue(v);
+            }
         }
         out
     }
@@ -41,27 +42,29 @@ impl Scheduler {
     fn pass(&mut self, out: &mut Vec<Decision>) -> bool {
         self.cycle_no += 1;
         let mut moved = false;
+        let mut reclaimed = false;
         let mut heap: BinaryHeap<Reverse<(JobOrder, ClassId)>> = BinaryHeap::new();
         let dirty = std::mem::take(&mut self.dirty);
+        // Queues (by leaf) whose best waiting job (of any class, woken or not) would borrow at
+        // the start of the pass: in the first round none of their jobs goes, so that no job of
+        // theirs overtakes a better one of the same queue.
+        let deferred = self.deferred_leaves(&dirty);
         for c in dirty {
             self.classes[c].dirty = false;
             if let Some((o, _)) = self.classes[c].jobs.iter().next() {
                 heap.push(Reverse((*o, c)));
             }
         }
-        // Queues (by leaf) whose best waiting job would borrow: in the first round none of
-        // their jobs goes, so that no job of theirs overtakes a better one of the same queue.
         let mut borrowing: Vec<Reverse<(JobOrder, ClassId)>> = Vec::new();
-        let mut deferred: BTreeSet<usize> = BTreeSet::new();
         for guaranteed_only in [true, false] {
             if !guaranteed_only {
                 heap.extend(borrowing.drain(..));
             }
             while let Some(Reverse((o, c))) = heap.pop() {
-                // Once a reclaim (in either round) freed capacity or quota and so woke queues
-                // for the next pass, the borrowers left wait for it: its guaranteed jobs go
-                // first, and would otherwise reclaim at once what these took.
-                if !guaranteed_only && !self.dirty.is_empty() {
+                // Once a reclaim (in either round) freed capacity or quota, the borrowers left
+                // wait for the next pass: its guaranteed jobs go first, and would otherwise
+                // reclaim at once what these took.
+                if !guaranteed_only && reclaimed {
                     self.mark_dirty(c);
                     for Reverse((_, c)) in heap.drain() {
                         self.mark_dirty(c);
@@ -71,18 +74,12 @@ impl Scheduler {
                 let Some(&(_, job)) = self.classes[c].jobs.iter().next() else {
                     continue;
                 };
-                // Without a tree nothing borrows.
+                // Without a tree nothing borrows. A job that would borrow now goes in the
+                // second round.
                 if guaranteed_only
-                    && let (Some(q), Some(leaf)) =
-                        (&self.quota, self.queues.leaf(self.jobs[job].queue))
-                    && (deferred.contains(&leaf)
-                        || !q.within_min_freeing(
-                            leaf,
-                            &self.shapes[self.jobs[job].shape].quota_demand,
-                            &self.charge_of(&self.lower_in_leaf(job, leaf)),
-                        ))
+                    && let Some(leaf) = self.queues.leaf(self.jobs[job].queue)
+                    && (deferred.contains(&leaf) || !self.borrows_nothing(job, leaf))
                 {
-                    deferred.insert(leaf);
                     borrowing.push(Reverse((o, c)));
                     continue;
                 }
@@ -92,8 +89,9 @@ impl Scheduler {
                     continue;
                 }
                 match self.try_admit(job, out) {
-                    Ok(()) => {
+                    Ok(by_reclaim) => {
                         moved = true;
+                        reclaimed |= by_reclaim;
                         if let Some((o, _)) = self.classes[c].jobs.iter().next() {
                             heap.push(Reverse((*o, c)));
                         }
@@ -119,6 +117,52 @@ impl Scheduler {
             }
         }
         moved
+    }
+
+    /// Whether `job` stays within the guarantees (min) at every node of its path, with its
+    /// queue's jobs of lower priority that it may preempt counted as gone.
+    fn borrows_nothing(&self, job: JobId, leaf: usize) -> bool {
+        self.quota.as_ref().is_none_or(|q| {
+            q.within_min_freeing(
+                leaf,
+                &self.shapes[self.jobs[job].shape].quota_demand,
+                &self.charge_of(&self.lower_in_leaf(job, leaf)),
+            )
+        })
+    }
+
+    /// The leaves of the woken classes whose queue's best waiting job, over all its classes,
+    /// would borrow now ([`Self::borrows_nothing`]).
+    fn deferred_leaves(&self, dirty: &[ClassId]) -> BTreeSet<usize> {
+        let mut deferred = BTreeSet::new();
+        if self.quota.is_none() {
+            return deferred;
+        }
+        let queues: BTreeSet<usize> = dirty
+            .iter()
+            .filter_map(|&c| {
+                self.classes[c]
+                    .jobs
+                    .first()
+                    .map(|&(_, j)| self.jobs[j].queue)
+            })
+            .collect();
+        for queue in queues {
+            let Some(leaf) = self.queues.leaf(queue) else {
+                continue;
+            };
+            let best = self.queue_classes.get(&queue).and_then(|cs| {
+                cs.iter()
+                    .filter_map(|&c| self.classes[c].jobs.first().copied())
+                    .min()
+            });
+            if let Some((_, job)) = best
+                && !self.borrows_nothing(job, leaf)
+            {
+                deferred.insert(leaf);
+            }
+        }
+        deferred
     }
 
     /// Whether a visit of class `c`, whose head is `job`, would certainly end in the same wait
@@ -152,7 +196,8 @@ impl Scheduler {
         self.fits_nowhere(job)
     }
 
-    fn try_admit(&mut self, job: JobId, out: &mut Vec<Decision>) -> Result<(), Block> {
+    /// Admits `job` (true: by reclaiming, with victims preempted) or says why it waits.
+    fn try_admit(&mut self, job: JobId, out: &mut Vec<Decision>) -> Result<bool, Block> {
         let shape = self.jobs[job].shape;
         let queue = self.jobs[job].queue;
         let leaf = self.queues.leaf(queue);
@@ -170,7 +215,7 @@ impl Scheduler {
         let fleet_reason = match fit {
             Some(Ok((ci, placement))) => {
                 self.admit(job, ci, placement, out);
-                return Ok(());
+                return Ok(false);
             }
             Some(Err(r)) => Some(r),
             None => None,
@@ -205,7 +250,7 @@ impl Scheduler {
                     });
                 }
                 self.admit(job, ci, placement, out);
-                return Ok(());
+                return Ok(true);
             }
         }
         match (quota_short, fleet_reason) {

@@ -150,6 +150,7 @@ impl Scheduler {
             reclaim_failed: HashMap::new(),
         });
         self.class_ids.insert(key, id);
+        self.queue_classes.entry(queue).or_default().push(id);
         id
     }
 

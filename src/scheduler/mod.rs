@@ -151,7 +151,10 @@ pub struct Scheduler {
     classes: Vec<Class>,
     class_ids: HashMap<(usize, Option<ShapeId>), ClassId>,
     dirty: Vec<ClassId>,
-    next_dirty: Vec<ClassId>,
+    /// Preemption victims of the cycle under way, queued again when it ends.
+    held: Vec<JobId>,
+    /// The classes of each queue (a leaf's queue's best waiting job is the best of their heads).
+    queue_classes: HashMap<usize, Vec<ClassId>>,
     fleet_blocked: HashSet<ClassId>,
     quota_blocked: HashMap<usize, HashSet<ClassId>>,
     /// Admitted jobs per quota leaf, lowest priority then most recently admitted first
@@ -184,7 +187,8 @@ impl Scheduler {
             classes: Vec::new(),
             class_ids: HashMap::new(),
             dirty: Vec::new(),
-            next_dirty: Vec::new(),
+            held: Vec::new(),
+            queue_classes: HashMap::new(),
             fleet_blocked: HashSet::new(),
             quota_blocked: HashMap::new(),
             admitted_by_leaf: BTreeMap::new(),

@@ -29,13 +29,10 @@ impl Scheduler {
         self.mark_dirty(c);
     }
 
-    /// Back in the queue, but not considered before the next cycle (preemption victims).
+    /// Back in the queue at the end of this cycle (preemption victims): no pass of the cycle
+    /// that preempted it sees it, whatever else wakes its class.
     pub(super) fn enqueue_later(&mut self, job: JobId) {
-        let c = self.jobs[job].class;
-        self.jobs[job].enqueued_cycle = self.cycle_no + 1;
-        let key = (self.jobs[job].order, job);
-        self.classes[c].jobs.insert(key);
-        self.next_dirty.push(c);
+        self.held.push(job);
     }
 
     pub(super) fn dequeue(&mut self, job: JobId) {
