@@ -178,6 +178,40 @@ fn lowering_then_removing_the_tree_mid_run() {
 }
 
 #[test]
+fn a_change_applies_before_the_submissions_of_its_instant() {
+    // At 10m the tree gains a leaf for namespace `other`: the job submitted at that instant is
+    // queued there; the one submitted at 5m, before the tree knew `other`, stays ignored.
+    let with_other = tree("4", "    ").replace(
+        "          namespaces: [team]\n",
+        "          namespaces: [team]
+        - name: other
+          max: {nvidia.com/gpu: \"4\"}
+          namespaces: [other]
+",
+    );
+    let text = format!(
+        "clusters:\n{}quota:\n{}changes:\n- at: 10m\n  quota:\n{with_other}jobs:\n{}{}",
+        member("m", 8),
+        tree("4", "  "),
+        job("too-early", "other", "5m", "10m", 1, 1),
+        job("on-time", "other", "10m", "10m", 1, 1),
+    );
+    let r = report(&write("same_instant", &text));
+    assert_eq!(outcome(&r, "on-time"), done(600, 1200, "m"));
+    let queue = |name: &str| {
+        r["jobs"]
+            .as_array()
+            .and_then(|js| js.iter().find(|j| j["name"] == name))
+            .map(|j| (j["state"].clone(), j["queue"].clone()))
+    };
+    assert_eq!(
+        queue("on-time"),
+        Some((json!("Finished"), json!("root/other")))
+    );
+    assert_eq!(queue("too-early"), Some((json!("Ignored"), Value::Null)));
+}
+
+#[test]
 fn a_member_added_mid_run_takes_the_job_no_member_fit() {
     let text = format!(
         "clusters:\n{}changes:\n- at: 5m\n  cluster:\n{}jobs:\n{}{}",
