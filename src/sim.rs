@@ -1,10 +1,11 @@
 //! `muster sim`: drives the scheduling core from a scenario file with a virtual clock.
 //!
-//! Owns the scenario format (clusters, quota tree, priority classes, timed job manifests), the
-//! event loop (completions, then submissions, then one admission cycle at each instant) and the
-//! report, and optionally the metrics a controller would record. It never decides anything itself:
-//! every decision comes from [`Scheduler::cycle`].
+//! Owns the scenario format (clusters, quota tree, priority classes, timed job manifests, timed
+//! changes), the event loop (completions, then changes, then submissions, then admission cycles
+//! at each instant) and the report, and optionally the metrics a controller would record. It
+//! never decides anything itself: every decision comes from [`Scheduler::cycle`].
 
+mod changes;
 mod digest;
 pub mod estimates;
 pub mod faults;
@@ -62,10 +63,13 @@ struct SimJob {
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
-    /// Completions come before submissions at the same instant.
+    /// Completions come before changes (in file order), then submissions, at the same instant.
     Finish {
         job: usize,
         run: u32,
+    },
+    Change {
+        index: usize,
     },
     Submit {
         job: usize,
@@ -82,7 +86,7 @@ pub trait Progress {
 
 impl Progress for () {}
 
-/// Runs a scenario to the end. Errors only for an invalid quota tree.
+/// Runs a scenario to the end. Errors only for an invalid quota tree or change.
 pub fn run(
     file: &str,
     sc: &Scenario,
@@ -177,6 +181,8 @@ fn run_inner(
         warnings = tree.warnings.iter().map(|p| p.to_string()).collect();
         sched.set_quota_tree(Some(tree));
     }
+    let mut changes = changes::check(file, sc)?;
+    warnings.append(&mut changes.warnings);
     sched.set_priority_classes(sc.priority_classes.clone());
     apply_fleet(&mut sched, sc);
     let mut jobs: Vec<SimJob> = Vec::with_capacity(sc.jobs.len());
@@ -203,6 +209,9 @@ fn run_inner(
             run: 0,
         });
         events.push(Reverse((j.at, Event::Submit { job: i })));
+    }
+    for (index, c) in sc.changes.iter().enumerate() {
+        events.push(Reverse((c.at, Event::Change { index })));
     }
     // Jobs to explain (a name may be submitted more than once), in the order asked.
     let mut watched: Vec<usize> = Vec::new();
@@ -231,7 +240,7 @@ fn run_inner(
     let mut preemptions = 0u64;
     let mut trace = TraceDigest::default();
     let mut done_events = 0usize;
-    let total_events = jobs.len() * 2;
+    let total_events = jobs.len() * 2 + sc.changes.len();
     // Resource-milliseconds held by running jobs, per resource.
     let mut held: BTreeMap<String, i128> = BTreeMap::new();
     while let Some(Reverse((t, _))) = events.peek() {
@@ -269,6 +278,7 @@ fn run_inner(
                     j.state = "Finished";
                     j.finished = Some(now);
                 }
+                Event::Change { index } => changes.apply(index, &mut sched, now),
                 Event::Submit { job } => {
                     let j = &mut jobs[job];
                     // Read into a tree now (a compact manifest), dropped once submitted.
@@ -531,6 +541,7 @@ fn run_inner(
         dispatches,
         preemptions,
         warnings,
+        (&changes.before, changes.since),
     );
     let summary = Summary { trace, ..summary };
     Ok(Report {
@@ -538,26 +549,6 @@ fn run_inner(
         summary,
         explanations,
     })
-}
-
-/// Whether a running job's plan places exactly the pods of each of its components.
-fn plan_matches(w: &crate::workload::Workload, plan: &crate::scheduler::Plan) -> bool {
-    plan.len() == w.components.len()
-        && w.components.iter().all(|c| {
-            plan.get(&c.name)
-                .is_some_and(|nodes| nodes.values().sum::<u32>() == c.pods)
-        })
-}
-
-/// `{node: pods}` of a plan.
-fn running_nodes(plan: &crate::scheduler::Plan) -> BTreeMap<String, u32> {
-    let mut out = BTreeMap::new();
-    for nodes in plan.values() {
-        for (n, k) in nodes {
-            *out.entry(n.clone()).or_insert(0) += k;
-        }
-    }
-    out
 }
 
 fn explained(

@@ -238,7 +238,21 @@ pub struct Row {
 }
 
 /// The estimate of every job at its submission (the running jobs of a snapshot are left out).
+///
+/// A scenario with `changes:` is refused: a what-if change is made to the state at the start,
+/// which a scheduled change (a tree, a member) would then replace or contradict.
 pub fn estimates(file: &str, sc: &Scenario, rules: &Rules) -> Result<Vec<Row>, ScenarioError> {
+    if !sc.changes.is_empty() {
+        return Err(ScenarioError::Field {
+            file: file.into(),
+            field: "changes".into(),
+            message:
+                "muster what-if does not take a scenario with scheduled changes (each --change \
+                      is made at the start, where a scheduled change would replace or contradict \
+                      it); remove `changes:`, or run `muster sim` for their effect"
+                    .into(),
+        });
+    }
     let report = sim::run_estimated(
         file,
         sc,

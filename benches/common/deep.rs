@@ -185,6 +185,7 @@ fn scenario_of(
         priority_classes: priority_classes(),
         jobs: job_v,
         runtimes: Vec::new(),
+        changes: Vec::new(),
     }
 }
 

@@ -190,5 +190,6 @@ pub fn scenario_seeded(seed: u64, jobs: usize, clusters: usize, nodes: u32) -> S
         priority_classes: priority_classes(),
         jobs: job_v,
         runtimes: Vec::new(),
+        changes: Vec::new(),
     }
 }

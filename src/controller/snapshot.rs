@@ -168,6 +168,7 @@ impl Brain {
                 .collect::<BTreeMap<_, _>>(),
             jobs,
             runtimes: self.runtimes.objects(),
+            changes: Vec::new(),
         }
     }
 }

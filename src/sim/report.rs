@@ -256,28 +256,23 @@ pub(super) fn summarize(
     dispatches: u64,
     preemptions: u64,
     quota_warnings: Vec<String>,
+    fleet: (&BTreeMap<String, i128>, u64),
 ) -> Summary {
     let count = |s: &str| jobs.iter().filter(|j| j.state == s).count();
-    let mut alloc: BTreeMap<String, i128> = BTreeMap::new();
-    for ci in 0..sched.clusters().len() {
-        for n in &sched.clusters()[ci].nodes {
-            for (i, v) in n.alloc.iter().enumerate() {
-                let name = sched
-                    .table
-                    .name(crate::resources::Res(i as u16))
-                    .to_string();
-                if name != "pods" && name != crate::resources::MAX_JOBS_NAME {
-                    *alloc.entry(name).or_default() += *v;
-                }
-            }
-        }
+    // Allocatable over the makespan: the fleet as it was before its last change (`fleet.0`,
+    // resource-ms up to `fleet.1`), then as it is now.
+    let (before, since) = fleet;
+    let mut alloc_ms: BTreeMap<String, i128> = before.clone();
+    for (r, a) in super::changes::allocatable(sched) {
+        let span = i128::from(makespan.max(1).saturating_sub(since));
+        let t = alloc_ms.entry(r).or_default();
+        *t = t.saturating_add(a.saturating_mul(span));
     }
     let mut utilization = BTreeMap::new();
-    for (r, a) in &alloc {
+    for (r, denom) in &alloc_ms {
         let h = held.get(r).copied().unwrap_or(0);
-        let denom = a.saturating_mul(i128::from(makespan.max(1)));
         // Percent with one decimal, computed exactly then shown as a number.
-        let permille = if denom > 0 {
+        let permille = if *denom > 0 {
             h.saturating_mul(1000) / denom
         } else {
             0

@@ -1,6 +1,6 @@
 //! The scenario format of `muster sim` (also what `muster snapshot` writes): members and their
-//! nodes, the quota tree, PriorityClasses and timed job manifests (some already running), with
-//! durations as text; reading it with errors that name the file and the field, and telling the
+//! nodes, the quota tree, PriorityClasses, timed job manifests (some already running) and timed
+//! changes (their format and checks: [`super::changes`]), with durations as text; reading it with errors that name the file and the field, and telling the
 //! core the fleet it describes.
 
 use std::collections::BTreeMap;
@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Taint;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use super::changes::{ChangeSpec, ReachableSpec};
 use crate::fleet::{ClusterInfo, NodeInfo, PlacementMode, Serves};
 use crate::quantity::ResourceList;
 use crate::quota::Problem;
@@ -33,6 +34,10 @@ pub struct Scenario {
     /// objects), which TrainJobs are read against.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runtimes: Vec<Value>,
+    /// The quota tree, a member or a member's reachability changing at a virtual time
+    /// ([`ChangeSpec`]); absent from snapshots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<ChangeSpec>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -117,6 +122,26 @@ pub struct RunningSpec {
     pub placement: crate::scheduler::Plan,
 }
 
+/// Whether a running job's plan places exactly the pods of each of its components.
+pub(super) fn plan_matches(w: &crate::workload::Workload, plan: &crate::scheduler::Plan) -> bool {
+    plan.len() == w.components.len()
+        && w.components.iter().all(|c| {
+            plan.get(&c.name)
+                .is_some_and(|nodes| nodes.values().sum::<u32>() == c.pods)
+        })
+}
+
+/// `{node: pods}` of a plan.
+pub(super) fn running_nodes(plan: &crate::scheduler::Plan) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for nodes in plan.values() {
+        for (n, k) in nodes {
+            *out.entry(n.clone()).or_insert(0) += k;
+        }
+    }
+    out
+}
+
 /// Milliseconds as the shortest duration text that reads back the same (`90s`, `1h30m`, `250ms`).
 pub fn format_duration(ms: u64) -> String {
     if ms == 0 {
@@ -133,7 +158,7 @@ pub fn format_duration(ms: u64) -> String {
     out
 }
 
-fn ser_duration<S: serde::Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
+pub(super) fn ser_duration<S: serde::Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format_duration(*ms))
 }
 
@@ -185,7 +210,7 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
     Ok(total)
 }
 
-fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+pub(super) fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let v = Value::deserialize(d)?;
     let s = match v {
         Value::String(s) => s,
@@ -213,6 +238,13 @@ pub enum ScenarioError {
     #[error("{file}: quota: the ElasticQuotaTree is invalid:\n{}", .problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"))]
     Quota {
         file: String,
+        problems: Vec<Problem>,
+    },
+    /// An invalid tree of a change (`changes[2].quota`); each problem's field starts with it.
+    #[error("{file}: {field}: the ElasticQuotaTree is invalid:\n{}", .problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"))]
+    QuotaAt {
+        file: String,
+        field: String,
         problems: Vec<Problem>,
     },
     #[error("--explain {job}: {file} has no job {job} (jobs are named NAMESPACE/NAME)")]
@@ -254,15 +286,7 @@ pub fn parse_scenario(file: &str, text: &str) -> Result<Scenario, ScenarioError>
                 message: format!("duplicate cluster name {:?} (also clusters[{j}])", c.name),
             });
         }
-        for (k, n) in c.nodes.iter().enumerate() {
-            if let Some((r, _)) = n.allocatable.iter().find(|(_, q)| q.is_negative()) {
-                return Err(ScenarioError::Field {
-                    file: file.into(),
-                    field: format!("clusters[{i}].nodes[{k}].allocatable[{r}]"),
-                    message: "negative quantity".into(),
-                });
-            }
-        }
+        check_cluster(file, &format!("clusters[{i}]"), c)?;
     }
     for (i, r) in sc.runtimes.iter().enumerate() {
         if let Err(e) = TrainingRuntimes::default().apply(r) {
@@ -273,7 +297,22 @@ pub fn parse_scenario(file: &str, text: &str) -> Result<Scenario, ScenarioError>
             });
         }
     }
+    super::changes::check(file, &sc)?;
     Ok(sc)
+}
+
+/// A member's own checks (`field` names it: `clusters[0]`, `changes[1].cluster`).
+pub(super) fn check_cluster(file: &str, field: &str, c: &ClusterSpec) -> Result<(), ScenarioError> {
+    for (k, n) in c.nodes.iter().enumerate() {
+        if let Some((r, _)) = n.allocatable.iter().find(|(_, q)| q.is_negative()) {
+            return Err(ScenarioError::Field {
+                file: file.into(),
+                field: format!("{field}.nodes[{k}].allocatable[{r}]"),
+                message: "negative quantity".into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The hub's training runtimes of a scenario (every one of them reads: see [`parse_scenario`]).
@@ -283,33 +322,42 @@ pub fn runtimes(sc: &Scenario) -> TrainingRuntimes {
 
 /// The fleet of a scenario, nodes expanded (`count > 1` names them `name-0`, `name-1`, ...).
 pub fn cluster_infos(sc: &Scenario) -> Vec<ClusterInfo> {
-    sc.clusters
-        .iter()
-        .map(|c| ClusterInfo {
-            name: c.name.clone(),
-            labels: c.labels.clone(),
-            nodes: c
-                .nodes
-                .iter()
-                .flat_map(|n| {
-                    (0..n.count).map(move |i| NodeInfo {
-                        name: if n.count == 1 {
-                            n.name.clone()
-                        } else {
-                            format!("{}-{i}", n.name)
-                        },
-                        labels: n.labels.clone(),
-                        taints: n.taints.clone(),
-                        allocatable: n.allocatable.clone(),
-                        unschedulable: n.unschedulable,
-                        ready: true,
-                    })
+    sc.clusters.iter().map(cluster_info).collect()
+}
+
+/// The names a node spec expands to (`count > 1` names them `name-0`, `name-1`, ...).
+fn node_names(n: &NodeSpec) -> impl Iterator<Item = String> + '_ {
+    (0..n.count).map(move |i| {
+        if n.count == 1 {
+            n.name.clone()
+        } else {
+            format!("{}-{i}", n.name)
+        }
+    })
+}
+
+/// One member, nodes expanded.
+pub fn cluster_info(c: &ClusterSpec) -> ClusterInfo {
+    ClusterInfo {
+        name: c.name.clone(),
+        labels: c.labels.clone(),
+        nodes: c
+            .nodes
+            .iter()
+            .flat_map(|n| {
+                node_names(n).map(move |name| NodeInfo {
+                    name,
+                    labels: n.labels.clone(),
+                    taints: n.taints.clone(),
+                    allocatable: n.allocatable.clone(),
+                    unschedulable: n.unschedulable,
+                    ready: true,
                 })
-                .collect(),
-            placement: c.placement,
-            serves: c.serves.clone(),
-        })
-        .collect()
+            })
+            .collect(),
+        placement: c.placement,
+        serves: c.serves.clone(),
+    }
 }
 
 /// Tells the core the scenario's fleet: members, their nodes, what other pods use on them and
@@ -319,18 +367,21 @@ pub fn apply_fleet(sched: &mut Scheduler, sc: &Scenario) {
         sched.set_cluster(&c);
     }
     for c in &sc.clusters {
-        for n in c.nodes.iter().filter(|n| !n.used.is_empty()) {
-            for i in 0..n.count {
-                let name = if n.count == 1 {
-                    n.name.clone()
-                } else {
-                    format!("{}-{i}", n.name)
-                };
-                sched.set_external_usage(&c.name, &name, &n.used);
-            }
+        apply_member_state(sched, c, false);
+    }
+}
+
+/// What a member's spec says besides its nodes: what other pods use on each node and whether it
+/// answers. `replaced`: the member was there before, so every node's usage and its reachability
+/// are set as the spec says (a node without `used` is cleared, `reachable` defaults to true);
+/// else only what differs from a new member's defaults.
+pub(super) fn apply_member_state(sched: &mut Scheduler, c: &ClusterSpec, replaced: bool) {
+    for n in c.nodes.iter().filter(|n| replaced || !n.used.is_empty()) {
+        for name in node_names(n) {
+            sched.set_external_usage(&c.name, &name, &n.used);
         }
-        if !c.reachable {
-            sched.set_reachable(&c.name, false);
-        }
+    }
+    if replaced || !c.reachable {
+        sched.set_reachable(&c.name, c.reachable);
     }
 }
