@@ -109,6 +109,9 @@ impl Scheduler {
                             }
                             Blocker::Quota(n) => {
                                 self.quota_blocked.entry(n).or_default().insert(c);
+                                if block.may_reclaim {
+                                    self.fleet_blocked.insert(c);
+                                }
                             }
                         }
                         out.push(Decision::Wait { job, reason });
@@ -223,9 +226,11 @@ impl Scheduler {
         // Preempt, if this job is within its min (with its queue's jobs of lower priority gone,
         // where the leaf allows preempting them): reclaim guaranteed quota from borrowing
         // subtrees, and there preempt such jobs of its own queue.
+        let mut may_reclaim = false;
         if let Some(leaf) = leaf {
             let own = self.lower_in_leaf(job, leaf);
             let short = self.short_of(job, leaf, quota_short.as_ref());
+            may_reclaim = self.may_reclaim(job, leaf, &short, &self.charge_of(&own));
             if let Some((victims, ci, placement)) = self.reclaim(job, leaf, &short, &own) {
                 let label = self.job_label(job);
                 let qname = self.queues.name(queue).to_string();
@@ -263,15 +268,18 @@ impl Scheduler {
                 Err(Block {
                     reason: q,
                     on: Blocker::Quota(s.node),
+                    may_reclaim,
                 })
             }
             (None, Some(r)) => Err(Block {
                 reason: r,
                 on: Blocker::Fleet,
+                may_reclaim,
             }),
             (None, None) => Err(Block {
                 reason: "no cluster fits".into(),
                 on: Blocker::Fleet,
+                may_reclaim,
             }),
         }
     }
@@ -306,6 +314,9 @@ impl Scheduler {
 struct Block {
     reason: String,
     on: Blocker,
+    /// Within its leaf's min in what it is short of: it waits for victims whose going makes it
+    /// fit, so more free capacity anywhere in the fleet may let it reclaim.
+    may_reclaim: bool,
 }
 
 enum Blocker {

@@ -220,6 +220,30 @@ impl Scheduler {
                 }
             }
             c.reachable = old.reachable;
+            // Placements name nodes by index: a node that moved gets its new index, one the
+            // new spec leaves out is dropped from the plan (its reservation went with it).
+            let remap: Vec<Option<usize>> = old
+                .nodes
+                .iter()
+                .map(|n| c.node_index.get(&n.name).copied())
+                .collect();
+            if remap.iter().enumerate().any(|(oi, ni)| *ni != Some(oi)) {
+                for j in &mut self.jobs {
+                    if let JobState::Admitted { cluster, placement } = &mut j.state
+                        && *cluster == i
+                    {
+                        for g in &mut placement.groups {
+                            g.retain_mut(|(n, _)| match remap.get(*n).copied().flatten() {
+                                Some(ni) => {
+                                    *n = ni;
+                                    true
+                                }
+                                None => false,
+                            });
+                        }
+                    }
+                }
+            }
             self.clusters[i] = c;
         } else {
             self.cluster_by_name
@@ -269,10 +293,16 @@ impl Scheduler {
             }
             let ns = self.jobs[j].namespace.clone();
             let (queue, ok) = self.queue_for(&ns);
-            if ok {
-                self.jobs[j].queue = queue;
-                self.jobs[j].class = self.class_for(queue, self.jobs[j].shape);
-            }
+            // Outside the new tree: a queue of its namespace with no leaf, so that it is
+            // charged nowhere (its old queue's name may be a leaf of the new tree).
+            let queue = if ok {
+                queue
+            } else {
+                let strategy = self.config.default_strategy;
+                self.queues.get_or_add(&ns, None, strategy)
+            };
+            self.jobs[j].queue = queue;
+            self.jobs[j].class = self.class_for(queue, self.jobs[j].shape);
             match &self.jobs[j].state {
                 JobState::Admitted { .. } => {
                     // Still running: charged to its new leaf (nothing if it has none now).

@@ -52,7 +52,13 @@ impl Scheduler {
 
     /// Whether a job short of `short` may reclaim them: it stays within its leaf's min for every
     /// one of them, with `freed` (its own queue's jobs it may preempt) counted as gone.
-    fn may_reclaim(&self, job: JobId, leaf: usize, short: &[Res], freed: &Demand) -> bool {
+    pub(super) fn may_reclaim(
+        &self,
+        job: JobId,
+        leaf: usize,
+        short: &[Res],
+        freed: &Demand,
+    ) -> bool {
         let Some(q) = self.quota.as_ref() else {
             return false;
         };

@@ -1,0 +1,525 @@
+//! The differential test: random scenarios run through `muster sim`'s own driver (the optimized
+//! `Scheduler`, with its memos, skipped visits and incremental state) and, cycle by cycle,
+//! through the reference scheduler (tests/support/reference.rs), which must make the same
+//! decisions (admit where, preempt whom, who waits) and reach the same state; and the
+//! properties of reclaim checked on every run (see `check_cycle` and `check_instant`).
+//!
+//! `MUSTER_DIFF_CASES` (default 2000) scenarios from `MUSTER_DIFF_SEED` (default 1) on: a soak
+//! run sets more, and one seed replays with `MUSTER_DIFF_CASES=1 MUSTER_DIFF_SEED=N`. A failing
+//! scenario is shrunk (jobs, members, node groups and changes taken out while it still fails)
+//! and written as a scenario file that `muster sim` replays; the failure names the file.
+
+#[path = "support/reference.rs"]
+mod reference;
+#[path = "support/scenarios.rs"]
+mod scenarios;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use muster::quota::QuotaTree;
+use muster::scheduler::{Decision, JobState, Scheduler};
+use muster::sim::{self, Progress};
+use muster::workload::{Workload, interpret};
+use reference::{Decided, Reference, State};
+use scenarios::GScenario;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// What a run saw, summed over all runs (so that a generator that stopped exercising reclaim
+/// fails the test instead of passing it quietly).
+#[derive(Default, Debug)]
+struct Seen {
+    cycles: u64,
+    admits: u64,
+    reclaims: u64,
+    within_queue: u64,
+    waits_at_end: u64,
+    changes: u64,
+}
+
+/// Follows `muster sim`'s run with the reference, cycle by cycle.
+struct Follower<'a> {
+    g: &'a GScenario,
+    workloads: Vec<Workload>,
+    /// Scenario jobs in submission order (time, then file order).
+    order: Vec<usize>,
+    next: usize,
+    next_change: usize,
+    changes: Vec<(
+        u64,
+        Option<serde_json::Value>,
+        Option<sim::ClusterSpec>,
+        Option<(String, bool)>,
+    )>,
+    reference: Reference,
+    /// Scenario job → the reference's (and the core's) job id.
+    ids: Vec<Option<usize>>,
+    by_id: BTreeMap<usize, usize>,
+    runs: Vec<u32>,
+    finishes: BTreeSet<(u64, usize, u32)>,
+    last_now: Option<u64>,
+    failure: Option<String>,
+    seen: Seen,
+}
+
+impl<'a> Follower<'a> {
+    fn new(g: &'a GScenario, sc: &sim::Scenario) -> Follower<'a> {
+        let tree = sc
+            .quota
+            .as_ref()
+            .map(|q| QuotaTree::parse(q).expect("generated trees are valid"));
+        let mut reference = Reference::new(tree, sc.priority_classes.clone());
+        for c in sim::cluster_infos(sc) {
+            reference.set_cluster(&c);
+        }
+        for c in &sc.clusters {
+            if !c.reachable {
+                reference.set_reachable(&c.name, false);
+            }
+        }
+        let workloads: Vec<Workload> = sc
+            .jobs
+            .iter()
+            .map(|j| interpret(&j.manifest.value()).expect("generated manifests are valid"))
+            .collect();
+        let mut order: Vec<usize> = (0..sc.jobs.len()).collect();
+        order.sort_by_key(|&i| (sc.jobs[i].at, i));
+        Follower {
+            g,
+            workloads,
+            order,
+            next: 0,
+            next_change: 0,
+            changes: {
+                let mut v: Vec<_> = sc
+                    .changes
+                    .iter()
+                    .map(|c| {
+                        let r = c
+                            .reachable
+                            .as_ref()
+                            .map(|r| (r.cluster.clone(), r.reachable));
+                        (c.at, c.quota.clone(), c.cluster.clone(), r)
+                    })
+                    .collect();
+                v.sort_by_key(|c| c.0);
+                v
+            },
+            reference,
+            ids: vec![None; sc.jobs.len()],
+            by_id: BTreeMap::new(),
+            runs: vec![0; sc.jobs.len()],
+            finishes: BTreeSet::new(),
+            last_now: None,
+            failure: None,
+            seen: Seen::default(),
+        }
+    }
+
+    /// Completions, then changes, then submissions at or before `now`, as the simulator takes
+    /// them.
+    fn events_until(&mut self, now: u64) {
+        while let Some(&(t, i, run)) = self.finishes.first() {
+            if t > now {
+                break;
+            }
+            self.finishes.pop_first();
+            if let Some(id) = self.ids[i]
+                && self.runs[i] == run
+                && matches!(self.reference.jobs[id].state, State::Admitted { .. })
+            {
+                self.reference.finish(id);
+            }
+        }
+        while let Some((at, quota, cluster, reachable)) = self.changes.get(self.next_change) {
+            if *at > now {
+                break;
+            }
+            self.next_change += 1;
+            self.seen.changes += 1;
+            let r = &mut self.reference;
+            if let Some(q) = quota {
+                let empty = q.is_null() || q.as_object().is_some_and(|m| m.is_empty());
+                r.set_tree((!empty).then(|| QuotaTree::parse(q).expect("checked by the sim")));
+            }
+            if let Some(c) = cluster {
+                let replaced = r.clusters.iter().any(|m| m.name == c.name);
+                let info = sim::cluster_info(c);
+                r.set_cluster(&info);
+                if replaced {
+                    for n in &info.nodes {
+                        r.set_external(&c.name, &n.name, &Default::default());
+                    }
+                }
+                if replaced || !c.reachable {
+                    r.set_reachable(&c.name, c.reachable);
+                }
+            }
+            if let Some((name, up)) = reachable {
+                r.set_reachable(name, *up);
+            }
+        }
+        while let Some(&i) = self.order.get(self.next) {
+            let at = self.g.jobs[i].at_s * 1000;
+            if at > now {
+                break;
+            }
+            self.next += 1;
+            if let Some(id) = self.reference.submit(self.workloads[i].clone(), at) {
+                self.ids[i] = Some(id);
+                self.by_id.insert(id, i);
+            }
+        }
+    }
+
+    fn step(&mut self, now: u64, decisions: &[Decision], sched: &Scheduler) -> Result<(), String> {
+        if self.last_now != Some(now) {
+            if self.last_now.is_some() {
+                self.check_instant()?;
+            }
+            self.last_now = Some(now);
+            self.events_until(now);
+        }
+        self.seen.cycles += 1;
+        // The core's plans, per job, in the order it admitted.
+        let mut plans: BTreeMap<usize, Vec<(String, Vec<BTreeMap<String, u32>>)>> = BTreeMap::new();
+        let mut theirs = Vec::new();
+        for d in decisions {
+            match d {
+                Decision::Admit {
+                    job,
+                    cluster,
+                    placement,
+                    ..
+                } => {
+                    let c = sched
+                        .clusters()
+                        .iter()
+                        .find(|c| c.name == *cluster)
+                        .ok_or("an admission to a member the core does not know")?;
+                    let plan = placement
+                        .groups
+                        .iter()
+                        .map(|nodes| {
+                            let mut m: BTreeMap<String, u32> = BTreeMap::new();
+                            for &(n, k) in nodes {
+                                *m.entry(c.nodes[n].name.clone()).or_insert(0) += k;
+                            }
+                            m
+                        })
+                        .collect();
+                    plans.entry(*job).or_default().push((cluster.clone(), plan));
+                    theirs.push(Decided::Admit {
+                        job: *job,
+                        cluster: cluster.clone(),
+                    });
+                }
+                Decision::Preempt { job, by, .. } => {
+                    theirs.push(Decided::Preempt { job: *job, by: *by })
+                }
+                Decision::Wait { .. } => {}
+            }
+        }
+        let before: BTreeSet<usize> = (0..self.reference.jobs.len())
+            .filter(|&j| matches!(self.reference.jobs[j].state, State::Admitted { .. }))
+            .collect();
+        let mut lookup = |job: usize, cluster: &str| {
+            let v = plans.get_mut(&job)?;
+            if v.first().is_some_and(|(c, _)| c == cluster) {
+                Some(v.remove(0).1)
+            } else {
+                None
+            }
+        };
+        let ours = self.reference.cycle(&mut lookup).map_err(|e| {
+            format!(
+                "{e}\n  core decided:   {}",
+                self.fmt(&theirs, |j| self.reference.jobs[j].label.clone())
+            )
+        })?;
+        if ours != theirs {
+            return Err(format!(
+                "decisions differ\n  core:      {}\n  reference: {}",
+                self.fmt(&theirs, |j| self.reference.jobs[j].label.clone()),
+                self.fmt(&ours, |j| self.reference.jobs[j].label.clone())
+            ));
+        }
+        self.compare_states(sched)?;
+        self.check_cycle(&ours, &before)?;
+        for d in &ours {
+            match d {
+                Decided::Admit { job, .. } => {
+                    self.seen.admits += 1;
+                    let i = self.by_id[job];
+                    self.runs[i] += 1;
+                    let end = now + self.g.jobs[i].run_s * 1000;
+                    self.finishes.insert((end, i, self.runs[i]));
+                }
+                Decided::Preempt { job, by } => {
+                    let i = self.by_id[job];
+                    self.runs[i] += 1;
+                    if self.reference.leaf(*job) == self.reference.leaf(*by) {
+                        self.seen.within_queue += 1;
+                    } else {
+                        self.seen.reclaims += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fmt(&self, ds: &[Decided], label: impl Fn(usize) -> String) -> String {
+        if ds.is_empty() {
+            return "nothing".into();
+        }
+        ds.iter()
+            .map(|d| match d {
+                Decided::Admit { job, cluster } => format!("admit {} on {cluster}", label(*job)),
+                Decided::Preempt { job, by } => {
+                    format!("preempt {} for {}", label(*job), label(*by))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn compare_states(&self, sched: &Scheduler) -> Result<(), String> {
+        for (id, j) in self.reference.jobs.iter().enumerate() {
+            if sched.job_label(id) != j.label {
+                return Err(format!(
+                    "job {id} is {} in the core, {} in the reference",
+                    sched.job_label(id),
+                    j.label
+                ));
+            }
+            let core = match sched.state(id) {
+                JobState::Pending => "Pending".to_string(),
+                JobState::Inadmissible(_) => "Inadmissible".to_string(),
+                JobState::Admitted { cluster, .. } => {
+                    format!("Admitted on {}", sched.clusters()[*cluster].name)
+                }
+                JobState::Finished => "Finished".to_string(),
+            };
+            let ours = match &j.state {
+                State::Pending => "Pending".to_string(),
+                State::Inadmissible => "Inadmissible".to_string(),
+                State::Admitted { cluster, .. } => {
+                    format!("Admitted on {}", self.reference.clusters[*cluster].name)
+                }
+                State::Finished => "Finished".to_string(),
+            };
+            if core != ours {
+                return Err(format!(
+                    "{}: {core} in the core, {ours} in the reference",
+                    j.label
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Properties of one cycle's decisions:
+    /// - no preemption without its preemptor admitted in the same cycle;
+    /// - no victim of another leaf taken while its leaf is at or below its min in a resource
+    ///   being reclaimed that it asks (walking the decisions in order from the state before).
+    fn check_cycle(&self, ds: &[Decided], before: &BTreeSet<usize>) -> Result<(), String> {
+        let r = &self.reference;
+        let label = |j: usize| r.jobs[j].label.clone();
+        for (i, d) in ds.iter().enumerate() {
+            if let Decided::Preempt { job, by } = d
+                && !ds[i..]
+                    .iter()
+                    .any(|a| matches!(a, Decided::Admit { job: x, .. } if x == by))
+            {
+                return Err(format!(
+                    "property: {} preempted for {}, which was not admitted",
+                    label(*job),
+                    label(*by)
+                ));
+            }
+        }
+        let mut set = before.clone();
+        for d in ds {
+            match d {
+                Decided::Admit { job, .. } => {
+                    set.insert(*job);
+                }
+                Decided::Preempt { job, by } => {
+                    let vleaf = r.leaf(*job);
+                    if let Some(vl) = vleaf
+                        && vleaf != r.leaf(*by)
+                    {
+                        let short = r
+                            .reclaims
+                            .iter()
+                            .find(|c| c.by == *by && c.victims.contains(job))
+                            .map(|c| c.short.clone())
+                            .unwrap_or_default();
+                        let mut used: BTreeMap<&str, i128> = BTreeMap::new();
+                        for &j in set.iter().filter(|&&j| r.leaf(j) == Some(vl)) {
+                            for (res, x) in &r.jobs[j].charge {
+                                *used.entry(res).or_insert(0) += x;
+                            }
+                        }
+                        for res in short
+                            .iter()
+                            .filter(|s| r.jobs[*job].charge.get(*s).is_some_and(|x| *x > 0))
+                        {
+                            let u = used.get(res.as_str()).copied().unwrap_or(0);
+                            if u <= r.min(vl, res) {
+                                return Err(format!(
+                                    "property: {} taken for {} while its leaf uses {u} of {res}, at or below its min {}",
+                                    label(*job),
+                                    label(*by),
+                                    r.min(vl, res)
+                                ));
+                            }
+                        }
+                    }
+                    set.remove(job);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Properties of the state an instant ends in:
+    /// - no job waits while nothing runs and a reachable member could hold it now (unless it
+    ///   waits behind the head of a StrictFIFO queue, as that strategy says);
+    /// - a job within its leaf's min, at the head of its class, that would run with some
+    ///   borrowed capacity of other leaves taken back (at most two of their jobs, each leaf
+    ///   and its side left at or above its min, this job's side within its min), does not
+    ///   wait: it was admitted by reclaim at that instant.
+    fn check_instant(&mut self) -> Result<(), String> {
+        let r = &self.reference;
+        let admitted: Vec<usize> = (0..r.jobs.len())
+            .filter(|&j| matches!(r.jobs[j].state, State::Admitted { .. }))
+            .collect();
+        let pending: Vec<usize> = (0..r.jobs.len())
+            .filter(|&j| r.jobs[j].state == State::Pending)
+            .collect();
+        for &j in &pending {
+            if admitted.is_empty() && !r.behind_strict_head(j) && r.fits_now(j, &BTreeSet::new()) {
+                return Err(format!(
+                    "property: {} waits while nothing runs and a member could hold it",
+                    r.jobs[j].label
+                ));
+            }
+            if let Some(s) = r.reclaimable(j, &admitted) {
+                return Err(format!(
+                    "property: {} is within its leaf's min and would run with {} taken back from what their leaves borrow, but waits",
+                    r.jobs[j].label,
+                    s.iter()
+                        .map(|v| r.jobs[*v].label.clone())
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Progress for Follower<'_> {
+    fn cycled(&mut self, now_ms: u64, decisions: &[Decision], sched: &Scheduler) {
+        if self.failure.is_none()
+            && let Err(e) = self.step(now_ms, decisions, sched)
+        {
+            self.failure = Some(format!("at {}s: {e}", now_ms / 1000));
+        }
+    }
+}
+
+/// Runs one scenario through both; the failure, if any.
+fn run(g: &GScenario, seen: &mut Seen) -> Option<String> {
+    let text = g.to_yaml();
+    let sc = match sim::parse_scenario("generated.yaml", &text) {
+        Ok(sc) => sc,
+        Err(e) => return Some(format!("the generated scenario does not read: {e}")),
+    };
+    let mut f = Follower::new(g, &sc);
+    if let Err(e) = sim::run("generated.yaml", &sc, &mut f) {
+        return Some(format!("muster sim refused it: {e}"));
+    }
+    if f.failure.is_none()
+        && let Err(e) = f.check_instant()
+    {
+        f.failure = Some(format!("at the end: {e}"));
+    }
+    seen.cycles += f.seen.cycles;
+    seen.admits += f.seen.admits;
+    seen.reclaims += f.seen.reclaims;
+    seen.within_queue += f.seen.within_queue;
+    seen.changes += f.seen.changes;
+    seen.waits_at_end += f
+        .reference
+        .jobs
+        .iter()
+        .filter(|j| j.state == State::Pending)
+        .count() as u64;
+    f.failure
+}
+
+/// Takes out jobs, changes, members and node groups while the scenario still fails.
+fn shrink(mut g: GScenario) -> (GScenario, String) {
+    let mut seen = Seen::default();
+    let mut why = run(&g, &mut seen).unwrap_or_default();
+    loop {
+        let mut smaller = false;
+        for cand in g.smaller() {
+            if let Some(w) = run(&cand, &mut seen) {
+                g = cand;
+                why = w;
+                smaller = true;
+                break;
+            }
+        }
+        if !smaller {
+            return (g, why);
+        }
+    }
+}
+
+#[test]
+fn the_scheduler_decides_as_the_reference_on_random_scenarios() {
+    let cases = env_u64("MUSTER_DIFF_CASES", 2000);
+    let base = env_u64("MUSTER_DIFF_SEED", 1);
+    let mut seen = Seen::default();
+    for seed in base..base + cases {
+        let g = scenarios::generate(seed);
+        if let Some(why) = run(&g, &mut seen) {
+            let (small, why_small) = shrink(g);
+            let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+            let file = dir.join(format!("differential-seed-{seed}.yaml"));
+            let text = format!(
+                "# Shrunk from seed {seed} of tests/differential.rs: {}\n{}",
+                why_small.lines().next().unwrap_or_default(),
+                small.to_yaml()
+            );
+            std::fs::write(&file, text).expect("write the shrunk scenario");
+            panic!(
+                "seed {seed}: {why}\nshrunk to {} ({} jobs): {why_small}\nreplay: cargo run -- sim {} --output table\nagain: MUSTER_DIFF_CASES=1 MUSTER_DIFF_SEED={seed} cargo test --test differential",
+                file.display(),
+                small.jobs.len(),
+                file.display()
+            );
+        }
+    }
+    eprintln!("differential: {cases} scenarios from seed {base}: {seen:?}");
+    // The generator must keep exercising what the reference is there for.
+    if cases >= 200 {
+        assert!(seen.admits > cases, "{seen:?}");
+        assert!(seen.reclaims > cases / 50, "too few reclaims: {seen:?}");
+        assert!(
+            seen.within_queue > 0,
+            "no preemption within a queue: {seen:?}"
+        );
+        assert!(seen.waits_at_end > 0, "no job ever waited: {seen:?}");
+    }
+}

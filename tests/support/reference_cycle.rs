@@ -1,0 +1,502 @@
+//! The reference scheduler's cycle: passes over every class head in global order, guaranteed
+//! jobs first, and reclaim by the documented rule (docs/concepts.md, "Reclaim"), each step a
+//! plain recomputation from the jobs.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+
+use super::{
+    Amounts, Decided, MAX_JOBS, PODS, Plans, Reclaim, Reference, State, add, get, path_up,
+};
+
+/// A job's place in its queue: priority (higher first), submission time, arrival.
+type Order = (Reverse<i32>, u64, u64);
+/// A class: the queue (leaf, or namespace without a tree) and, in a BestEffortFIFO queue, the
+/// job's shape.
+pub(super) type Class = (String, Option<String>);
+/// `used(node, res) + request <= min(node, res)`: what a preemption must keep.
+type Guard = (usize, String, i128);
+
+impl Reference {
+    /// One admission cycle: passes until one moves nothing (at most 8); victims are back in
+    /// their queues once it ends.
+    pub fn cycle(&mut self, plans: &mut Plans) -> Result<Vec<Decided>, String> {
+        self.reclaims.clear();
+        let mut out = Vec::new();
+        for _ in 0..8 {
+            if !self.pass(&mut out, plans)? {
+                break;
+            }
+        }
+        self.held.clear();
+        Ok(out)
+    }
+
+    fn order(&self, j: usize) -> Order {
+        let job = &self.jobs[j];
+        (Reverse(job.priority), job.submitted, job.index)
+    }
+
+    pub(super) fn class(&self, j: usize) -> Class {
+        let queue = match self.leaf(j) {
+            Some(l) => format!("leaf {l}"),
+            None => format!("namespace {}", self.jobs[j].w.namespace),
+        };
+        if self.strict(self.leaf(j)) {
+            return (queue, None);
+        }
+        let w = &self.jobs[j].w;
+        let shape = format!(
+            "{:?}|{:?}|{:?}",
+            self.jobs[j].groups_key(),
+            w.candidates,
+            muster::fleet::Needs::of(w)
+        );
+        (queue, Some(shape))
+    }
+
+    /// Jobs waiting in their queues (victims of this cycle are not back yet).
+    fn waiting(&self) -> Vec<usize> {
+        (0..self.jobs.len())
+            .filter(|j| self.jobs[*j].state == State::Pending && !self.held.contains(j))
+            .collect()
+    }
+
+    pub(super) fn head(&self, c: &Class) -> Option<usize> {
+        self.waiting()
+            .into_iter()
+            .filter(|&j| self.class(j) == *c)
+            .min_by_key(|&j| self.order(j))
+    }
+
+    /// Waiting in a StrictFIFO queue behind an earlier job: such a job waits by design.
+    pub fn behind_strict_head(&self, j: usize) -> bool {
+        self.strict(self.leaf(j)) && self.head(&self.class(j)).is_some_and(|h| h != j)
+    }
+
+    fn lower_gone(&self, job: usize) -> BTreeSet<usize> {
+        self.lower_in_leaf(job).into_iter().collect()
+    }
+
+    /// One pass: every class head, in order; first the jobs that borrow nothing (from queues
+    /// whose best waiting job borrows nothing at the start of the pass), then the rest; once a
+    /// reclaim happened, the rest wait for the next pass. True when something moved.
+    fn pass(&mut self, out: &mut Vec<Decided>, plans: &mut Plans) -> Result<bool, String> {
+        let waiting = self.waiting();
+        let mut heads: BTreeMap<Class, usize> = BTreeMap::new();
+        let mut best_of_leaf: BTreeMap<usize, usize> = BTreeMap::new();
+        for &j in &waiting {
+            let c = self.class(j);
+            let better = |cur: &usize| self.order(j) < self.order(*cur);
+            if heads.get(&c).is_none_or(better) {
+                heads.insert(c, j);
+            }
+            if let Some(l) = self.leaf(j)
+                && best_of_leaf.get(&l).is_none_or(better)
+            {
+                best_of_leaf.insert(l, j);
+            }
+        }
+        let deferred: BTreeSet<usize> = best_of_leaf
+            .iter()
+            .filter(|(_, j)| !self.borrows_nothing(**j, &self.lower_gone(**j)))
+            .map(|(l, _)| *l)
+            .collect();
+        let mut heap: BinaryHeap<Reverse<(Order, Class)>> = heads
+            .into_iter()
+            .map(|(c, j)| Reverse((self.order(j), c)))
+            .collect();
+        let (mut moved, mut reclaimed) = (false, false);
+        let mut borrowing = Vec::new();
+        for first in [true, false] {
+            if !first {
+                heap.extend(borrowing.drain(..));
+            }
+            while let Some(Reverse((o, c))) = heap.pop() {
+                if !first && reclaimed {
+                    break;
+                }
+                let Some(job) = self.head(&c) else { continue };
+                if first
+                    && let Some(leaf) = self.leaf(job)
+                    && (deferred.contains(&leaf)
+                        || !self.borrows_nothing(job, &self.lower_gone(job)))
+                {
+                    borrowing.push(Reverse((o, c)));
+                    continue;
+                }
+                if let Some(by_reclaim) = self.try_admit(job, out, plans)? {
+                    moved = true;
+                    reclaimed |= by_reclaim;
+                    if let Some(h) = self.head(&c) {
+                        heap.push(Reverse((self.order(h), c)));
+                    }
+                }
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Admits the job where it fits, or by reclaim; `Some(true)` when by reclaim, `None` when
+    /// it waits.
+    fn try_admit(
+        &mut self,
+        job: usize,
+        out: &mut Vec<Decided>,
+        plans: &mut Plans,
+    ) -> Result<Option<bool>, String> {
+        let none = BTreeSet::new();
+        let over = self.over_max(job, &none);
+        if over.is_empty()
+            && let Some(ci) = self.find_cluster(job, None)
+        {
+            self.admit(job, ci, out, plans)?;
+            return Ok(Some(false));
+        }
+        let Some(leaf) = self.leaf(job) else {
+            return Ok(None);
+        };
+        let own = self.lower_in_leaf(job);
+        let short = if over.is_empty() {
+            self.fleet_short(job)
+        } else {
+            over
+        };
+        let Some((victims, ci)) = self.reclaim(job, leaf, &short, &own) else {
+            return Ok(None);
+        };
+        for &v in &victims {
+            out.push(Decided::Preempt { job: v, by: job });
+            self.jobs[v].state = State::Pending;
+            self.held.push(v);
+        }
+        self.reclaims.push(Reclaim {
+            by: job,
+            victims,
+            short,
+        });
+        self.admit(job, ci, out, plans)?;
+        Ok(Some(true))
+    }
+
+    /// Records the admission with the core's plan, once that plan is checked to fit here.
+    fn admit(
+        &mut self,
+        job: usize,
+        ci: usize,
+        out: &mut Vec<Decided>,
+        plans: &mut Plans,
+    ) -> Result<(), String> {
+        let name = self.clusters[ci].name.clone();
+        let label = self.jobs[job].label.clone();
+        let plan = plans(job, &name)
+            .ok_or_else(|| format!("the reference admits {label} on {name}; the core did not"))?;
+        self.check_plan(job, ci, &plan)
+            .map_err(|e| format!("the core's plan for {label} on {name} does not fit: {e}"))?;
+        self.seq += 1;
+        self.jobs[job].admitted_seq = self.seq;
+        self.jobs[job].state = State::Admitted { cluster: ci, plan };
+        out.push(Decided::Admit { job, cluster: name });
+        Ok(())
+    }
+
+    fn check_plan(
+        &self,
+        job: usize,
+        ci: usize,
+        plan: &[BTreeMap<String, u32>],
+    ) -> Result<(), String> {
+        let c = &self.clusters[ci];
+        let groups = self.jobs[job].groups();
+        if plan.len() != groups.len() {
+            return Err(format!("{} components planned", plan.len()));
+        }
+        let mut want: BTreeMap<usize, Amounts> = BTreeMap::new();
+        for (gi, nodes) in plan.iter().enumerate() {
+            let (k, d, cons) = &groups[gi];
+            if nodes.values().sum::<u32>() != *k {
+                return Err(format!("component {gi}: {nodes:?} for {k} pods"));
+            }
+            for (node, n) in nodes {
+                let ni = c
+                    .nodes
+                    .iter()
+                    .position(|x| x.name == *node)
+                    .ok_or_else(|| format!("no node {node}"))?;
+                if c.nodes[ni].filters.admits(cons).is_err() {
+                    return Err(format!("{node} does not admit component {gi}"));
+                }
+                add(want.entry(ni).or_default(), d, i128::from(*n));
+            }
+        }
+        for (ni, w) in want {
+            let f = self.free(ci, ni, None, false);
+            if w.iter().any(|(r, x)| get(&f, r) < *x) {
+                return Err(format!("node {} has {f:?}, needs {w:?}", c.nodes[ni].name));
+            }
+        }
+        Ok(())
+    }
+
+    /// The requested resources no reachable candidate member has enough of (a pod's need on
+    /// one node, or the job's in total); when none alone, the job's scarcest resource.
+    fn fleet_short(&self, job: usize) -> Vec<String> {
+        let requested: Vec<String> = self.jobs[job]
+            .charge
+            .iter()
+            .filter(|(r, x)| *r != PODS && *r != MAX_JOBS && **x > 0)
+            .map(|(r, _)| r.clone())
+            .collect();
+        let groups = self.jobs[job].groups();
+        let mut short = Vec::new();
+        for r in &requested {
+            let per_pod = groups
+                .iter()
+                .filter(|(k, _, _)| *k > 0)
+                .map(|(_, d, _)| get(d, r))
+                .max()
+                .unwrap_or(0);
+            let total = get(&self.jobs[job].charge, r);
+            let enough = (0..self.clusters.len())
+                .filter(|&ci| self.clusters[ci].reachable && self.candidate(job, ci))
+                .any(|ci| {
+                    let (most, free) = self.summary(ci, r, None);
+                    per_pod <= most && total <= free
+                });
+            if !enough {
+                short.push(r.clone());
+            }
+        }
+        if short.is_empty() {
+            let key = self.scarcest(job);
+            return if requested.contains(&key) {
+                vec![key]
+            } else {
+                requested
+            };
+        }
+        short
+    }
+
+    fn guard_holds(&self, guard: &[Guard], gone: &BTreeSet<usize>) -> bool {
+        guard
+            .iter()
+            .all(|(n, r, x)| get(&self.used(*n, gone), r) + x <= self.min(*n, r))
+    }
+
+    fn asks_any(&self, j: usize, short: &[String]) -> bool {
+        short.iter().any(|r| get(&self.jobs[j].charge, r) > 0)
+    }
+
+    /// Reclaim by the documented rule: victims, and the member the job then goes to.
+    fn reclaim(
+        &self,
+        job: usize,
+        leaf: usize,
+        short: &[String],
+        own: &[usize],
+    ) -> Option<(Vec<usize>, usize)> {
+        let t = self.tree.as_ref()?;
+        let none = BTreeSet::new();
+        let d = self.jobs[job].charge.clone();
+        let mut freed = Amounts::new();
+        for &o in own {
+            add(&mut freed, &self.jobs[o].charge, 1);
+        }
+        // Within its leaf's min for every short resource, its lower-priority jobs gone.
+        let within = |n: usize, r: &str| {
+            get(&self.used(n, &none), r) - get(&freed, r) + get(&d, r) <= self.min(n, r)
+        };
+        if short.is_empty() || !short.iter().all(|r| within(leaf, r)) {
+            return None;
+        }
+        let mut guard: Vec<Guard> = Vec::new();
+        let mut leaves = BTreeSet::new();
+        let victim_leaves: BTreeSet<usize> = self
+            .admitted_jobs()
+            .filter_map(|v| self.leaf(v))
+            .filter(|&l| l != leaf)
+            .collect();
+        let up = path_up(t, leaf);
+        for vleaf in victim_leaves {
+            let vup = path_up(t, vleaf);
+            let Some(vi) = vup.iter().position(|n| up.contains(n)) else {
+                continue;
+            };
+            let Some(ji) = up.iter().position(|n| *n == vup[vi]) else {
+                continue;
+            };
+            if vi == 0 || ji == 0 {
+                continue;
+            }
+            let (mc, jc) = (vup[vi - 1], up[ji - 1]);
+            let borrows = short
+                .iter()
+                .any(|r| get(&self.used(mc, &none), r) > self.min(mc, r));
+            if borrows && short.iter().all(|r| within(jc, r)) {
+                leaves.insert(vleaf);
+                if !own.is_empty() {
+                    guard.extend(short.iter().map(|r| (jc, r.clone(), get(&d, r))));
+                }
+            }
+        }
+        if !own.is_empty() {
+            guard.extend(short.iter().map(|r| (leaf, r.clone(), get(&d, r))));
+        }
+        guard.sort();
+        guard.dedup();
+        let mut candidates: Vec<usize> = self
+            .admitted_jobs()
+            .filter(|v| self.leaf(*v).is_some_and(|l| leaves.contains(&l)))
+            .filter(|v| self.asks_any(*v, short))
+            .collect();
+        self.victim_order(&mut candidates);
+        let own: Vec<usize> = own
+            .iter()
+            .copied()
+            .filter(|v| self.asks_any(*v, short))
+            .collect();
+        // Its own jobs that the guard needs gone come first.
+        let forced = (0..=own.len())
+            .find(|&k| self.guard_holds(&guard, &own[..k].iter().copied().collect()))
+            .unwrap_or(own.len());
+        let mut order = own[..forced].to_vec();
+        order.extend(candidates);
+        order.extend(&own[forced..]);
+        self.take_victims(job, leaf, short, &order, &guard)
+    }
+
+    fn admitted_jobs(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.jobs.len()).filter(|&j| matches!(self.jobs[j].state, State::Admitted { .. }))
+    }
+
+    /// Per member (only quota short and the job fitting somewhere: from anywhere), the
+    /// shortest prefix of its victims that lets the job fit, less those not needed; the first
+    /// member in the usual order where that works.
+    fn take_victims(
+        &self,
+        job: usize,
+        leaf: usize,
+        short: &[String],
+        order: &[usize],
+        guard: &[Guard],
+    ) -> Option<(Vec<usize>, usize)> {
+        if order.is_empty() {
+            return None;
+        }
+        let none = BTreeSet::new();
+        if !self.over_max(job, &none).is_empty() && self.find_cluster(job, None).is_some() {
+            let o = self.borrowed_only(leaf, short, order);
+            let v = self.trial(job, &o, None, guard)?;
+            let ci = self.find_cluster(job, Some(&v.iter().copied().collect()))?;
+            return Some((v, ci));
+        }
+        let mut by_cluster: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for &v in order {
+            if let State::Admitted { cluster, .. } = &self.jobs[v].state {
+                by_cluster.entry(*cluster).or_default().push(v);
+            }
+        }
+        let key = self.scarcest(job);
+        let mut clusters: Vec<(i128, String, usize)> = by_cluster
+            .keys()
+            .map(|&ci| {
+                (
+                    self.summary(ci, &key, None).1,
+                    self.clusters[ci].name.clone(),
+                    ci,
+                )
+            })
+            .collect();
+        clusters.sort();
+        for (_, _, ci) in clusters {
+            let o = self.borrowed_only(leaf, short, &by_cluster[&ci]);
+            if !self.clusters[ci].reachable || !self.candidate(job, ci) {
+                continue;
+            }
+            if let Some(v) = self.trial(job, &o, Some(ci), guard) {
+                return Some((v, ci));
+            }
+        }
+        None
+    }
+
+    /// The victims of `order` that take only what their leaf borrows: one of another leaf is
+    /// kept while that leaf, with its victims kept before it and its jobs of lower priority
+    /// that it could preempt gone, uses more than its min of every short resource it asks.
+    fn borrowed_only(&self, leaf: usize, short: &[String], order: &[usize]) -> Vec<usize> {
+        let none = BTreeSet::new();
+        let mut kept: Vec<usize> = Vec::new();
+        for &v in order {
+            let Some(vleaf) = self.leaf(v) else { continue };
+            if vleaf == leaf {
+                kept.push(v);
+                continue;
+            }
+            let p = self.jobs[v].priority;
+            let mut taken = Amounts::new();
+            for &k in kept.iter().filter(|k| self.leaf(**k) == Some(vleaf)) {
+                add(&mut taken, &self.jobs[k].charge, 1);
+            }
+            let preempts = self.tree.as_ref().is_some_and(|t| {
+                t.nodes[vleaf]
+                    .attributes
+                    .get(super::WITHIN_QUEUE)
+                    .map(String::as_str)
+                    == Some("LowerPriority")
+            });
+            let mut left = Amounts::new();
+            if preempts {
+                for o in self.admitted_jobs() {
+                    if self.leaf(o) == Some(vleaf)
+                        && self.jobs[o].priority < p
+                        && !kept.contains(&o)
+                    {
+                        add(&mut left, &self.jobs[o].charge, 1);
+                    }
+                }
+            }
+            let u = self.used(vleaf, &none);
+            let vd = &self.jobs[v].charge;
+            let borrowed = short
+                .iter()
+                .filter(|r| get(vd, r) > 0)
+                .all(|r| get(&u, r) - get(&taken, r) - get(&left, r) > self.min(vleaf, r));
+            if borrowed {
+                kept.push(v);
+            }
+        }
+        kept
+    }
+
+    /// The shortest prefix of `order` with which the job fits quota, keeps the guard and (with
+    /// `on`) fits that member, then every victim not needed given back, last taken first.
+    fn trial(
+        &self,
+        job: usize,
+        order: &[usize],
+        on: Option<usize>,
+        guard: &[Guard],
+    ) -> Option<Vec<usize>> {
+        let fits = |gone: &BTreeSet<usize>| {
+            self.over_max(job, gone).is_empty()
+                && self.guard_holds(guard, gone)
+                && on.is_none_or(|ci| self.fits_on(job, ci, Some(gone), false).is_some())
+        };
+        if order.is_empty() || !fits(&order.iter().copied().collect()) {
+            return None;
+        }
+        let k = (1..=order.len()).find(|&k| fits(&order[..k].iter().copied().collect()))?;
+        let mut gone: BTreeSet<usize> = order[..k].iter().copied().collect();
+        let mut needed = vec![order[k - 1]];
+        for &v in order[..k - 1].iter().rev() {
+            gone.remove(&v);
+            if !fits(&gone) {
+                gone.insert(v);
+                needed.push(v);
+            }
+        }
+        needed.reverse();
+        Some(needed)
+    }
+}
