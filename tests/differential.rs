@@ -4,7 +4,9 @@
 //! decisions (admit where, preempt whom, who waits) and reach the same state; and the
 //! properties of reclaim checked on every run (see `check_cycle` and `check_instant`).
 //!
-//! `MUSTER_DIFF_CASES` (default 2000) scenarios from `MUSTER_DIFF_SEED` (default 1) on: a soak
+//! `MUSTER_DIFF_CASES` (default 2000) scenarios from `MUSTER_DIFF_SEED` (default 1) on (with
+//! `MUSTER_DIFF_TRACE` set, each seed is named on stderr as it starts and its scenario written to
+//! `differential-current.yaml` in the test tmpdir): a soak
 //! run sets more, and one seed replays with `MUSTER_DIFF_CASES=1 MUSTER_DIFF_SEED=N`. A failing
 //! scenario is shrunk (jobs, members, node groups and changes taken out while it still fails)
 //! and written as a scenario file that `muster sim` replays; the failure names the file.
@@ -65,6 +67,8 @@ struct Follower<'a> {
     last_now: Option<u64>,
     failure: Option<String>,
     seen: Seen,
+    /// (victim, preemptor) of every preemption so far.
+    preempted_by: BTreeSet<(usize, usize)>,
 }
 
 impl<'a> Follower<'a> {
@@ -117,6 +121,7 @@ impl<'a> Follower<'a> {
             finishes: BTreeSet::new(),
             last_now: None,
             failure: None,
+            preempted_by: BTreeSet::new(),
             seen: Seen::default(),
         }
     }
@@ -251,6 +256,18 @@ impl<'a> Follower<'a> {
         }
         self.compare_states(sched)?;
         self.check_cycle(&ours, &before)?;
+        for d in &ours {
+            if let Decided::Preempt { job, by } = d {
+                if self.preempted_by.contains(&(*by, *job)) {
+                    let r = &self.reference;
+                    return Err(format!(
+                        "property: {} preempted for {}, which it preempted before: a ping-pong",
+                        r.jobs[*job].label, r.jobs[*by].label
+                    ));
+                }
+                self.preempted_by.insert((*job, *by));
+            }
+        }
         for d in &ours {
             match d {
                 Decided::Admit { job, .. } => {
@@ -432,8 +449,27 @@ impl Progress for Follower<'_> {
             && let Err(e) = self.step(now_ms, decisions, sched)
         {
             self.failure = Some(format!("at {}s: {e}", now_ms / 1000));
+            // Stop the run here: after a failure (a ping-pong, say) it may never end.
+            std::panic::panic_any(Abort);
         }
     }
+}
+
+/// The payload that stops a run at its first failure.
+struct Abort;
+
+/// Panics carrying [`Abort`] print nothing (the failure is reported by the test); others as
+/// before.
+fn quiet_aborts() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !info.payload().is::<Abort>() {
+                before(info);
+            }
+        }));
+    });
 }
 
 /// Runs one scenario through both; the failure, if any.
@@ -444,8 +480,15 @@ fn run(g: &GScenario, seen: &mut Seen) -> Option<String> {
         Err(e) => return Some(format!("the generated scenario does not read: {e}")),
     };
     let mut f = Follower::new(g, &sc);
-    if let Err(e) = sim::run("generated.yaml", &sc, &mut f) {
-        return Some(format!("muster sim refused it: {e}"));
+    quiet_aborts();
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        sim::run("generated.yaml", &sc, &mut f)
+    }));
+    match ran {
+        Ok(Err(e)) => return Some(format!("muster sim refused it: {e}")),
+        Ok(Ok(_)) => {}
+        Err(p) if p.is::<Abort>() => {}
+        Err(p) => std::panic::resume_unwind(p),
     }
     if f.failure.is_none()
         && let Err(e) = f.check_instant()
@@ -490,10 +533,20 @@ fn shrink(mut g: GScenario) -> (GScenario, String) {
 fn the_scheduler_decides_as_the_reference_on_random_scenarios() {
     let cases = env_u64("MUSTER_DIFF_CASES", 2000);
     let base = env_u64("MUSTER_DIFF_SEED", 1);
+    let trace = std::env::var("MUSTER_DIFF_TRACE").is_ok();
     let mut seen = Seen::default();
     for seed in base..base + cases {
         let g = scenarios::generate(seed);
+        if trace {
+            eprintln!("differential: seed {seed}");
+            let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+            std::fs::write(dir.join("differential-current.yaml"), g.to_yaml())
+                .expect("write the current scenario");
+        }
         if let Some(why) = run(&g, &mut seen) {
+            if trace {
+                eprintln!("differential: seed {seed} fails, shrinking: {why}");
+            }
             let (small, why_small) = shrink(g);
             let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
             let file = dir.join(format!("differential-seed-{seed}.yaml"));

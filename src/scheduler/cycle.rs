@@ -102,6 +102,9 @@ impl Scheduler {
                         class.reason = Some(reason.clone());
                         class.reason_cycle = self.cycle_no;
                         class.reason_job = None;
+                        if block.may_reclaim {
+                            self.reclaim_blocked.insert(c);
+                        }
                         match block.on {
                             Blocker::Fleet => {
                                 class.reason_job = Some(job);
@@ -301,7 +304,33 @@ impl Scheduler {
             self.jobs[job].last_wait = Some(r.clone());
         }
         let nodes = placement.by_node(&self.clusters[ci]);
+        // Above a min anywhere on its path once admitted: it makes its leaf a borrower that a
+        // job waiting within its min may reclaim from.
+        let borrows = !self.reclaim_blocked.is_empty()
+            && self.queues.leaf(self.jobs[job].queue).is_some_and(|leaf| {
+                let d = &self.shapes[self.jobs[job].shape].quota_demand;
+                self.quota.as_ref().is_some_and(|q| {
+                    let mut cur = Some(leaf);
+                    while let Some(n) = cur {
+                        if d.iter().any(|(r, x)| {
+                            x > 0
+                                && r != PODS
+                                && r != MAX_JOBS
+                                && q.used_of(n, r) + x > q.min_of(n, r)
+                        }) {
+                            return true;
+                        }
+                        cur = q.tree.nodes[n].parent;
+                    }
+                    false
+                })
+            });
         self.reserve(job, ci, placement.clone());
+        if borrows {
+            for c in std::mem::take(&mut self.reclaim_blocked) {
+                self.mark_dirty(c);
+            }
+        }
         out.push(Decision::Admit {
             job,
             cluster: self.clusters[ci].name.clone(),

@@ -157,6 +157,10 @@ pub struct Scheduler {
     queue_classes: HashMap<usize, Vec<ClassId>>,
     fleet_blocked: HashSet<ClassId>,
     quota_blocked: HashMap<usize, HashSet<ClassId>>,
+    /// Classes whose head last waited within its min (it may reclaim): a job admitted above a
+    /// min anywhere may be the borrowing that makes a victim of it, or of another job on the
+    /// member the head needs, so every admission that borrows wakes them.
+    reclaim_blocked: HashSet<ClassId>,
     /// Admitted jobs per quota leaf, lowest priority then most recently admitted first
     /// (preemption candidates).
     admitted_by_leaf: BTreeMap<usize, BTreeSet<(i32, Reverse<u64>, JobId)>>,
@@ -191,6 +195,7 @@ impl Scheduler {
             queue_classes: HashMap::new(),
             fleet_blocked: HashSet::new(),
             quota_blocked: HashMap::new(),
+            reclaim_blocked: HashSet::new(),
             admitted_by_leaf: BTreeMap::new(),
             inadmissible: BTreeSet::new(),
             free: BTreeSet::new(),

@@ -189,7 +189,19 @@ impl Scheduler {
             .filter_map(|(vleaf, _)| {
                 let mc = q.meeting_child(leaf, *vleaf)?;
                 let jc = q.meeting_child(*vleaf, leaf)?;
-                let eligible = short.iter().any(|&r| q.borrowing(mc, r))
+                // Nothing the victim's leaf is guaranteed is then borrowed by this job: in
+                // every resource it asks that that leaf names a min of, its own leaf stays
+                // within its min (so the victim cannot take it back for another resource).
+                let vmin = &q.tree.nodes[*vleaf].min.0;
+                let keeps_theirs = d.iter().all(|(r, x)| {
+                    r == PODS
+                        || r == MAX_JOBS
+                        || x <= 0
+                        || !vmin.contains_key(self.table.name(r))
+                        || within(leaf, r)
+                });
+                let eligible = keeps_theirs
+                    && short.iter().any(|&r| q.borrowing(mc, r))
                     && short.iter().all(|&r| within(jc, r));
                 if eligible && !own.is_empty() {
                     guard.extend(short.iter().map(|&r| (jc, r, d.get(r))));

@@ -62,6 +62,7 @@ impl Scheduler {
     pub(super) fn all_changed(&mut self) {
         self.fleet_blocked.clear();
         self.quota_blocked.clear();
+        self.reclaim_blocked.clear();
         for c in 0..self.classes.len() {
             self.mark_dirty(c);
         }

@@ -187,6 +187,22 @@ impl Reference {
                         n.external = o.external.clone();
                     }
                 }
+                // Pods on a node the new spec leaves out are counted on no node from then on,
+                // even if a node of that name comes back later.
+                let names: BTreeSet<String> = self.clusters[i]
+                    .nodes
+                    .iter()
+                    .map(|n| n.name.clone())
+                    .collect();
+                for j in &mut self.jobs {
+                    if let State::Admitted { cluster, plan } = &mut j.state
+                        && *cluster == i
+                    {
+                        for g in plan.iter_mut() {
+                            g.retain(|node, _| names.contains(node));
+                        }
+                    }
+                }
             }
             None => {
                 c.reachable = true;

@@ -333,7 +333,16 @@ impl Reference {
             let borrows = short
                 .iter()
                 .any(|r| get(&self.used(mc, &none), r) > self.min(mc, r));
-            if borrows && short.iter().all(|r| within(jc, r)) {
+            // In every resource it asks that the victim's leaf names a min of, its leaf stays
+            // within its min.
+            let keeps_theirs = d.iter().all(|(r, x)| {
+                r == PODS
+                    || r == MAX_JOBS
+                    || *x <= 0
+                    || !t.nodes[vleaf].min.0.contains_key(r.as_str())
+                    || within(leaf, r)
+            });
+            if keeps_theirs && borrows && short.iter().all(|r| within(jc, r)) {
                 leaves.insert(vleaf);
                 if !own.is_empty() {
                     guard.extend(short.iter().map(|r| (jc, r.clone(), get(&d, r))));

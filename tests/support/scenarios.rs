@@ -134,14 +134,20 @@ fn cluster(rng: &mut Rng, name: String) -> GCluster {
 }
 
 /// A tree node's mins and maxes: `budget` is what the parent's min leaves per resource (None:
-/// the parent names no min of it).
-fn quota(rng: &mut Rng, budget: &[Option<u64>; 3]) -> ([Option<u64>; 3], Value, Value) {
+/// the parent names no min of it). In a `uniform` tree every node names a min of every
+/// resource its parent does (as the ACK example tree does).
+fn quota(
+    rng: &mut Rng,
+    budget: &[Option<u64>; 3],
+    uniform: bool,
+) -> ([Option<u64>; 3], Value, Value) {
     let mut mins = [None; 3];
     let mut min = serde_json::Map::new();
     let mut max = serde_json::Map::new();
     for (i, r) in RES.iter().enumerate() {
         let scale = if i == 0 { 8 } else { 48 };
         let m = match budget[i] {
+            Some(b) if uniform => Some(b),
             Some(b) if rng.chance(80) => Some(rng.range(b / 2, b)),
             Some(_) => None,
             None if rng.chance(50) => Some(rng.range(1, scale)),
@@ -160,10 +166,17 @@ fn quota(rng: &mut Rng, budget: &[Option<u64>; 3]) -> ([Option<u64>; 3], Value, 
 }
 
 /// Splits the parent's mins among `n` children: sometimes exactly, sometimes less.
-fn split(rng: &mut Rng, mins: &[Option<u64>; 3], n: u64) -> Vec<[Option<u64>; 3]> {
+fn split(rng: &mut Rng, mins: &[Option<u64>; 3], n: u64, uniform: bool) -> Vec<[Option<u64>; 3]> {
     let mut out = vec![[None; 3]; n as usize];
     for i in 0..3 {
         let Some(total) = mins[i] else { continue };
+        if uniform {
+            // Equal shares of all of it.
+            for o in out.iter_mut() {
+                o[i] = Some(total / n);
+            }
+            continue;
+        }
         let mut left = if rng.chance(50) {
             total
         } else {
@@ -187,9 +200,10 @@ fn tree_node(
     name: String,
     budget: [Option<u64>; 3],
     depth: u64,
+    uniform: bool,
     leaves: &mut Vec<String>,
 ) -> Value {
-    let (mins, min, max) = quota(rng, &budget);
+    let (mins, min, max) = quota(rng, &budget, uniform);
     let mut node = json!({"name": name});
     if min.as_object().is_some_and(|m| !m.is_empty()) {
         node["min"] = min;
@@ -225,11 +239,11 @@ fn tree_node(
         node["max"] = max;
     }
     let n = rng.range(2, 3);
-    let shares = split(rng, &mins, n);
+    let shares = split(rng, &mins, n, uniform);
     let children: Vec<Value> = shares
         .into_iter()
         .enumerate()
-        .map(|(i, b)| tree_node(rng, format!("{name}-{i}"), b, depth - 1, leaves))
+        .map(|(i, b)| tree_node(rng, format!("{name}-{i}"), b, depth - 1, uniform, leaves))
         .collect();
     node["children"] = json!(children);
     node
@@ -238,12 +252,13 @@ fn tree_node(
 fn tree(rng: &mut Rng) -> (Value, Vec<String>) {
     let mut leaves = Vec::new();
     let depth = rng.range(1, 3);
+    let uniform = rng.chance(40);
     let root_budget = [
-        rng.chance(60).then(|| rng.range(4, 16)),
-        rng.chance(40).then(|| rng.range(16, 96)),
-        rng.chance(40).then(|| rng.range(64, 384)),
+        (uniform || rng.chance(60)).then(|| rng.range(4, 16)),
+        (uniform || rng.chance(40)).then(|| rng.range(16, 96)),
+        (uniform || rng.chance(40)).then(|| rng.range(64, 384)),
     ];
-    let root = tree_node(rng, "root".into(), root_budget, depth, &mut leaves);
+    let root = tree_node(rng, "root".into(), root_budget, depth, uniform, &mut leaves);
     (root, leaves)
 }
 

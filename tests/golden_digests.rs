@@ -1,0 +1,241 @@
+//! Golden decision digests: the benchmark scenarios (benches/common, at sizes a debug test
+//! runs in seconds) and every scenario file in tests/data/scenarios and examples/, each with
+//! the digest of every admission and preemption (`moves`) and of every wait with its reason
+//! (`waits`) pinned here. A speed-up that changes any decision fails this test; a change that
+//! is meant to change decisions updates the table in the same commit, and says why.
+//!
+//! To print the current digests: `MUSTER_GOLDEN_PRINT=1 cargo test --test golden_digests -- --nocapture`.
+
+#[path = "../benches/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+use muster::sim::{self, Scenario, TraceDigest};
+
+/// (name, moves, waits, wait count).
+const BENCH: &[(&str, u64, u64, u64)] = &[
+    (
+        "scale 1500x4x20",
+        0x63e09c400fad0e14,
+        0x9b92eaa3f900788f,
+        155,
+    ),
+    (
+        "deep 1500x4x30",
+        0xe2c44439005c85c5,
+        0xa0937bb16b698ff8,
+        178374,
+    ),
+    (
+        "diverse 1500x4x30",
+        0xe0182af3d8604a9b,
+        0x0f7335eda2371a6e,
+        402118,
+    ),
+];
+
+/// (file under the crate, moves, waits, wait count).
+const FILES: &[(&str, u64, u64, u64)] = &[
+    (
+        "examples/changes.yaml",
+        0x47128d6209aec4eb,
+        0x20309b5ddd73641e,
+        1,
+    ),
+    (
+        "examples/default.yaml",
+        0x75a6dbc0563871fc,
+        0xaab441a71cd2c0e7,
+        3,
+    ),
+    (
+        "examples/fleet.yaml",
+        0xcbf29ce484222325,
+        0xcbf29ce484222325,
+        0,
+    ),
+    (
+        "tests/data/scenarios/best_effort_fifo.yaml",
+        0x1140ebf5130916e5,
+        0x32143fe67e7b33a1,
+        2,
+    ),
+    (
+        "tests/data/scenarios/explain_gpu_short.yaml",
+        0xabe00d0262c67473,
+        0x1fe8fb9070aafeb1,
+        1,
+    ),
+    (
+        "tests/data/scenarios/explain_quota.yaml",
+        0x76f8eaefa69dd194,
+        0xf5dfd8031602f9dc,
+        1,
+    ),
+    (
+        "tests/data/scenarios/metrics.yaml",
+        0x321380374102af45,
+        0x16e4d329b70b8b2e,
+        3,
+    ),
+    (
+        "tests/data/scenarios/never_admissible.yaml",
+        0xc687f71dc223ff40,
+        0xcbf29ce484222325,
+        0,
+    ),
+    (
+        "tests/data/scenarios/pinned.yaml",
+        0x29b5b382d545aded,
+        0x310d9aa039aa3e56,
+        1,
+    ),
+    (
+        "tests/data/scenarios/priority-preemption.yaml",
+        0x75298866ba1153e9,
+        0xcf248e139e681561,
+        8,
+    ),
+    (
+        "tests/data/scenarios/reclaim.yaml",
+        0x8aa11b19835068c4,
+        0xd67b6cd93147f1ab,
+        3,
+    ),
+    (
+        "tests/data/scenarios/reclaim_cross_resource.yaml",
+        0xd4d549fd1c0a6942,
+        0xebfe5f1a1dad454d,
+        2,
+    ),
+    (
+        "tests/data/scenarios/reclaim_multi_resource.yaml",
+        0x248285241df03481,
+        0x4233f7f83509dd08,
+        1,
+    ),
+    (
+        "tests/data/scenarios/reclaim_pingpong.yaml",
+        0x823c2911016f24d9,
+        0x3e7a36a0c615eaa9,
+        1,
+    ),
+    (
+        "tests/data/scenarios/strict_fifo.yaml",
+        0x5d78abd0c16c2c35,
+        0x8b6409504dbf0668,
+        2,
+    ),
+    (
+        "tests/data/scenarios/trainjob.yaml",
+        0xa89a4d4454141599,
+        0xcbf29ce484222325,
+        0,
+    ),
+    (
+        "tests/data/scenarios/two_gpu_nodes.yaml",
+        0x7ed8955de4b8b288,
+        0xcbf29ce484222325,
+        0,
+    ),
+];
+
+fn bench_scenarios() -> Vec<(&'static str, Scenario)> {
+    vec![
+        ("scale 1500x4x20", common::scenario(1500, 4, 20)),
+        ("deep 1500x4x30", common::deep::deep(1500, 4, 30)),
+        ("diverse 1500x4x30", common::deep::diverse(1500, 4, 30)),
+    ]
+}
+
+fn files() -> Vec<String> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut out = Vec::new();
+    for dir in ["tests/data/scenarios", "examples"] {
+        let Ok(rd) = std::fs::read_dir(format!("{root}/{dir}")) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.ends_with(".yaml") {
+                out.push(format!("{dir}/{name}"));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn digest_of(name: &str, sc: &Scenario) -> Option<TraceDigest> {
+    sim::run(name, sc, &mut ()).ok().map(|r| r.summary.trace)
+}
+
+fn check(
+    kind: &str,
+    table: &[(&str, u64, u64, u64)],
+    got: &[(String, TraceDigest)],
+    failures: &mut Vec<String>,
+) {
+    let print = std::env::var("MUSTER_GOLDEN_PRINT").is_ok();
+    for (name, d) in got {
+        if print {
+            println!(
+                "    (\"{name}\", 0x{:016x}, 0x{:016x}, {}),",
+                d.moves, d.waits, d.wait_count
+            );
+        }
+        match table.iter().find(|(n, ..)| n == name) {
+            None => failures.push(format!("{kind} {name}: no pinned digest ({d})")),
+            Some(&(_, m, w, c)) => {
+                if (m, w, c) != (d.moves, d.waits, d.wait_count) {
+                    failures.push(format!(
+                        "{kind} {name}: decisions changed: pinned moves {m:016x} waits {w:016x} ({c} waits), now {d}"
+                    ));
+                }
+            }
+        }
+    }
+    for (name, ..) in table {
+        if !got.iter().any(|(n, _)| n == name) {
+            failures.push(format!("{kind} {name}: pinned but not run any more"));
+        }
+    }
+}
+
+#[test]
+fn the_benchmark_scenarios_decide_as_pinned() {
+    let got: Vec<(String, TraceDigest)> = bench_scenarios()
+        .into_iter()
+        .map(|(name, sc)| {
+            let d = digest_of(name, &sc).expect("a bench scenario runs");
+            assert!(
+                d.moves != TraceDigest::default().moves,
+                "{name}: no decision at all"
+            );
+            (name.to_string(), d)
+        })
+        .collect();
+    let mut failures = Vec::new();
+    check("bench", BENCH, &got, &mut failures);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_scenario_files_decide_as_pinned() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut got = Vec::new();
+    for f in files() {
+        let text = std::fs::read_to_string(format!("{root}/{f}")).expect("readable");
+        // Files that are meant to be refused (malformed, invalid) have no decisions to pin.
+        let Ok(sc) = sim::parse_scenario(&f, &text) else {
+            continue;
+        };
+        if let Some(d) = digest_of(&f, &sc) {
+            got.push((f, d));
+        }
+    }
+    assert!(got.len() >= 10, "only {} scenario files ran", got.len());
+    let mut failures = Vec::new();
+    check("file", FILES, &got, &mut failures);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
