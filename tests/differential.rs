@@ -44,6 +44,18 @@ struct Seen {
     changes: u64,
 }
 
+/// A scheduled change as the follower applies it: at, new tree, added or replaced member,
+/// (member, reachable).
+type Change = (
+    u64,
+    Option<serde_json::Value>,
+    Option<sim::ClusterSpec>,
+    Option<(String, bool)>,
+);
+
+/// A job's plan: per member, the pods of each group on each node.
+type Plans = BTreeMap<usize, Vec<(String, Vec<BTreeMap<String, u32>>)>>;
+
 /// Follows `muster sim`'s run with the reference, cycle by cycle.
 struct Follower<'a> {
     g: &'a GScenario,
@@ -52,12 +64,7 @@ struct Follower<'a> {
     order: Vec<usize>,
     next: usize,
     next_change: usize,
-    changes: Vec<(
-        u64,
-        Option<serde_json::Value>,
-        Option<sim::ClusterSpec>,
-        Option<(String, bool)>,
-    )>,
+    changes: Vec<Change>,
     reference: Reference,
     /// Scenario job → the reference's (and the core's) job id.
     ids: Vec<Option<usize>>,
@@ -192,7 +199,7 @@ impl<'a> Follower<'a> {
         }
         self.seen.cycles += 1;
         // The core's plans, per job, in the order it admitted.
-        let mut plans: BTreeMap<usize, Vec<(String, Vec<BTreeMap<String, u32>>)>> = BTreeMap::new();
+        let mut plans: Plans = BTreeMap::new();
         let mut theirs = Vec::new();
         for d in decisions {
             match d {

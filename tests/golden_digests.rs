@@ -7,7 +7,6 @@
 //! To print the current digests: `MUSTER_GOLDEN_PRINT=1 cargo test --test golden_digests -- --nocapture`.
 
 #[path = "../benches/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use muster::sim::{self, Scenario, TraceDigest};
