@@ -1,6 +1,7 @@
 //! The reference scheduler: muster's documented admission semantics (docs/concepts.md, "Quota",
 //! "Reclaim", "Queues", "Choosing the cluster"), written plainly and slowly, for the differential
-//! test to hold the optimized `Scheduler` to.
+//! test to hold the optimized `Scheduler` to. Comments cite the documented rules by number
+//! (A1–A6, R1–R9) where each is applied.
 //!
 //! It shares the core's parsing (`Workload`, `QuotaTree`, `ClusterInfo` and a node's filters),
 //! never its decisions: no memo, no skipped visit, no incremental state. Usage, free capacity and
@@ -294,7 +295,7 @@ impl Reference {
         }
     }
 
-    /// Pending with its priority when it could ever run as written, else inadmissible: every
+    /// A2. Pending with its priority when it could ever run as written, else inadmissible: every
     /// PriorityClass exists, no max on its path is below its request alone, and it fits some
     /// candidate member (reachable or not) with nothing else on it.
     fn judge(&mut self, job: usize) {
@@ -371,7 +372,7 @@ impl Reference {
             .map(|q| q.milli())
     }
 
-    /// Within quota: usage + request <= max at every node of its path, for every resource
+    /// A3. Within quota: usage + request <= max at every node of its path, for every resource
     /// asked; `None` when it is, else the resources over a max.
     pub fn over_max(&self, job: usize, gone: &BTreeSet<usize>) -> Vec<String> {
         let (Some(t), Some(leaf)) = (&self.tree, self.leaf(job)) else {
@@ -462,7 +463,7 @@ impl Reference {
             && c.serves.refuses(&c.name, &Needs::of(w)).is_none()
     }
 
-    /// Some plan of every pod of the job on cluster `ci`'s nodes that admit it, within their
+    /// A4. Some plan of every pod of the job on cluster `ci`'s nodes that admit it, within their
     /// free capacity (without `gone`; with `empty`, on the bare nodes): an exhaustive search.
     pub fn fits_on(
         &self,
@@ -500,7 +501,7 @@ impl Reference {
         }
     }
 
-    /// The member the job goes to: among reachable candidates where it fits, the least free of
+    /// A4. The member the job goes to: among reachable candidates where it fits, the least free of
     /// its scarcest resource, then the name.
     fn find_cluster(&self, job: usize, gone: Option<&BTreeSet<usize>>) -> Option<usize> {
         let key = self.scarcest(job);
@@ -521,7 +522,7 @@ impl Reference {
             .find(|&ci| self.fits_on(job, ci, gone, false).is_some())
     }
 
-    /// usage + request <= min at every node of the path with a min above zero for the
+    /// A5. usage + request <= min at every node of the path with a min above zero for the
     /// resource, with `gone` counted as gone: the job borrows nothing.
     fn borrows_nothing(&self, job: usize, gone: &BTreeSet<usize>) -> bool {
         let (Some(t), Some(leaf)) = (&self.tree, self.leaf(job)) else {
@@ -536,8 +537,8 @@ impl Reference {
         })
     }
 
-    /// Its leaf's admitted jobs of lower priority, lowest priority then most recently admitted
-    /// first, when the leaf preempts by priority.
+    /// R8. Its leaf's admitted jobs of lower priority, lowest priority then most recently
+    /// admitted first (R4's order), when the leaf preempts by priority.
     fn lower_in_leaf(&self, job: usize) -> Vec<usize> {
         let (Some(t), Some(leaf)) = (&self.tree, self.leaf(job)) else {
             return Vec::new();

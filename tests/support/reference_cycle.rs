@@ -1,6 +1,7 @@
 //! The reference scheduler's cycle: passes over every class head in global order, guaranteed
-//! jobs first, and reclaim by the documented rule (docs/concepts.md, "Reclaim"), each step a
-//! plain recomputation from the jobs.
+//! jobs first, and reclaim by the documented rule, each step a plain recomputation from the
+//! jobs. The numbers in comments (A1–A6, R1–R9) are the rules of docs/concepts.md ("The
+//! admission cycle", "Reclaim"): each is applied where it is cited.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -18,8 +19,8 @@ pub(super) type Class = (String, Option<String>);
 type Guard = (usize, String, i128);
 
 impl Reference {
-    /// One admission cycle: passes until one moves nothing (at most 8); victims are back in
-    /// their queues once it ends.
+    /// A6. One admission cycle: passes until one moves nothing (at most 8); victims are back
+    /// in their queues once it ends.
     pub fn cycle(&mut self, plans: &mut Plans) -> Result<Vec<Decided>, String> {
         self.reclaims.clear();
         let mut out = Vec::new();
@@ -37,6 +38,7 @@ impl Reference {
         (Reverse(job.priority), job.submitted, job.index)
     }
 
+    /// A1. A StrictFIFO queue is one class; a BestEffortFIFO queue one per job shape.
     pub(super) fn class(&self, j: usize) -> Class {
         let queue = match self.leaf(j) {
             Some(l) => format!("leaf {l}"),
@@ -78,7 +80,7 @@ impl Reference {
         self.lower_in_leaf(job).into_iter().collect()
     }
 
-    /// One pass: every class head, in order; first the jobs that borrow nothing (from queues
+    /// A5. One pass: every class head, in order; first the jobs that borrow nothing (from queues
     /// whose best waiting job borrows nothing at the start of the pass), then the rest; once a
     /// reclaim happened, the rest wait for the next pass. True when something moved.
     fn pass(&mut self, out: &mut Vec<Decided>, plans: &mut Plans) -> Result<bool, String> {
@@ -137,8 +139,8 @@ impl Reference {
         Ok(moved)
     }
 
-    /// Admits the job where it fits, or by reclaim; `Some(true)` when by reclaim, `None` when
-    /// it waits.
+    /// A5. Admits the job where it is within quota (A3) and fits (A4), or by reclaim (R1–R9);
+    /// `Some(true)` when by reclaim, `None` when it waits.
     fn try_admit(
         &mut self,
         job: usize,
@@ -156,7 +158,9 @@ impl Reference {
         let Some(leaf) = self.leaf(job) else {
             return Ok(None);
         };
+        // R8: its own queue's jobs of lower priority, where the leaf preempts by priority.
         let own = self.lower_in_leaf(job);
+        // R1: what it is short of.
         let short = if over.is_empty() {
             self.fleet_short(job)
         } else {
@@ -165,6 +169,7 @@ impl Reference {
         let Some((victims, ci)) = self.reclaim(job, leaf, &short, &own) else {
             return Ok(None);
         };
+        // R7: the victims are preempted, the job admitted; victims back when the cycle ends.
         for &v in &victims {
             out.push(Decided::Preempt { job: v, by: job });
             self.jobs[v].state = State::Pending;
@@ -238,8 +243,9 @@ impl Reference {
         Ok(())
     }
 
-    /// The requested resources no reachable candidate member has enough of (a pod's need on
-    /// one node, or the job's in total); when none alone, the job's scarcest resource.
+    /// R1 (capacity short): the requested resources no reachable candidate member has enough
+    /// of (a pod's need on one node, or the job's in total); when none alone, the job's
+    /// scarcest resource.
     fn fleet_short(&self, job: usize) -> Vec<String> {
         let requested: Vec<String> = self.jobs[job]
             .charge
@@ -303,7 +309,7 @@ impl Reference {
         for &o in own {
             add(&mut freed, &self.jobs[o].charge, 1);
         }
-        // Within its leaf's min for every short resource, its lower-priority jobs gone.
+        // R2: within its leaf's min for every short resource, its lower-priority jobs gone.
         let within = |n: usize, r: &str| {
             get(&self.used(n, &none), r) - get(&freed, r) + get(&d, r) <= self.min(n, r)
         };
@@ -329,12 +335,13 @@ impl Reference {
             if vi == 0 || ji == 0 {
                 continue;
             }
+            // R3: the children of the meeting node on the victim's side and on the job's.
             let (mc, jc) = (vup[vi - 1], up[ji - 1]);
             let borrows = short
                 .iter()
                 .any(|r| get(&self.used(mc, &none), r) > self.min(mc, r));
-            // In every resource it asks that the victim's leaf names a min of, its leaf stays
-            // within its min.
+            // R3: in every resource it asks that the victim's leaf names a min of, its leaf
+            // stays within its min.
             let keeps_theirs = d.iter().all(|(r, x)| {
                 r == PODS
                     || r == MAX_JOBS
@@ -344,6 +351,7 @@ impl Reference {
             });
             if keeps_theirs && borrows && short.iter().all(|r| within(jc, r)) {
                 leaves.insert(vleaf);
+                // R8: the guard, J's side at each meeting node.
                 if !own.is_empty() {
                     guard.extend(short.iter().map(|r| (jc, r.clone(), get(&d, r))));
                 }
@@ -354,6 +362,7 @@ impl Reference {
         }
         guard.sort();
         guard.dedup();
+        // R4: the candidates, in victim order.
         let mut candidates: Vec<usize> = self
             .admitted_jobs()
             .filter(|v| self.leaf(*v).is_some_and(|l| leaves.contains(&l)))
@@ -365,7 +374,7 @@ impl Reference {
             .copied()
             .filter(|v| self.asks_any(*v, short))
             .collect();
-        // Its own jobs that the guard needs gone come first.
+        // R8: its own jobs that the guard needs gone come first, then R4's, then its own rest.
         let forced = (0..=own.len())
             .find(|&k| self.guard_holds(&guard, &own[..k].iter().copied().collect()))
             .unwrap_or(own.len());
@@ -379,7 +388,7 @@ impl Reference {
         (0..self.jobs.len()).filter(|&j| matches!(self.jobs[j].state, State::Admitted { .. }))
     }
 
-    /// Per member (only quota short and the job fitting somewhere: from anywhere), the
+    /// R6. Per member (only quota short and the job fitting somewhere: from anywhere), the
     /// shortest prefix of its victims that lets the job fit, less those not needed; the first
     /// member in the usual order where that works.
     fn take_victims(
@@ -430,7 +439,7 @@ impl Reference {
         None
     }
 
-    /// The victims of `order` that take only what their leaf borrows: one of another leaf is
+    /// R5. The victims of `order` that take only what their leaf borrows: one of another leaf is
     /// kept while that leaf, with its victims kept before it and its jobs of lower priority
     /// that it could preempt gone, uses more than its min of every short resource it asks.
     fn borrowed_only(&self, leaf: usize, short: &[String], order: &[usize]) -> Vec<usize> {
@@ -478,8 +487,9 @@ impl Reference {
         kept
     }
 
-    /// The shortest prefix of `order` with which the job fits quota, keeps the guard and (with
-    /// `on`) fits that member, then every victim not needed given back, last taken first.
+    /// R6 and R7. The shortest prefix of `order` with which the job fits quota, keeps the guard
+    /// and (with `on`) fits that member, then every victim not needed given back, last taken
+    /// first.
     fn trial(
         &self,
         job: usize,
