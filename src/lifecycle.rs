@@ -28,6 +28,11 @@ mod tests;
 pub use book::{Book, Entry, Spec, spec_of};
 pub use step::{admitted, gone, preempted, step};
 
+/// How a spec the hub's own admission refuses begins (the driver checks each pod template on
+/// the hub before a job is queued): such a job is Rejected with that text as its reason, not
+/// called malformed.
+pub const REFUSED_BY_HUB: &str = "refused by the hub's admission";
+
 /// Where a job stands (the QueuedJob's `state`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {

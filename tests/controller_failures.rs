@@ -351,6 +351,100 @@ async fn reclaim_preempts_the_borrower() {
     finish(&hub, &[&lender, &owner], vec![controller], outcome).await;
 }
 
+/// 4b. Reclaim under the issue "Min is a guarantee again": mins that name cpu and memory as
+///     well as GPUs (as the ACK example tree does). team-a runs two 4-GPU jobs on member-c's
+///     8-GPU node and so borrows 4 GPUs while it uses 2 of its 32 guaranteed cpus; team-b's
+///     4-GPU job, within its min, preempts team-a's most recently admitted job and runs at once
+///     (before the fix it waited, `quota root: nvidia.com/gpu used 8 + requested 4 exceeds
+///     max 8`, until team-a's jobs ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_with_mins_on_cpu_and_memory() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let a = unique_name("team-a");
+    let b = unique_name("team-b");
+    let guaranteed = json!({"nvidia.com/gpu": "4", "cpu": "32", "memory": "128Gi"});
+    let tree = json!({
+        "name": "root", "min": {"nvidia.com/gpu": "8"}, "max": {"nvidia.com/gpu": "8"},
+        "children": [
+            {"name": "team-a", "namespaces": [a], "min": guaranteed, "max": {"nvidia.com/gpu": "8"}},
+            {"name": "team-b", "namespaces": [b], "min": guaranteed, "max": {"nvidia.com/gpu": "8"}}
+        ]
+    });
+    let hub = setup(&[&a, &b], tree).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&a, &b]).await;
+    let controller = Controller::start("reclaim-mins", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        // One worker of 4 GPUs: only member-c's node holds it.
+        for name in ["a-one", "a-two"] {
+            fleet::create_json(&hub, "pytorchjobs", pytorchjob(&a, name, 1, 4, "1"))
+                .await
+                .expect(name);
+            let q =
+                hub::wait_queued_state(&hub, &a, "PyTorchJob", name, QueuedJobState::Running, T)
+                    .await;
+            assert_eq!(
+                q.status.and_then(|s| s.cluster).as_deref(),
+                Some("member-c")
+            );
+        }
+        let submitted = Instant::now();
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&b, "b-one", 1, 4, "1"))
+            .await
+            .expect("b-one");
+        let q = hub::wait_queued_state(&hub, &b, "PyTorchJob", "b-one", QueuedJobState::Running, T)
+            .await;
+        assert_eq!(
+            q.status.and_then(|s| s.cluster).as_deref(),
+            Some("member-c")
+        );
+        eprintln!(
+            "b-one running {:?} after it was submitted",
+            submitted.elapsed()
+        );
+        // The most recently admitted borrower was taken back, for b-one; the other runs on.
+        let st = status_of(&hub, &a, "a-two").await;
+        assert_eq!(st.state, QueuedJobState::Queued, "{st:?}");
+        assert!(
+            st.requeues >= 1 || st.reason.as_deref().unwrap_or_default().contains("b-one"),
+            "{st:?}"
+        );
+        let events = hub::events_for(&hub, &a, "a-two").await;
+        assert!(
+            events
+                .iter()
+                .any(|e| e.starts_with("Preempted") && e.contains(&format!("{b}/b-one"))),
+            "{events:?}"
+        );
+        assert_eq!(
+            status_of(&hub, &a, "a-one").await.state,
+            QueuedJobState::Running
+        );
+        assert_eq!(status_of(&hub, &a, "a-one").await.requeues, 0);
+        wait_for("a-two's copy deleted", T, || async {
+            let h = hub::members_with("kubeflow.org/v1", "PyTorchJob", "pytorchjobs", &a, "a-two")
+                .await;
+            if h.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{h:?}"))
+            }
+        })
+        .await;
+        // Root max 8, all 8 in use within the two mins: a-two waits for quota, and says so.
+        let st = status_of(&hub, &a, "a-two").await;
+        assert_eq!(st.state, QueuedJobState::Queued, "{st:?}");
+        assert!(
+            st.explanation
+                .unwrap_or_default()
+                .contains("nvidia.com/gpu")
+        );
+        dog.assert_clean("reclaim with mins on cpu and memory")
+            .await;
+    }))
+    .await;
+    finish(&hub, &[&a, &b], vec![controller], outcome).await;
+}
+
 /// 5. Two replicas: only the leader acts; kill it and the other takes over within seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standby_takes_over_when_the_leader_dies() {

@@ -95,6 +95,8 @@ pub(super) struct Brain {
     pub tree_manifest: Option<serde_json::Value>,
     /// Snapshots asked for over HTTP, answered at the end of a pass.
     pub snapshots: Option<mpsc::Receiver<super::snapshot::Ask>>,
+    /// The hub's verdicts on pod templates (server-side dry runs).
+    pub hub_checks: super::hubcheck::HubChecks,
 }
 
 impl Brain {
@@ -151,6 +153,7 @@ impl Brain {
             forecasts: Default::default(),
             tree_manifest: None,
             snapshots: None,
+            hub_checks: Default::default(),
         }
     }
 

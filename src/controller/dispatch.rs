@@ -299,13 +299,15 @@ impl DispatchError {
     }
 }
 
-/// Creates the copy on the member (namespace ensured). Idempotent: an existing copy of the same
-/// hub job (same UID label) counts as created; a foreign object of that name is a conflict.
+/// Creates the copy on the member (namespace ensured, made with `ns_labels`: the hub
+/// namespace's pod-security labels). Idempotent: an existing copy of the same hub job (same
+/// UID label) counts as created; a foreign object of that name is a conflict.
 pub async fn create(
     member: &Client,
     cluster: &str,
     kind: JobKind,
     copy: &Value,
+    ns_labels: &std::collections::BTreeMap<String, String>,
 ) -> Result<DynamicObject, DispatchError> {
     let ns = copy
         .pointer("/metadata/namespace")
@@ -331,8 +333,9 @@ pub async fn create(
     let first = match api.create(&PostParams::default(), &obj).await {
         Err(kube::Error::Api(e)) if e.code == 404 => {
             let namespaces: Api<Namespace> = Api::all(member.clone());
-            let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))
-                .map_err(|e| DispatchError::Invalid(e.to_string()))?;
+            let nsobj: Namespace =
+                serde_json::from_value(json!({"metadata": {"name": ns, "labels": ns_labels}}))
+                    .map_err(|e| DispatchError::Invalid(e.to_string()))?;
             match namespaces.create(&PostParams::default(), &nsobj).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 409 => {}

@@ -38,6 +38,13 @@ pub(super) enum Done {
         write: super::observe::Write,
         result: Result<(), String>,
     },
+    /// The hub's answer to a dry-run create of a pod template.
+    HubChecked {
+        namespace: String,
+        digest: String,
+        policy: String,
+        outcome: super::hubcheck::Outcome,
+    },
     /// A status report (quota tree, member).
     Reported {
         key: String,
@@ -115,6 +122,12 @@ impl Brain {
                 }
                 Done::Records { freeing, out } => self.records_landed(freeing, out),
                 Done::Observed { write, result } => self.observed_landed(write, result),
+                Done::HubChecked {
+                    namespace,
+                    digest,
+                    policy,
+                    outcome,
+                } => self.hub_checked(namespace, digest, policy, outcome),
                 Done::Reported {
                     key,
                     report,
@@ -282,6 +295,13 @@ impl Brain {
         if let Some(at) = admitted_at {
             dispatch::for_admission(&mut copy, at);
         }
+        // A namespace muster makes on the member enforces what the hub's does.
+        let ns_labels = self
+            .stores
+            .namespaces
+            .get(&kube::runtime::reflector::ObjectRef::new(&j.namespace))
+            .map(|n| super::hubcheck::psa_labels(n.labels()))
+            .unwrap_or_default();
         let (client, kind, tx, wake, permits) = (
             m.client.clone(),
             j.kind,
@@ -294,7 +314,7 @@ impl Brain {
         tokio::spawn(async move {
             // Never closed: a permit always comes.
             let _permit = permits.acquire_owned().await;
-            let result = dispatch::create(&client, &cluster, kind, &copy)
+            let result = dispatch::create(&client, &cluster, kind, &copy, &ns_labels)
                 .await
                 .map(|o| o.uid().unwrap_or_default())
                 .map_err(|e| {

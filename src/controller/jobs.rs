@@ -5,21 +5,22 @@
 //! stays charged while a member that does not answer may still run one). A QueuedJob deleted
 //! by someone is written again from what the controller knows.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector;
 use serde_json::Value;
 
 use super::brain::Brain;
 use super::crd::{PodCounts, PodPlacement, QueuedJob, QueuedJobStatus};
-use super::{intake, kinds, queued_job_name, record};
-use crate::lifecycle::{Intent, Spec, spec_of};
-use crate::workload::{JobKind, interpret_with};
+use super::execute::Done;
+use super::{hubcheck, intake, kinds, queued_job_name, record};
+use crate::lifecycle::{Intent, Phase, Spec, spec_of};
+use crate::workload::{JobKind, Workload, interpret_with};
 
 /// What the controller knows of a followed hub job beyond its lifecycle record.
 pub(super) struct Job {
@@ -105,8 +106,146 @@ impl Brain {
             .flatten()
     }
 
+    /// The job as read, once the hub's admission has judged each of its pod templates
+    /// (`hubcheck`): unchanged when allowed, the hub's refusal as the reason it cannot run,
+    /// `None` while a verdict is missing (the checks it needs are sent).
+    fn hub_admission(
+        &mut self,
+        ns: &str,
+        job: &Value,
+        read: Result<Workload, String>,
+    ) -> Option<Result<Workload, String>> {
+        let w = match read {
+            Ok(w) if self.opts.hub_pod_admission => w,
+            other => return Some(other),
+        };
+        let templates = hubcheck::templates(job, &w);
+        if templates.is_empty() {
+            return Some(Ok(w));
+        }
+        let policy = self.namespace_policy(ns);
+        let judged = self
+            .hub_checks
+            .judge(ns, &policy, &templates, Instant::now());
+        for t in judged.ask {
+            self.ask_hub(ns, &policy, t);
+        }
+        match judged.verdict {
+            hubcheck::Verdict::Allowed => Some(Ok(w)),
+            hubcheck::Verdict::Refused(why) => Some(Err(why)),
+            hubcheck::Verdict::Pending => None,
+        }
+    }
+
+    /// What a verdict in namespace `ns` depends on: its pod-security labels.
+    fn namespace_policy(&self, ns: &str) -> String {
+        self.stores
+            .namespaces
+            .get(&reflector::ObjectRef::new(ns))
+            .map(|n| hubcheck::policy_key(n.labels()))
+            .unwrap_or_default()
+    }
+
+    /// Sends one template to the hub as a dry-run Pod create, off the loop.
+    fn ask_hub(&self, ns: &str, policy: &str, t: hubcheck::Template) {
+        let (hub, tx, wake, permits) = (
+            self.hub.clone(),
+            self.done_tx.clone(),
+            self.wake.clone(),
+            self.hub_checks.permits.clone(),
+        );
+        let (namespace, policy) = (ns.to_string(), policy.to_string());
+        tokio::spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            let outcome = match serde_json::from_value::<Pod>(t.pod) {
+                Ok(pod) => {
+                    let api: Api<Pod> = Api::namespaced(hub, &namespace);
+                    let pp = PostParams {
+                        dry_run: true,
+                        ..Default::default()
+                    };
+                    hubcheck::classify(api.create(&pp, &pod).await.map(|_| ()))
+                }
+                // The hub's own schema would refuse it the same way.
+                Err(e) => hubcheck::Outcome::Refused(format!("not a valid pod template: {e}")),
+            };
+            if let hubcheck::Outcome::Unknown(why) = &outcome {
+                tracing::info!(namespace = %namespace, field = %t.field, %why, "the hub did not judge a pod template; asked again");
+            }
+            let _ = tx.send(Done::HubChecked {
+                namespace,
+                digest: t.digest,
+                policy,
+                outcome,
+            });
+            wake.notify_one();
+        });
+    }
+
+    /// A verdict landed. When it changes an earlier one, or says nothing and must be asked
+    /// again, the namespace's waiting jobs are read again.
+    pub(super) fn hub_checked(
+        &mut self,
+        namespace: String,
+        digest: String,
+        policy: String,
+        outcome: hubcheck::Outcome,
+    ) {
+        let unknown = matches!(outcome, hubcheck::Outcome::Unknown(_));
+        let changed = self
+            .hub_checks
+            .landed(&namespace, &digest, &policy, outcome, Instant::now());
+        if changed {
+            self.reread_waiting(&namespace);
+        }
+        if unknown {
+            let at = super::now_ms() + hubcheck::RETRY.as_millis() as u64;
+            self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+        }
+    }
+
+    /// The namespace's jobs that are not placed are read (and judged) again: queued or
+    /// rejected ones, whose verdict may have changed. Placed jobs run on as admitted, as pods
+    /// do when a namespace's policy changes.
+    fn reread_waiting(&mut self, namespace: &str) {
+        for (uid, j) in self.jobs.iter_mut() {
+            let waiting = self
+                .book
+                .get(uid)
+                .is_none_or(|e| matches!(e.record.phase, Phase::Queued | Phase::Rejected));
+            if j.namespace == namespace && waiting {
+                j.generation = i64::MIN;
+            }
+        }
+    }
+
+    /// Namespaces whose pod-security labels changed since the last pass: their waiting jobs
+    /// are judged again under the new labels.
+    fn namespace_policies_changed(&mut self) {
+        let now: HashMap<String, String> = self
+            .stores
+            .namespaces
+            .state()
+            .iter()
+            .map(|n| (n.name_any(), hubcheck::policy_key(n.labels())))
+            .collect();
+        let changed: Vec<String> = now
+            .iter()
+            .filter(|(ns, p)| self.hub_checks.policies.get(*ns).is_some_and(|q| q != *p))
+            .map(|(ns, _)| ns.clone())
+            .collect();
+        for ns in &changed {
+            self.reread_waiting(ns);
+        }
+        self.hub_checks.retain_namespaces(|ns| now.contains_key(ns));
+        self.hub_checks.policies = now;
+    }
+
     /// Intake: follows the hub jobs muster is responsible for, forgets those that are gone.
     pub(super) async fn sync_jobs(&mut self) {
+        if self.opts.hub_pod_admission {
+            self.namespace_policies_changed();
+        }
         let mut seen: HashSet<String> = HashSet::new();
         let mut exists: HashSet<String> = HashSet::new();
         let mut objs: Vec<(JobKind, Arc<DynamicObject>)> = Vec::new();
@@ -172,6 +311,11 @@ impl Brain {
                         typed(&mut v, kind);
                         let deadline = crate::runtime::deadline(&v);
                         let read = interpret_with(&v, &self.runtimes).map_err(|e| e.to_string());
+                        // Not read until the hub has judged every pod template (read again
+                        // once its answer lands; a followed job keeps its last spec meanwhile).
+                        let Some(read) = self.hub_admission(&ns, &v, read) else {
+                            continue;
+                        };
                         (spec_of(read), deadline)
                     }
                     Err(e) => (spec_of(Err(e.to_string())), None),

@@ -6,6 +6,7 @@
 //! - `tree`: the ElasticQuotaTree in force and its status;
 //! - `membership`: MemberClusters, their connections and status;
 //! - `jobs`: hub jobs (intake: suspend, interpret, follow, forget);
+//! - `hubcheck`: the hub's admission for each pod template (server-side dry runs);
 //! - `observe`: each followed job on its members (copy, pods, placement, hub status);
 //! - `execute`: the lifecycle's intents (create and delete copies off the sync loop, Events,
 //!   metrics);
@@ -27,6 +28,7 @@ pub mod explain;
 mod forecasting;
 pub mod gates;
 mod gc;
+pub mod hubcheck;
 pub mod intake;
 mod jobs;
 pub mod kinds;
@@ -55,6 +57,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Client;
 use kube::api::{Api, DynamicObject};
@@ -121,6 +124,9 @@ pub struct Options {
     pub allow_kubeconfig_files_and_exec: bool,
     /// How long the webhook and health servers keep answering, not ready, after a stop.
     pub shutdown_drain: Duration,
+    /// Check every pod template with a server-side dry-run Pod create in the job's hub
+    /// namespace before a job is queued (`hubcheck`); off with `--no-hub-pod-admission`.
+    pub hub_pod_admission: bool,
 }
 
 /// The hub objects muster watches.
@@ -129,6 +135,8 @@ struct HubStores {
     members: Watched<MemberCluster>,
     queued: Watched<QueuedJob>,
     priorities: Watched<PriorityClass>,
+    /// The hub's namespaces (their pod-security labels).
+    namespaces: Watched<Namespace>,
     /// Kubeflow Trainer's runtimes, when the hub serves TrainJob.
     runtimes: Option<runtimes::Watches>,
     jobs: BTreeMap<JobKind, Watched<DynamicObject>>,
@@ -148,6 +156,7 @@ impl HubStores {
             && self.members.is_ready()
             && self.queued.is_ready()
             && self.priorities.is_ready()
+            && self.namespaces.is_ready()
             && self.runtimes.as_ref().is_none_or(|r| r.is_ready())
             && self.jobs.values().all(|s| s.is_ready())
     }
@@ -205,6 +214,7 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
         members: watch(Api::all(hub.clone()), cfg(), (), wake.clone(), &mut tasks),
         queued: watch(Api::all(hub.clone()), cfg(), (), wake.clone(), &mut tasks),
         priorities: watch(Api::all(hub.clone()), cfg(), (), wake.clone(), &mut tasks),
+        namespaces: watch(Api::all(hub.clone()), cfg(), (), wake.clone(), &mut tasks),
         runtimes,
         jobs: hub_kinds
             .iter()

@@ -130,6 +130,9 @@ impl Book {
                 }
                 if durable.is_none() {
                     let (transition, note) = match &spec.0 {
+                        Err(msg) if msg.starts_with(super::REFUSED_BY_HUB) => {
+                            (Transition::Rejected, msg.clone())
+                        }
                         Err(msg) => (
                             Transition::Malformed,
                             format!("muster cannot read this job: {msg}"),
@@ -162,7 +165,11 @@ impl Book {
         let w = match &spec.0 {
             Err(msg) => {
                 e.record.phase = Phase::Rejected;
-                e.record.reason = format!("malformed: {msg}");
+                e.record.reason = if msg.starts_with(super::REFUSED_BY_HUB) {
+                    msg.clone()
+                } else {
+                    format!("malformed: {msg}")
+                };
                 return true;
             }
             Ok(w) => w,
