@@ -220,13 +220,12 @@ struct ControllerArgs {
     /// the controller or read its files).
     #[arg(long)]
     allow_kubeconfig_files_and_exec: bool,
-    /// Do not check pod templates against the hub's admission (by default every distinct pod
-    /// template is sent to the hub as a server-side dry-run Pod create in the job's namespace
-    /// before the job is queued, so Pod Security admission, ValidatingAdmissionPolicies and
-    /// policy webhooks of the hub hold for the pods that run on members; that needs `create`
-    /// on pods in the covered namespaces).
-    #[arg(long)]
-    no_hub_pod_admission: bool,
+    /// Check pod templates against the hub's admission: every distinct pod template is sent to
+    /// the hub as a server-side dry-run Pod create in the job's namespace before the job is
+    /// queued, so Pod Security admission, ValidatingAdmissionPolicies and policy webhooks of
+    /// the hub hold for the pods that run on members (needs `create` on pods; false: off).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    hub_pod_admission: bool,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -549,7 +548,7 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
             }),
         allow_kubeconfig_files_and_exec: a.allow_kubeconfig_files_and_exec,
         shutdown_drain: Duration::from_secs(a.shutdown_drain_seconds),
-        hub_pod_admission: !a.no_hub_pod_admission,
+        hub_pod_admission: a.hub_pod_admission,
     };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -395,6 +395,9 @@ fn rbac_is_exactly_what_the_controller_calls() {
         &["create", "patch"],
         "*",
     );
+    // Namespaces watched (pod-security labels); pods created in dry run only (hubcheck).
+    expect(&mut cluster, "", "namespaces", &["list", "watch"], "*");
+    expect(&mut cluster, "", "pods", &["create"], "*");
     let mwc = "mutatingwebhookconfigurations";
     expect(
         &mut cluster,
@@ -463,6 +466,22 @@ fn rbac_is_exactly_what_the_controller_calls() {
     }
     assert_eq!(all(&docs, "ClusterRole").len(), 1);
     assert_eq!(all(&docs, "Role").len(), 2);
+}
+
+/// `hubPodAdmission: false` turns the dry-run check off and drops the grant it needs.
+#[test]
+fn hub_pod_admission_off_drops_its_grant() {
+    let on = render(&[]);
+    assert_eq!(flag(&on, "--hub-pod-admission"), "true");
+    let off = render(&["--set", "hubPodAdmission=false"]);
+    assert_eq!(flag(&off, "--hub-pod-admission"), "false");
+    let pods = |docs: &[Value]| {
+        grants(&one(docs, "ClusterRole", "muster")["rules"])
+            .iter()
+            .any(|g| g.1 == "pods")
+    };
+    assert!(pods(&on));
+    assert!(!pods(&off));
 }
 
 /// What `registration::configuration` writes for one kind (the chart must write the same).

@@ -125,7 +125,7 @@ pub struct Options {
     /// How long the webhook and health servers keep answering, not ready, after a stop.
     pub shutdown_drain: Duration,
     /// Check every pod template with a server-side dry-run Pod create in the job's hub
-    /// namespace before a job is queued (`hubcheck`); off with `--no-hub-pod-admission`.
+    /// namespace before a job is queued (`hubcheck`); off with `--hub-pod-admission=false`.
     pub hub_pod_admission: bool,
 }
 

@@ -71,6 +71,8 @@ struct State {
     suspects: Vec<(Instant, String, Suspect)>,
     /// Pod observations seen (for the report).
     events: usize,
+    /// Every pod seen, as `member: namespace/name`.
+    seen: BTreeSet<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -192,6 +194,12 @@ impl Watchdog {
         s.judge()
     }
 
+    /// Every pod of muster's jobs seen on a member so far, as `member: namespace/name`.
+    pub fn pods_seen(&self) -> Vec<String> {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.seen.iter().cloned().collect()
+    }
+
     /// Panics with every broken instant, if any.
     pub async fn assert_clean(&self, what: &str) {
         let v = self.violations().await;
@@ -257,6 +265,11 @@ impl State {
             return;
         }
         self.events += 1;
+        self.seen.insert(format!(
+            "{member}: {}/{}",
+            p.namespace().unwrap_or_default(),
+            p.name_any()
+        ));
         let Some(uid) = p.labels().get("muster.dev/job-uid").cloned() else {
             return;
         };
