@@ -231,7 +231,13 @@ impl Brain {
             .collect();
         let changed: Vec<String> = now
             .iter()
-            .filter(|(ns, p)| self.hub_checks.policies.get(*ns).is_some_and(|q| q != *p))
+            // A namespace seen for the first time had no labels for the jobs judged before.
+            .filter(|(ns, p)| {
+                self.hub_checks
+                    .policies
+                    .get(*ns)
+                    .map_or(!p.is_empty(), |q| q != *p)
+            })
             .map(|(ns, _)| ns.clone())
             .collect();
         for ns in &changed {
