@@ -249,6 +249,19 @@ pub enum DispatchError {
         name: String,
         cluster: String,
     },
+    /// An object with the job's name and UID label that does not carry muster's admission
+    /// annotation: muster did not make it (for any admission). Neither adopted nor deleted;
+    /// the create fails until it goes, or the job is placed elsewhere.
+    #[error(
+        "{kind} {namespace}/{name} on {cluster} carries this job's UID label but not this admission's annotation {ADMISSION_ANNOTATION}={admission:?}: muster did not make it for this admission; not adopted, not deleted"
+    )]
+    NotMusters {
+        kind: JobKind,
+        namespace: String,
+        name: String,
+        cluster: String,
+        admission: String,
+    },
     /// The job's copy there was made for an earlier admission (another plan): it is deleted
     /// before this one is made.
     #[error("{kind} {namespace}/{name} on {cluster} is a copy made for an earlier admission")]
@@ -262,6 +275,44 @@ pub enum DispatchError {
 
 /// The annotation on a copy naming the admission it was made for (its time, ms).
 pub const ADMISSION_ANNOTATION: &str = "muster.dev/admission";
+
+/// What an existing object of the copy's name is to a create of the copy for the admission
+/// `admission` (the copy's [`ADMISSION_ANNOTATION`]) of hub job `uid`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Existing {
+    /// The copy made for this admission (its create's answer was lost): adopted.
+    Adopt,
+    /// A copy made for an earlier admission: deleted before this one is made.
+    Earlier,
+    /// The job's UID label without this admission's annotation, or with none expected: not
+    /// muster's for this admission. Left alone.
+    NotMusters,
+    /// Another object (not labelled with the job's UID): left alone.
+    Foreign,
+}
+
+/// Judges `existing` for the create of hub job `uid`'s copy for `admission`. Only an object
+/// that carries exactly the annotation this admission writes is adopted: a label alone is what
+/// anyone who can create the object can write.
+pub fn existing(existing: &DynamicObject, uid: &str, admission: Option<&str>) -> Existing {
+    if existing.labels().get(JOB_UID_LABEL).map(String::as_str) != Some(uid) {
+        return Existing::Foreign;
+    }
+    let made_for = existing
+        .annotations()
+        .get(ADMISSION_ANNOTATION)
+        .map(String::as_str);
+    match (made_for, admission) {
+        (Some(a), Some(b)) if a == b => Existing::Adopt,
+        (Some(_), Some(_)) => Existing::Earlier,
+        _ => Existing::NotMusters,
+    }
+}
+
+/// Whether `o` says muster made it (for some admission): what muster deletes must.
+pub fn made_by_muster(o: &DynamicObject) -> bool {
+    o.annotations().contains_key(ADMISSION_ANNOTATION)
+}
 
 /// `copy` marked as made for the admission at `admitted_at`.
 pub fn for_admission(copy: &mut Value, admitted_at: u64) {
@@ -280,7 +331,7 @@ impl DispatchError {
         match self.reason() {
             "unreachable" => F::Unreachable,
             "invalid" | "forbidden" => F::Refused,
-            "conflict" => F::Conflict,
+            "conflict" | "not_musters" => F::Conflict,
             _ => F::Other,
         }
     }
@@ -294,14 +345,17 @@ impl DispatchError {
             DispatchError::Api(_) => "unreachable",
             DispatchError::Invalid(_) => "invalid",
             DispatchError::Conflict { .. } => "conflict",
+            DispatchError::NotMusters { .. } => "not_musters",
             DispatchError::Earlier { .. } => "earlier_copy",
         }
     }
 }
 
 /// Creates the copy on the member (namespace ensured, made with `ns_labels`: the hub
-/// namespace's pod-security labels). Idempotent: an existing copy of the same hub job (same
-/// UID label) counts as created; a foreign object of that name is a conflict.
+/// namespace's pod-security labels). Idempotent: an existing copy made for the same admission
+/// (the job's UID label and this admission's annotation) counts as created; one made for an
+/// earlier admission is [`DispatchError::Earlier`]; any other object of that name is left alone
+/// ([`Existing`]).
 pub async fn create(
     member: &Client,
     cluster: &str,
@@ -352,34 +406,43 @@ pub async fn create(
     match created {
         Ok(o) => Ok(o),
         Err(kube::Error::Api(e)) if e.code == 409 => {
-            let existing = api.get(&name).await?;
-            let admission = |o: &DynamicObject| o.annotations().get(ADMISSION_ANNOTATION).cloned();
-            if existing.labels().get(JOB_UID_LABEL) == Some(&uid) {
-                // This job's: adopted when made for this admission (or by a muster that did
-                // not say which).
-                match (admission(&existing), admission(&obj)) {
-                    (Some(a), Some(b)) if a != b => Err(DispatchError::Earlier {
-                        kind,
-                        namespace: ns,
-                        name,
-                        cluster: cluster.to_string(),
-                    }),
-                    _ => Ok(existing),
-                }
-            } else {
-                Err(DispatchError::Conflict {
+            let found = api.get(&name).await?;
+            let admission = obj.annotations().get(ADMISSION_ANNOTATION).cloned();
+            let cluster = cluster.to_string();
+            match existing(&found, &uid, admission.as_deref()) {
+                Existing::Adopt => Ok(found),
+                Existing::Earlier => Err(DispatchError::Earlier {
                     kind,
                     namespace: ns,
                     name,
-                    cluster: cluster.to_string(),
-                })
+                    cluster,
+                }),
+                Existing::NotMusters => {
+                    tracing::warn!(member = %cluster, namespace = %ns, %name, %kind,
+                        "an object with this job's name and UID label that muster did not make for this admission is there: not adopted, not deleted");
+                    Err(DispatchError::NotMusters {
+                        kind,
+                        namespace: ns,
+                        name,
+                        cluster,
+                        admission: admission.unwrap_or_default(),
+                    })
+                }
+                Existing::Foreign => Err(DispatchError::Conflict {
+                    kind,
+                    namespace: ns,
+                    name,
+                    cluster,
+                }),
             }
         }
         Err(e) => Err(e.into()),
     }
 }
 
-/// Deletes the member copy of hub job `uid`, if that is what `namespace/name` is there.
+/// Deletes the member copy of hub job `uid`, if that is what `namespace/name` is there: the
+/// job's UID label and muster's admission annotation ([`made_by_muster`]); anything else is
+/// left alone.
 /// Returns whether something was deleted (or was already gone: false).
 pub async fn delete(
     member: &Client,
@@ -394,7 +457,9 @@ pub async fn delete(
         Some(o) => o,
         None => return Ok(false),
     };
-    if existing.labels().get(JOB_UID_LABEL).map(String::as_str) != Some(uid) {
+    if existing.labels().get(JOB_UID_LABEL).map(String::as_str) != Some(uid)
+        || !made_by_muster(&existing)
+    {
         return Ok(false);
     }
     let dp = DeleteParams {
@@ -412,199 +477,5 @@ pub async fn delete(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::workload::interpret;
-
-    fn plan(c: &str, nodes: &[(&str, u32)]) -> BTreeMap<String, BTreeMap<String, u32>> {
-        BTreeMap::from([(
-            c.to_string(),
-            nodes.iter().map(|(n, k)| (n.to_string(), *k)).collect(),
-        )])
-    }
-
-    #[test]
-    fn pytorch_copy_is_unsuspended_labelled_and_pinned() {
-        let hub = json!({
-            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-            "metadata": {"name": "t", "namespace": "team-a", "uid": "U1", "resourceVersion": "9",
-                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "me"}},
-            "spec": {"runPolicy": {"suspend": true}, "pytorchReplicaSpecs": {
-                "Worker": {"replicas": 2, "template": {"spec": {
-                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}]}}},
-                    "containers": [{"name": "pytorch", "image": "x",
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}},
-            "status": {"conditions": []}
-        });
-        let w = interpret(&hub).expect("interprets");
-        let copy = member_copy(
-            &hub,
-            &w,
-            "U1",
-            "hub",
-            &plan("worker", &[("n1", 1), ("n2", 1)]),
-            true,
-        );
-        assert_eq!(copy.pointer("/spec/runPolicy/suspend"), Some(&json!(false)));
-        assert_eq!(copy.pointer("/metadata/uid"), None);
-        assert_eq!(copy.pointer("/metadata/resourceVersion"), None);
-        assert_eq!(copy.pointer("/status"), None);
-        assert_eq!(
-            copy.pointer("/metadata/labels/muster.dev~1job-uid"),
-            Some(&json!("U1"))
-        );
-        assert_eq!(
-            copy.pointer("/metadata/annotations/keep"),
-            Some(&json!("me"))
-        );
-        assert_eq!(
-            copy.pointer("/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration"),
-            None
-        );
-        let t = "/spec/pytorchReplicaSpecs/Worker/template";
-        assert_eq!(
-            copy.pointer(&format!("{t}/metadata/labels/muster.dev~1component")),
-            Some(&json!("worker"))
-        );
-        let terms = copy
-            .pointer(&format!("{t}/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"))
-            .and_then(Value::as_array)
-            .expect("terms");
-        // One term per planned node (a node field selector names one node), each keeping the
-        // user's own requirement.
-        assert_eq!(terms.len(), 2);
-        for (term, node) in terms.iter().zip(["n1", "n2"]) {
-            assert_eq!(term["matchExpressions"][0]["key"], json!("gpu"));
-            assert_eq!(
-                term["matchFields"],
-                json!([{"key": "metadata.name", "operator": "In", "values": [node]}])
-            );
-        }
-        // Every pod waits behind muster's gate until it is given one node.
-        assert_eq!(
-            copy.pointer(&format!("{t}/spec/schedulingGates")),
-            Some(&json!([{"name": GATE}]))
-        );
-    }
-
-    #[test]
-    fn trainjob_copy_carries_musters_runtime_patch() {
-        let runtime = json!({
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-            "metadata": {"name": "torch"},
-            "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [{
-                "name": "node",
-                "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                    "spec": {"template": {"spec": {
-                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}]}}},
-                        "containers": [{"name": "node", "image": "x"}]}}}}}]}}}
-        });
-        let mut rt = crate::workload::TrainingRuntimes::default();
-        rt.apply(&runtime).expect("runtime");
-        let user_patch = json!({"manager": "example.com/p", "trainingRuntimeSpec": {"template": {"spec": {
-            "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {"nodeSelector": {"a": "b"}}}}}}]}}}});
-        let hub = json!({
-            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": "t", "namespace": "ns", "uid": "U3"},
-            "spec": {"suspend": true, "runtimeRef": {"name": "torch"},
-                "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "2"}}},
-                "runtimePatches": [user_patch.clone()]}
-        });
-        let w = crate::workload::interpret_with(&hub, &rt).expect("interprets");
-        let copy = member_copy(
-            &hub,
-            &w,
-            "U3",
-            "hub",
-            &plan("node", &[("n1", 1), ("n2", 1)]),
-            true,
-        );
-        assert_eq!(copy.pointer("/spec/suspend"), Some(&json!(false)));
-        // The user's patch is kept, first; muster's follows.
-        assert_eq!(copy.pointer("/spec/runtimePatches/0"), Some(&user_patch));
-        let p = copy
-            .pointer("/spec/runtimePatches/1")
-            .expect("muster's patch");
-        assert_eq!(p["manager"], json!(MANAGED_BY));
-        let rj = &p["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0];
-        assert_eq!(rj["name"], json!("node"));
-        let t = &rj["template"]["spec"]["template"];
-        assert_eq!(t["metadata"]["labels"]["muster.dev/job-uid"], json!("U3"));
-        assert_eq!(
-            t["metadata"]["labels"]["muster.dev/component"],
-            json!("node")
-        );
-        assert_eq!(t["spec"]["schedulingGates"], json!([{"name": GATE}]));
-        // A strategic merge replaces the runtime's terms: each keeps the runtime's requirement.
-        let terms =
-            t["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-                ["nodeSelectorTerms"]
-                .as_array()
-                .expect("terms");
-        assert_eq!(terms.len(), 2);
-        for (term, node) in terms.iter().zip(["n1", "n2"]) {
-            assert_eq!(term["matchExpressions"][0]["key"], json!("gpu"));
-            assert_eq!(term["matchFields"][0]["values"], json!([node]));
-        }
-    }
-
-    #[test]
-    fn batch_job_copy_drops_generated_selector_and_managed_by() {
-        let hub = json!({
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "j", "namespace": "ns", "uid": "U2"},
-            "spec": {"suspend": true, "managedBy": MANAGED_BY, "parallelism": 2,
-                "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "U2"}},
-                "template": {"metadata": {"labels": {"controller-uid": "U2", "job-name": "j", "app": "x"}},
-                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x",
-                        "resources": {"requests": {"cpu": "1"}}}]}}}
-        });
-        let w = interpret(&hub).expect("interprets");
-        let copy = member_copy(&hub, &w, "U2", "hub", &plan("job", &[("n1", 2)]), false);
-        // Pinned mode (a member that cannot use gates): no gate.
-        assert_eq!(copy.pointer("/spec/template/spec/schedulingGates"), None);
-        assert_eq!(copy.pointer("/spec/suspend"), Some(&json!(false)));
-        assert_eq!(copy.pointer("/spec/managedBy"), None);
-        assert_eq!(copy.pointer("/spec/selector"), None);
-        let labels = copy
-            .pointer("/spec/template/metadata/labels")
-            .expect("labels");
-        assert_eq!(labels.get("controller-uid"), None);
-        assert_eq!(labels.get("app"), Some(&json!("x")));
-        assert_eq!(labels.get("muster.dev/job-uid"), Some(&json!("U2")));
-        assert_eq!(
-            copy.pointer("/spec/template/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values"),
-            Some(&json!(["n1"]))
-        );
-    }
-
-    #[test]
-    fn set_pointer_creates_objects_and_respects_arrays() {
-        let mut v = json!({"a": [{"b": 1}]});
-        set_pointer(&mut v, "/a/0/c/d", json!(true));
-        set_pointer(&mut v, "/x~1y/z", json!(2));
-        set_pointer(&mut v, "/a/5/q", json!(3));
-        assert_eq!(
-            v,
-            json!({"a": [{"b": 1, "c": {"d": true}}], "x/y": {"z": 2}})
-        );
-    }
-
-    #[test]
-    fn a_copy_names_its_admission() {
-        let mut copy = json!({"metadata": {"name": "j", "annotations": {"keep": "me"}}});
-        for_admission(&mut copy, 1_700_000_000_123);
-        assert_eq!(
-            copy.pointer("/metadata/annotations"),
-            Some(&json!({"keep": "me", "muster.dev/admission": "1700000000123"}))
-        );
-        let mut bare = json!({"metadata": {"name": "j"}});
-        for_admission(&mut bare, 7);
-        assert_eq!(
-            bare.pointer("/metadata/annotations/muster.dev~1admission"),
-            Some(&json!("7"))
-        );
-    }
-}
+#[path = "dispatch_tests.rs"]
+mod tests;

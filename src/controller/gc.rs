@@ -1,4 +1,5 @@
-//! Garbage collection of member copies: only the copies of hub jobs known deleted (not in the
+//! Garbage collection of member copies: only the copies (objects with muster's origin and UID
+//! labels and its admission annotation) of hub jobs known deleted (not in the
 //! synced hub store, or there under another UID, or being deleted) go, and only from members
 //! that answer and are in sync. Copies of jobs muster follows are the lifecycle's (a copy is
 //! deleted only where the job's durable record says it is not); copies of jobs it does not
@@ -28,7 +29,10 @@ impl Brain {
                 }
                 for copy in store.state() {
                     let labels = copy.labels();
+                    // Only what muster made (its admission annotation): labels alone are
+                    // anyone's to write.
                     if labels.get(ORIGIN_LABEL) != Some(&self.opts.origin)
+                        || !super::dispatch::made_by_muster(&copy)
                         || copy.metadata.deletion_timestamp.is_some()
                     {
                         continue;

@@ -423,7 +423,7 @@ impl Brain {
             }
         }
         // Forgotten once no longer followed nor charged.
-        let charged: BTreeSet<String> = self.book.deleted().cloned().collect();
+        let charged: BTreeSet<String> = self.book.deleted().map(|(u, _)| u.clone()).collect();
         let book = &self.book;
         self.jobs
             .retain(|u, j| !j.gone || book.get(u).is_some() || charged.contains(u));
@@ -537,7 +537,7 @@ pub(super) fn typed(v: &mut Value, kind: JobKind) {
     }
 }
 
-fn new_job(
+pub(super) fn new_job(
     kind: JobKind,
     ns: &str,
     name: &str,

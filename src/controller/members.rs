@@ -1,11 +1,12 @@
 //! Member clusters at runtime: a client per member (from the kubeconfig Secret its
-//! MemberCluster names), watches of its Nodes, Pods, PriorityClasses, warning Events and muster's
-//! job copies, a liveness probe, discovery of the job kinds it serves (again every 15 s), and the
-//! translation of what is watched into the core's view (nodes, what the member can create, and
-//! per-node usage by pods muster does not account for itself) and into what a copy's status
-//! says (the member's refusals of its pods). Never decides anything.
+//! MemberCluster names), watches of its Nodes, Pods, PriorityClasses, warning Events, muster's
+//! job copies and (their metadata, started by `owned`) the objects between copies and pods, a
+//! liveness probe, discovery of the job kinds it serves (again every 15 s), and the
+//! translation of what is watched into the core's view (nodes, what the member can create; the
+//! per-node usage of pods muster does not account for itself is `owned`'s) and into what a
+//! copy's status says (the member's refusals of its pods). Never decides anything.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -22,9 +23,9 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::kinds;
+use super::owned;
 use crate::fleet::{ClusterInfo, NodeInfo, Serves};
-use crate::quantity::ResourceList;
-use crate::workload::{JobKind, pod_spec_requests};
+use crate::workload::JobKind;
 
 /// Label on a member copy and on each of its pod templates: the hub job's UID.
 pub const JOB_UID_LABEL: &str = "muster.dev/job-uid";
@@ -96,6 +97,9 @@ pub struct Member {
     /// Its training runtimes, when it serves TrainJob and lets muster list them.
     pub runtimes: Option<super::runtimes::Watches>,
     pub jobs: HashMap<JobKind, Watched<DynamicObject>>,
+    /// The objects that may stand between a copy and its pods (their metadata): see
+    /// [`super::owned`].
+    pub intermediates: owned::Watches,
     /// The API server's (major, minor) version at connection ((0, 0) when unreadable).
     pub server_version: (u32, u32),
     pub health: Arc<Health>,
@@ -217,6 +221,7 @@ impl Member {
             let cfg = watcher::Config::default().labels(JOB_UID_LABEL);
             jobs.insert(k, watch(api, cfg, ar, wake.clone(), &mut tasks));
         }
+        let intermediates = owned::Watches::start(&client, &kinds, &wake, &mut tasks);
         let health = Arc::new(Health::default());
         health.ok();
         {
@@ -250,6 +255,7 @@ impl Member {
             warnings,
             runtimes,
             jobs,
+            intermediates,
             health,
             connected_at: Instant::now(),
             writes: Arc::new(tokio::sync::Semaphore::new(WRITES_PER_MEMBER)),
@@ -264,6 +270,7 @@ impl Member {
             && self.priority_classes.as_ref().is_none_or(|p| p.is_ready())
             && self.runtimes.as_ref().is_none_or(|r| r.is_ready())
             && self.jobs.values().all(|s| s.is_ready())
+            && self.intermediates.is_ready()
     }
 
     /// Whether the kinds the member serves changed since this connection was made (a CRD
@@ -304,6 +311,26 @@ impl Member {
             }),
             stalled: Default::default(),
         }
+    }
+
+    /// Of the copy UIDs muster recorded (`recorded`), those of objects this member holds, with
+    /// their kind and namespace as the member says.
+    pub fn recorded_copies(&self, recorded: &HashSet<String>) -> HashMap<String, owned::Recorded> {
+        let mut out = HashMap::new();
+        if recorded.is_empty() {
+            return out;
+        }
+        for (&kind, store) in &self.jobs {
+            for o in store.state() {
+                let (Some(uid), Some(namespace)) = (o.uid(), o.namespace()) else {
+                    continue;
+                };
+                if recorded.contains(&uid) {
+                    out.insert(uid, owned::Recorded { kind, namespace });
+                }
+            }
+        }
+        out
     }
 
     /// The member's copy of a hub job, by the hub job's UID.
@@ -504,39 +531,6 @@ pub fn pod_is_active(p: &Pod) -> bool {
     bound && !matches!(phase, Some("Succeeded") | Some("Failed"))
 }
 
-/// Per node, what active pods request, leaving out the pods of jobs muster holds a
-/// reservation for (`accounted(uid)`): their reservation stands for them.
-pub fn usage_by_node(
-    pods: &[Arc<Pod>],
-    accounted: impl Fn(&str) -> bool,
-) -> (BTreeMap<String, ResourceList>, Vec<String>) {
-    let mut out: BTreeMap<String, ResourceList> = BTreeMap::new();
-    let mut problems = Vec::new();
-    for p in pods {
-        if !pod_is_active(p) {
-            continue;
-        }
-        if p.labels().get(JOB_UID_LABEL).is_some_and(|u| accounted(u)) {
-            continue;
-        }
-        let (Some(spec), Some(node)) = (
-            p.spec.as_ref(),
-            p.spec.as_ref().and_then(|s| s.node_name.clone()),
-        ) else {
-            continue;
-        };
-        match pod_spec_requests(spec) {
-            Ok(r) => out.entry(node).or_default().add(&r),
-            Err(e) => problems.push(format!(
-                "pod {}/{}: {e}",
-                p.namespace().unwrap_or_default(),
-                p.name_any()
-            )),
-        }
-    }
-    (out, problems)
-}
-
 /// Pods of a dispatched job on its member, from the pod store.
 pub fn pods_of<'a>(pods: &'a [Arc<Pod>], uid: &str) -> Vec<&'a Arc<Pod>> {
     pods.iter()
@@ -564,19 +558,16 @@ mod tests {
     }
 
     #[test]
-    fn usage_counts_bound_active_pods_not_reserved_ones() {
+    fn active_pods_are_bound_and_not_terminated() {
+        assert!(pod_is_active(&pod(Some("n1"), "Running", "1", None)));
+        assert!(pod_is_active(&pod(Some("n1"), "Pending", "1", None)));
+        assert!(!pod_is_active(&pod(Some("n1"), "Succeeded", "1", None)));
+        assert!(!pod_is_active(&pod(Some("n1"), "Failed", "1", None)));
+        assert!(!pod_is_active(&pod(None, "Pending", "1", None)));
         let pods = vec![
-            pod(Some("n1"), "Running", "1", None),
-            pod(Some("n1"), "Pending", "500m", None),
-            pod(Some("n1"), "Succeeded", "4", None),
-            pod(None, "Pending", "8", None),
             pod(Some("n2"), "Running", "2", Some("held")),
             pod(Some("n2"), "Running", "3", Some("gone")),
         ];
-        let (u, problems) = usage_by_node(&pods, |uid| uid == "held");
-        assert!(problems.is_empty());
-        assert_eq!(u["n1"].get("cpu").milli(), 1500);
-        assert_eq!(u["n2"].get("cpu").milli(), 3000);
         assert_eq!(pods_of(&pods, "held").len(), 1);
     }
 

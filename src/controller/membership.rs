@@ -3,7 +3,7 @@
 //! the others), described to the core (nodes, reachability, what other pods use), and their
 //! status written back (Ready, nodes, allocatable and free capacity, last contact).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use super::brain::Brain;
 use super::crd::{MemberCluster, MemberClusterStatus};
 use super::kubeconfig;
 use super::members::{self, Member};
+use super::owned;
 use super::reports::Report;
 use crate::fleet::ClusterInfo;
 use crate::quantity::{Quantity, ResourceList};
@@ -248,22 +249,32 @@ impl Brain {
         })
     }
 
-    /// Tells the core what pods it does not account for use, per node.
+    /// Tells the core what pods it does not account for use, per node: every active pod but
+    /// those muster's own copies made, the copies of the jobs that hold a reservation (the copy
+    /// UID each record holds, on the member it names; see `owned`).
     pub(super) fn sync_usage(&mut self) {
-        let held: BTreeSet<String> = self
-            .book
-            .iter()
-            .filter(|(_, e)| {
-                e.id.is_some_and(|id| matches!(self.sched.state(id), JobState::Admitted { .. }))
-            })
-            .map(|(u, _)| u.clone())
-            .chain(self.book.deleted().cloned())
-            .collect();
+        let admitted = self.book.iter().filter(|(_, e)| {
+            e.id.is_some_and(|id| matches!(self.sched.state(id), JobState::Admitted { .. }))
+        });
+        let mut recorded: BTreeMap<String, HashSet<String>> = BTreeMap::new();
+        for r in admitted
+            .map(|(_, e)| &e.record)
+            .chain(self.book.deleted().map(|(_, r)| r))
+        {
+            // A record without a copy UID (not dispatched yet, or written before records held
+            // it): its copy's pods are usage, on top of its reservation, until it has one.
+            if let (Some(c), Some(u)) = (&r.cluster, &r.copy_uid) {
+                recorded.entry(c.clone()).or_default().insert(u.clone());
+            }
+        }
+        let none = HashSet::new();
         for (name, m) in &self.members {
             if !m.synced() || !self.told_nodes.contains_key(name) {
                 continue;
             }
-            let (usage, problems) = members::usage_by_node(&m.pods.state(), |u| held.contains(u));
+            let copies = m.recorded_copies(recorded.get(name).unwrap_or(&none));
+            let links = m.intermediates.links();
+            let (usage, problems) = owned::usage_by_node(&m.pods.state(), &copies, &links);
             for p in problems {
                 tracing::warn!(member = %name, problem = %p, "pod usage unreadable");
             }

@@ -38,6 +38,7 @@ pub mod members;
 mod membership;
 mod observe;
 mod operators;
+mod owned;
 mod placing;
 mod record;
 pub mod registration;

@@ -1,6 +1,7 @@
 //! Observation: what each member says of each followed job, as the lifecycle's `Seen`. Copies
 //! and pods are indexed once per pass (not searched per job). A copy counts only if it is
-//! muster's (its origin label), of the job's kind, namespace and name, with the job's UID label;
+//! muster's (its origin label and its admission annotation), of the job's kind, namespace and
+//! name, with the job's UID label;
 //! pods only in the job's namespace; and the lifecycle then trusts only the copy whose UID it
 //! recorded. For placed jobs this is also where pods are released onto their planned nodes, the
 //! reservation follows where the pods really are, and the member's job status is copied to the
@@ -57,8 +58,10 @@ fn of_another_copy(pod: &Pod, kind: &str, copy_uid: &str) -> bool {
         .any(|o| o.controller == Some(true) && o.kind == kind && o.uid != copy_uid)
 }
 
-/// Whether `copy` was made for the admission at `admitted_at` (or does not say, or no
-/// admission is asked about).
+/// Whether `copy` was made by muster for the admission at `admitted_at`: it carries muster's
+/// admission annotation naming that admission (with none asked about, on a member the job left,
+/// naming any). An object without it was not made by muster, whatever its labels say: it is
+/// never taken for the job's copy (not adopted, not followed, not deleted as an old copy).
 fn made_for_admission(copy: &DynamicObject, admitted_at: Option<Ms>) -> bool {
     let made_for = copy
         .annotations()
@@ -66,7 +69,8 @@ fn made_for_admission(copy: &DynamicObject, admitted_at: Option<Ms>) -> bool {
         .and_then(|a| a.parse::<Ms>().ok());
     match (made_for, admitted_at) {
         (Some(m), Some(a)) => m == a,
-        _ => true,
+        (Some(_), None) => true,
+        (None, _) => false,
     }
 }
 
@@ -391,6 +395,81 @@ mod tests {
             }]}
         }))
         .expect("pod")
+    }
+
+    /// A member holding `obj` as the copy of hub job `U1` (a PyTorchJob `team-a/t`), the job,
+    /// and its record admitted there at 1700.
+    fn admitted_with(obj: serde_json::Value) -> (View, Job, Record) {
+        let copy: DynamicObject = serde_json::from_value(obj).expect("an object");
+        let copies = HashMap::from([((JobKind::PyTorchJob, "U1".to_string()), Arc::new(copy))]);
+        let view = View {
+            now: 2000,
+            members: BTreeMap::from([(
+                "member-a".to_string(),
+                MemberView::Answering {
+                    copies,
+                    pods: HashMap::new(),
+                },
+            )]),
+        };
+        let spec = crate::lifecycle::spec_of(Err("not read".into()));
+        let job = super::super::jobs::new_job(
+            JobKind::PyTorchJob,
+            "team-a",
+            "t",
+            "kubeflow.org/v1".into(),
+            1,
+            spec.clone(),
+            jiff::Timestamp::UNIX_EPOCH,
+        );
+        let (record, _) = crate::lifecycle::admitted(
+            &Record {
+                spec: spec.1,
+                ..Record::default()
+            },
+            "member-a",
+            Plan::new(),
+            1700,
+        );
+        (view, job, record)
+    }
+
+    fn object(annotations: serde_json::Value) -> serde_json::Value {
+        json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "t", "namespace": "team-a", "uid": "obj-1",
+                "labels": {JOB_UID_LABEL: "U1", ORIGIN_LABEL: "hub"},
+                "annotations": annotations}
+        })
+    }
+
+    #[test]
+    fn an_object_is_taken_for_the_copy_only_with_this_admissions_annotation() {
+        let s = crate::lifecycle::Settings::default();
+        // The job's name and labels, no annotation: not the copy, so not adopted (the job
+        // goes on creating its own), and not an old copy to delete either.
+        let (view, job, r) = admitted_with(object(json!({})));
+        let seen = view.seen("U1", &r, Some(&job));
+        assert_eq!(seen.here, Some(Member::Answering(None)));
+        let (n, _) = crate::lifecycle::step(&r, &seen, &s);
+        assert_eq!(n.copy_uid, None);
+        assert_eq!(n.phase, crate::lifecycle::Phase::Admitted);
+        assert!(matches!(
+            view.seen_on("member-a", "U1", Some(&job), None),
+            Member::Answering(None)
+        ));
+        // Made for this admission: adopted (its create's answer was lost).
+        let (view, job, r) = admitted_with(object(json!({"muster.dev/admission": "1700"})));
+        let seen = view.seen("U1", &r, Some(&job));
+        let (n, _) = crate::lifecycle::step(&r, &seen, &s);
+        assert_eq!(n.copy_uid.as_deref(), Some("obj-1"));
+        assert_eq!(n.phase, crate::lifecycle::Phase::Dispatched);
+        // Made for another admission: not this one's.
+        let (view, job, r) = admitted_with(object(json!({"muster.dev/admission": "1600"})));
+        assert_eq!(
+            view.seen("U1", &r, Some(&job)).here,
+            Some(Member::Answering(None))
+        );
     }
 
     #[test]

@@ -242,8 +242,8 @@ impl Book {
     }
 
     /// Deleted jobs still charged (see [`Book::untrack`]).
-    pub fn deleted(&self) -> impl Iterator<Item = &String> {
-        self.deleted.keys()
+    pub fn deleted(&self) -> impl Iterator<Item = (&String, &Record)> {
+        self.deleted.iter().map(|(u, (_, r))| (u, r))
     }
 
     /// Frees the quota of deleted jobs whose members all confirm their copies gone.
