@@ -101,7 +101,10 @@ fn network_policies_admit_the_metrics_and_webhook_ports_only() {
         .iter()
         .filter_map(|p| p["name"].as_str())
         .collect();
-    assert!(names.contains(&"http") && names.contains(&"webhook"), "{names:?}");
+    assert!(
+        names.contains(&"http") && names.contains(&"webhook"),
+        "{names:?}"
+    );
 
     let docs = render(&[
         "networkPolicy.metrics.namespaceSelector.matchLabels.team=monitoring",
@@ -158,7 +161,11 @@ fn member_secret_namespaces_reach_the_flag_and_names_narrow_the_roles() {
         let name = role["metadata"]["name"].as_str().unwrap_or("");
         if name == "muster" || name == "muster-member-secrets" {
             let rule = secrets_rule(role);
-            assert_eq!(rule["resourceNames"], json!(["member-a", "member-b"]), "{role}");
+            assert_eq!(
+                rule["resourceNames"],
+                json!(["member-a", "member-b"]),
+                "{role}"
+            );
             assert_eq!(rule["verbs"], json!(["get"]));
         }
     }

@@ -56,8 +56,7 @@ pub fn secret_namespace(
     allowed: &SecretNamespaces,
 ) -> Result<String, String> {
     let ns = match asked {
-        None => return Ok(own.to_string()),
-        Some(ns) if ns.is_empty() => return Ok(own.to_string()),
+        None | Some("") => return Ok(own.to_string()),
         Some(ns) => ns,
     };
     let ok = ns == own
