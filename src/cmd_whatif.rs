@@ -14,7 +14,10 @@ pub struct From {
     pub scenario: Option<String>,
     pub url: Option<String>,
     pub kubeconfig: Option<std::path::PathBuf>,
-    pub service: String,
+    /// The controller's namespace, snapshot port and Lease (a port-forward to its pod).
+    pub namespace: String,
+    pub port: u16,
+    pub lease: String,
 }
 
 impl From {
@@ -23,7 +26,9 @@ impl From {
             Some(u) => Live::Url(u.clone()),
             None => Live::Hub {
                 kubeconfig: self.kubeconfig.clone(),
-                service: self.service.clone(),
+                namespace: self.namespace.clone(),
+                port: self.port,
+                lease: self.lease.clone(),
             },
         }
     }

@@ -136,9 +136,17 @@ struct ControllerArgs {
     /// Name of this replica (Events, leader election); default: the host name and process id.
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
-    /// Address of /healthz and /readyz.
+    /// Address of /healthz, /readyz and /metrics (nothing there shows a job's content).
     #[arg(long, default_value = "127.0.0.1:8080")]
     http_addr: std::net::SocketAddr,
+    /// Address of /snapshot (every tenant's jobs, unauthenticated): loopback only, reached by
+    /// `muster snapshot` (a port-forward) or `kubectl port-forward`.
+    #[arg(long, default_value = muster::controller::http::SNAPSHOT_ADDR)]
+    snapshot_addr: std::net::SocketAddr,
+    /// Serve /snapshot on a --snapshot-addr that is not loopback (anyone who reaches it reads
+    /// every tenant's jobs).
+    #[arg(long)]
+    snapshot_insecure_expose: bool,
     /// Address of the admission webhook (TLS); omit to run without the webhook.
     #[arg(long)]
     webhook_addr: Option<std::net::SocketAddr>,
@@ -226,6 +234,17 @@ struct ControllerArgs {
     /// the hub hold for the pods that run on members (needs `create` on pods; false: off).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     hub_pod_admission: bool,
+    /// More namespaces where a MemberCluster's kubeconfig Secret may be
+    /// (spec.kubeconfigSecretRef.namespace); by default only --namespace.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        conflicts_with = "allow_any_secret_namespace"
+    )]
+    member_secret_namespaces: Vec<String>,
+    /// A MemberCluster may name a kubeconfig Secret in any namespace.
+    #[arg(long)]
+    allow_any_secret_namespace: bool,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -312,16 +331,37 @@ fn parse_runtime(s: &str) -> Result<u64, String> {
 /// Where the live state is read from.
 #[derive(clap::Args, Debug)]
 struct LiveArgs {
-    /// The controller's health port (`http://HOST:PORT`), read directly.
+    /// The controller's snapshot listener (`http://HOST:PORT`, its --snapshot-addr), read
+    /// directly: an out-of-cluster controller, or a `kubectl port-forward`.
     #[arg(long)]
     url: Option<String>,
     /// Kubeconfig of the hub (default: $KUBECONFIG / ~/.kube/config): the snapshot is read
-    /// through the API server's service proxy.
+    /// through a port-forward to the leading controller pod (needs `create pods/portforward`,
+    /// `list pods` and `get leases` in --namespace).
     #[arg(long, env = "MUSTER_KUBECONFIG", conflicts_with = "url")]
     kubeconfig: Option<std::path::PathBuf>,
-    /// The controller's metrics Service, as NAMESPACE/NAME:PORT.
-    #[arg(long, default_value = "muster-system/muster-metrics:http-metrics")]
-    service: String,
+    /// The controller's namespace.
+    #[arg(long, default_value = "muster-system", conflicts_with = "url")]
+    namespace: String,
+    /// The port of the controller's --snapshot-addr in its pod.
+    #[arg(long, default_value_t = 8081, conflicts_with = "url")]
+    snapshot_port: u16,
+    /// The controller's leader-election Lease (its holder is asked first).
+    #[arg(long, default_value = "muster-controller", conflicts_with = "url")]
+    lease_name: String,
+}
+
+impl LiveArgs {
+    fn into_from(self, scenario: Option<String>) -> cmd_whatif::From {
+        cmd_whatif::From {
+            scenario,
+            url: self.url,
+            kubeconfig: self.kubeconfig,
+            namespace: self.namespace,
+            port: self.snapshot_port,
+            lease: self.lease_name,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -360,27 +400,13 @@ fn main() -> ExitCode {
             kind,
             kubeconfig,
         } => run_explain(&job, kind.as_deref(), kubeconfig),
-        Command::Snapshot { from } => cmd_whatif::snapshot(&cmd_whatif::From {
-            scenario: None,
-            url: from.url,
-            kubeconfig: from.kubeconfig,
-            service: from.service,
-        }),
+        Command::Snapshot { from } => cmd_whatif::snapshot(&from.into_from(None)),
         Command::WhatIf {
             scenario,
             from,
             change,
             default_runtime,
-        } => cmd_whatif::what_if(
-            &cmd_whatif::From {
-                scenario,
-                url: from.url,
-                kubeconfig: from.kubeconfig,
-                service: from.service,
-            },
-            &change,
-            default_runtime,
-        ),
+        } => cmd_whatif::what_if(&from.into_from(scenario), &change, default_runtime),
         Command::Crds { dir: None } => match muster::controller::crd::crds_yaml() {
             Ok(y) => {
                 print!("{y}");
@@ -499,6 +525,12 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
+    if let Err(e) =
+        muster::controller::http::check_snapshot_addr(a.snapshot_addr, a.snapshot_insecure_expose)
+    {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     // Out of a cluster two replicas may share a host: the process id keeps their identities
     // (and so their leases) apart.
     let instance = a.instance.clone().unwrap_or_else(|| {
@@ -514,6 +546,7 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
         origin: a.origin,
         instance: instance.clone(),
         http_addr: a.http_addr,
+        snapshot_addr: a.snapshot_addr,
         webhook_addr: a.webhook_addr,
         webhook_cert_dir: a.webhook_cert_dir,
         webhook_hosts: a.webhook_hosts,
@@ -547,6 +580,10 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
                 retry: Duration::from_secs(a.lease_retry_seconds.max(1)),
             }),
         allow_kubeconfig_files_and_exec: a.allow_kubeconfig_files_and_exec,
+        member_secret_namespaces: muster::controller::secret_ref::SecretNamespaces::from_flags(
+            &a.member_secret_namespaces,
+            a.allow_any_secret_namespace,
+        ),
         shutdown_drain: Duration::from_secs(a.shutdown_drain_seconds),
         hub_pod_admission: a.hub_pod_admission,
     };

@@ -1072,8 +1072,8 @@ async fn chart_installs_on_the_hub_and_its_rbac_is_enough() {
         match f.as_str() {
             "--namespace" => assert_eq!(v, CONTROLLER_NS),
             // Addresses, certificate and registration of the in-cluster run; resync faster.
-            "--http-addr" | "--webhook-addr" | "--webhook-cert-dir" | "--webhook-hosts"
-            | "--webhook-service" | "--resync-seconds" => {}
+            "--http-addr" | "--snapshot-addr" | "--webhook-addr" | "--webhook-cert-dir"
+            | "--webhook-hosts" | "--webhook-service" | "--resync-seconds" => {}
             _ if known.contains(&f) => extra.push(format!("{f}={v}")),
             _ if PENDING_FLAGS.contains(&f.as_str()) => {
                 eprintln!("note: `muster controller` has no {f} yet; run without it");

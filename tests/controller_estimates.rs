@@ -72,7 +72,7 @@ async fn a_waiting_job_is_told_when_and_where_it_starts_and_starts_then() {
                       "max": {"cpu": "100", "memory": "400Gi", "nvidia.com/gpu": "2"}});
     let hub = setup(&[&ns], root(vec![leaf])).await;
     let controller = Controller::start("eta", &["--estimate-interval-seconds", "2"]).await;
-    let http = controller.http;
+    let snapshot_port = controller.snapshot;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         for (name, secs) in [("first", 30), ("second", 60)] {
             fleet::create_json(&hub, "jobs", gpu_job(&ns, name, secs))
@@ -112,7 +112,7 @@ async fn a_waiting_job_is_told_when_and_where_it_starts_and_starts_then() {
                         assert_eq!(e.runtime_source.as_deref(), Some("declared"), "{e:?}");
                         let cluster = e.cluster.clone().expect("expected cluster");
                         if snapshot.is_none() {
-                            let url = format!("http://127.0.0.1:{http}");
+                            let url = format!("http://127.0.0.1:{snapshot_port}");
                             let (ok, text) = muster(&["snapshot", "--url", &url]);
                             assert!(ok, "muster snapshot: {text}");
                             snapshot = Some((jiff::Timestamp::now().as_millisecond(), text));

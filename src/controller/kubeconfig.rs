@@ -3,9 +3,14 @@
 //! its own files (its ServiceAccount token is a file, and the kubeconfig also names the server
 //! the credentials are sent to). So by default only inline credentials are accepted, and every
 //! field that runs a program or reads a file is refused with its path; the controller flag
-//! `--allow-kubeconfig-files-and-exec` lifts the check. Owns that check and nothing else.
+//! `--allow-kubeconfig-files-and-exec` lifts the check. A kubeconfig that does not parse is
+//! reported by the path of the offending field and the kind of problem, never with its value
+//! (serde quotes the value it could not read, and that value may be a token): every error made
+//! from a Secret's content goes through [`parse`]. Owns that check and that parsing.
 
 use kube::config::Kubeconfig;
+
+pub use super::kubeconfig_errors::{parse, redact};
 
 /// The fields accepted without the flag, as the refusal names them.
 const INLINE: &str = "token, username/password, client-certificate-data, client-key-data, \
@@ -70,15 +75,16 @@ pub fn unverified_clusters(kc: &Kubeconfig) -> Vec<String> {
 }
 
 /// Checks the kubeconfig `text` read from key `key` of Secret `secret` (`namespace/name`).
-/// `allow`: the controller runs with `--allow-kubeconfig-files-and-exec` (nothing is checked).
+/// `allow`: the controller runs with `--allow-kubeconfig-files-and-exec` (it must still parse;
+/// no field is refused).
 /// The error names the Secret, the key and every refused field; it goes into the
 /// MemberCluster's `Ready` condition like any other connection error.
 pub fn check(text: &str, allow: bool, secret: &str, key: &str) -> Result<(), String> {
+    let kc = parse(text)
+        .map_err(|e| format!("Secret {secret} key {key:?}: the kubeconfig does not parse: {e}"))?;
     if allow {
         return Ok(());
     }
-    let kc = Kubeconfig::from_yaml(text)
-        .map_err(|e| format!("Secret {secret} key {key:?}: the kubeconfig does not parse: {e}"))?;
     let refused = refused_fields(&kc);
     if refused.is_empty() {
         return Ok(());

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::KubeConfigOptions;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config, ResourceExt};
@@ -124,17 +124,24 @@ impl Drop for Member {
 
 /// A client for a member from the kubeconfig text its Secret holds.
 pub async fn client_from_kubeconfig(name: &str, text: &str) -> anyhow::Result<Client> {
-    let kc = Kubeconfig::from_yaml(text)
+    // Errors name fields, never values: the text is a Secret's (see `kubeconfig_errors`).
+    let kc = super::kubeconfig::parse(text)
         .map_err(|e| anyhow::anyhow!("member {name}: the kubeconfig does not parse: {e}"))?;
     for cluster in super::kubeconfig::unverified_clusters(&kc) {
         tracing::warn!(member = %name, %cluster, "insecure-skip-tls-verify: the API server's certificate is not verified");
     }
     let mut cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
-        .map_err(|e| anyhow::anyhow!("member {name}: unusable kubeconfig: {e}"))?;
+        .map_err(|e| {
+            let e = super::kubeconfig::redact(&e.to_string());
+            anyhow::anyhow!("member {name}: unusable kubeconfig: {e}")
+        })?;
     cfg.connect_timeout = Some(Duration::from_secs(3));
     cfg.read_timeout = Some(Duration::from_secs(15));
-    Ok(Client::try_from(cfg)?)
+    Client::try_from(cfg).map_err(|e| {
+        let e = super::kubeconfig::redact(&e.to_string());
+        anyhow::anyhow!("member {name}: unusable kubeconfig: {e}")
+    })
 }
 
 impl Member {

@@ -14,10 +14,10 @@ use kube::api::Api;
 
 use super::brain::Brain;
 use super::crd::{MemberCluster, MemberClusterStatus};
-use super::kubeconfig;
 use super::members::{self, Member};
 use super::owned;
 use super::reports::Report;
+use super::secret_ref;
 use crate::fleet::ClusterInfo;
 use crate::quantity::{Quantity, ResourceList};
 use crate::resources::MAX_JOBS;
@@ -29,25 +29,20 @@ impl Brain {
         mc: &MemberCluster,
     ) -> Result<(String, String), String> {
         let r = &mc.spec.kubeconfig_secret_ref;
-        let ns = r
-            .namespace
-            .clone()
-            .unwrap_or_else(|| self.opts.namespace.clone());
+        // Decided before anything is read: a refused Secret is never fetched.
+        let ns = secret_ref::secret_namespace(
+            r.namespace.as_deref(),
+            &self.opts.namespace,
+            &self.opts.member_secret_namespaces,
+        )?;
         let key = r.key.clone().unwrap_or_else(|| "kubeconfig".into());
         let api: Api<Secret> = Api::namespaced(self.hub.clone(), &ns);
         let secret = api
             .get(&r.name)
             .await
             .map_err(|e| format!("Secret {ns}/{}: {e}", r.name))?;
-        let data = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(&key))
-            .ok_or_else(|| format!("Secret {ns}/{} has no key {key:?}", r.name))?;
-        let text = String::from_utf8(data.0.clone())
-            .map_err(|_| format!("Secret {ns}/{} key {key:?} is not UTF-8", r.name))?;
         let allow = self.opts.allow_kubeconfig_files_and_exec;
-        kubeconfig::check(&text, allow, &format!("{ns}/{}", r.name), &key)?;
+        let text = secret_ref::kubeconfig_in(&secret, &format!("{ns}/{}", r.name), &key, allow)?;
         Ok((text, secret.resource_version().unwrap_or_default()))
     }
 
@@ -306,6 +301,9 @@ impl Brain {
             st.placement_reason = Some(why);
             let reachable = self.told_reachable.get(&name).copied().unwrap_or(false);
             let (status, reason, message) = match (self.member_errors.get(&name), cluster) {
+                (Some(e), _) if e.starts_with(secret_ref::FIELD) => {
+                    ("False", secret_ref::REFUSED_REASON, e.clone())
+                }
                 (Some(e), _) => ("False", "Unreachable", e.clone()),
                 (None, Some(c)) if reachable => (
                     "True",

@@ -1,7 +1,8 @@
 //! The hub controller: drives the scheduling core and the job lifecycle (`crate::lifecycle`)
 //! against real clusters. This module only wires things up: the hub watches, the webhook, the
-//! health and metrics endpoints, leader election, and the loop that runs `Brain::sync`. What
-//! happens in a pass, in order, is in `brain`; each resource has its own reconciler module:
+//! health, metrics and snapshot endpoints (`http`), leader election, and the loop that runs
+//! `Brain::sync`. What happens in a pass, in order, is in `brain`; each resource has its own
+//! reconciler module:
 //!
 //! - `tree`: the ElasticQuotaTree in force and its status;
 //! - `membership`: MemberClusters, their connections and status;
@@ -29,10 +30,12 @@ mod forecasting;
 pub mod gates;
 mod gc;
 pub mod hubcheck;
+pub mod http;
 pub mod intake;
 mod jobs;
 pub mod kinds;
 pub mod kubeconfig;
+mod kubeconfig_errors;
 pub mod leader;
 pub mod members;
 mod membership;
@@ -44,8 +47,10 @@ mod record;
 pub mod registration;
 mod reports;
 mod runtimes;
+pub mod secret_ref;
 pub mod shutdown;
 pub mod snapshot;
+mod snapshot_fetch;
 pub mod status;
 pub mod tls;
 mod tree;
@@ -88,8 +93,10 @@ pub struct Options {
     pub origin: String,
     /// Name of this replica (Events, leader election).
     pub instance: String,
-    /// /healthz and /readyz.
+    /// /healthz, /readyz and /metrics (`http`).
     pub http_addr: SocketAddr,
+    /// /snapshot (every tenant's jobs): loopback unless `--snapshot-insecure-expose` (`http`).
+    pub snapshot_addr: SocketAddr,
     /// The admission webhook (TLS); none = no webhook (the sync loop still suspends).
     pub webhook_addr: Option<SocketAddr>,
     pub webhook_cert_dir: PathBuf,
@@ -123,6 +130,8 @@ pub struct Options {
     pub lease: Option<leader::LeaseConfig>,
     /// Accept member kubeconfigs that run programs or read files (`kubeconfig::check`).
     pub allow_kubeconfig_files_and_exec: bool,
+    /// Where member kubeconfig Secrets may be read (`secret_ref`).
+    pub member_secret_namespaces: secret_ref::SecretNamespaces,
     /// How long the webhook and health servers keep answering, not ready, after a stop.
     pub shutdown_drain: Duration,
     /// Check every pod template with a server-side dry-run Pod create in the job's hub
@@ -268,16 +277,21 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
     let metrics = Arc::new(Metrics::new());
     let (snap_tx, snap_rx) = tokio::sync::mpsc::channel::<snapshot::Ask>(16);
-    let http = tokio::spawn(serve_http(
+    let http = tokio::spawn(http::serve(
         opts.http_addr,
-        ready.clone(),
-        metrics.clone(),
-        stop.clone(),
-        Snapshots {
+        http::health_routes(ready.clone(), metrics.clone(), stop.clone()),
+        stop.servers.clone(),
+        "health and metrics",
+    ));
+    let snapshot_http = tokio::spawn(http::serve(
+        opts.snapshot_addr,
+        http::snapshot_routes(http::Snapshots {
             tx: snap_tx,
             wake: wake.clone(),
             leading: leading.clone(),
-        },
+        }),
+        stop.servers.clone(),
+        "snapshot",
     ));
     let mut webhook = None;
     let mut registration = None;
@@ -391,6 +405,7 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
         let _ = w.await;
     }
     let _ = http.await;
+    let _ = snapshot_http.await;
     // Let the elector release the lease so that a standby takes over at once.
     if let Some(e) = elector {
         let _ = tokio::time::timeout(Duration::from_secs(3), e).await;
@@ -417,99 +432,6 @@ async fn shutdown_signal() {
     {
         let _ = ctrl_c.await;
     }
-}
-
-/// How the HTTP server asks the sync loop for a snapshot.
-#[derive(Clone)]
-struct Snapshots {
-    tx: tokio::sync::mpsc::Sender<snapshot::Ask>,
-    wake: Arc<Notify>,
-    leading: Arc<AtomicBool>,
-}
-
-impl Snapshots {
-    /// The live state as scenario YAML, from the next pass of the leader.
-    async fn take(&self) -> (axum::http::StatusCode, String) {
-        use axum::http::StatusCode;
-        if !self.leading.load(Ordering::Relaxed) {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "this replica does not lead: ask the leader\n".into(),
-            );
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        if self.tx.send(tx).await.is_err() {
-            return (StatusCode::SERVICE_UNAVAILABLE, "stopping\n".into());
-        }
-        self.wake.notify_one();
-        match tokio::time::timeout(Duration::from_secs(60), rx).await {
-            Ok(Ok(Ok(yaml))) => (StatusCode::OK, yaml),
-            Ok(Ok(Err(e))) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
-            _ => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "no pass answered within 60 s\n".into(),
-            ),
-        }
-    }
-}
-
-async fn serve_http(
-    addr: SocketAddr,
-    ready: Arc<AtomicBool>,
-    metrics: Arc<Metrics>,
-    stop: shutdown::Stop,
-    snapshots: Snapshots,
-) {
-    let servers = stop.servers.clone();
-    use axum::routing::get;
-    let app = axum::Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/snapshot",
-            get(move || {
-                let s = snapshots.clone();
-                async move { s.take().await }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(move || {
-                let metrics = metrics.clone();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4; charset=utf-8",
-                        )],
-                        metrics.encode(),
-                    )
-                }
-            }),
-        )
-        .route(
-            "/readyz",
-            get(move || {
-                let (ready, stop) = (ready.clone(), stop.clone());
-                async move {
-                    if stop.ready(&ready) {
-                        (axum::http::StatusCode::OK, "ready")
-                    } else {
-                        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not ready")
-                    }
-                }
-            }),
-        );
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(%addr, error = %e, "cannot bind the health endpoint");
-            return;
-        }
-    };
-    tracing::info!(%addr, "health endpoints listening");
-    let _ = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { servers.cancelled().await })
-        .await;
 }
 
 /// Now, in the lifecycle's milliseconds since the Unix epoch.

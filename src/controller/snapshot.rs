@@ -1,15 +1,18 @@
 //! Snapshots: the controller's live state as a `muster sim` scenario, served at `/snapshot` on
-//! the health port (and read by `muster snapshot` / `muster what-if`). The members as the core
-//! knows them (nodes, what other pods use, which do not answer), the quota tree in force, the
-//! PriorityClasses, and every followed job: running ones on their member as planned for their
-//! remaining expected time, waiting ones in their queue order, jobs in back-off arriving when it
-//! ends. Each job's run time is the controller's expectation, written as its `runFor` and its
-//! `muster.dev/expected-runtime`, so that the simulated forecast is the controller's.
+//! the loopback snapshot listener (`http`) and read by `muster snapshot` / `muster what-if`
+//! (`snapshot_fetch`). The members as the core knows them (nodes, what other pods use, which do
+//! not answer), the quota tree in force, the PriorityClasses, and every followed job: running
+//! ones on their member as planned for their remaining expected time, waiting ones in their
+//! queue order, jobs in back-off arriving when it ends. Each job's run time is the controller's
+//! expectation, written as its `runFor` and its `muster.dev/expected-runtime`, so that the
+//! simulated forecast is the controller's.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+
+pub use super::snapshot_fetch::{Live, fetch};
 
 use super::brain::Brain;
 use super::jobs::typed;
@@ -171,96 +174,4 @@ impl Brain {
             changes: Vec::new(),
         }
     }
-}
-
-/// Where `muster snapshot` and `muster what-if` read a live snapshot from.
-#[derive(Clone, Debug)]
-pub enum Live {
-    /// The controller's health port, e.g. `http://127.0.0.1:8080` (plain HTTP).
-    Url(String),
-    /// Through the hub API server's service proxy: the controller's metrics Service
-    /// (`namespace/name:port`). Standby replicas answer 503; the request is tried again.
-    Hub {
-        kubeconfig: Option<std::path::PathBuf>,
-        service: String,
-    },
-}
-
-/// Reads the live scenario YAML.
-pub async fn fetch(live: &Live) -> anyhow::Result<String> {
-    match live {
-        Live::Url(url) => fetch_url(url).await,
-        Live::Hub {
-            kubeconfig,
-            service,
-        } => {
-            let (ns, rest) = service.split_once('/').ok_or_else(|| {
-                anyhow::anyhow!("--service {service:?}: expected NAMESPACE/NAME:PORT")
-            })?;
-            let client = match kubeconfig {
-                Some(p) => {
-                    let text = std::fs::read_to_string(p)
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
-                    super::members::client_from_kubeconfig("hub", &text).await?
-                }
-                None => kube::Client::try_default().await?,
-            };
-            let path = format!("/api/v1/namespaces/{ns}/services/{rest}/proxy/snapshot");
-            let mut last = String::new();
-            for _ in 0..10 {
-                let req = axum::http::Request::get(&path).body(Vec::new())?;
-                match client.request_text(req).await {
-                    Ok(t) => return Ok(t),
-                    Err(e) => last = e.to_string(),
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-            }
-            Err(anyhow::anyhow!("{path}: {last}"))
-        }
-    }
-}
-
-async fn fetch_url(url: &str) -> anyhow::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| anyhow::anyhow!("--url {url:?}: only http:// URLs (the health port)"))?;
-    let (host, _) = rest.split_once('/').unwrap_or((rest, ""));
-    let mut s = tokio::net::TcpStream::connect(host)
-        .await
-        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
-    let req = format!("GET /snapshot HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await?;
-    let text = String::from_utf8_lossy(&buf).to_string();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| anyhow::anyhow!("{url}: not an HTTP answer"))?;
-    let status = head.split_whitespace().nth(1).unwrap_or("");
-    if status != "200" {
-        return Err(anyhow::anyhow!("{url}/snapshot: {status}: {}", body.trim()));
-    }
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        return Ok(dechunk(body));
-    }
-    Ok(body.to_string())
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
-    }
-    out
 }

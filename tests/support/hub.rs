@@ -229,6 +229,8 @@ pub struct Controller {
     pub child: Child,
     pub log: PathBuf,
     pub http: u16,
+    /// Its `--snapshot-addr` port (on loopback).
+    pub snapshot: u16,
     pub webhook: u16,
     /// Its `--webhook-cert-dir` (made self-signed at its start).
     pub certs: PathBuf,
@@ -263,6 +265,7 @@ impl Controller {
 
     fn launch(tag: &str, kubeconfig: &std::path::Path, webhook: u16, extra: &[&str]) -> Controller {
         let http = free_port();
+        let snapshot = free_port();
         let dir = fleet::repo_root().join("target").join("e2e");
         std::fs::create_dir_all(&dir).expect("target/e2e");
         let log = dir.join(format!("controller-{tag}-{}.log", std::process::id()));
@@ -277,6 +280,8 @@ impl Controller {
             CONTROLLER_NS.into(),
             "--http-addr".into(),
             format!("127.0.0.1:{http}"),
+            "--snapshot-addr".into(),
+            format!("127.0.0.1:{snapshot}"),
             "--webhook-addr".into(),
             format!("127.0.0.1:{webhook}"),
             "--webhook-url".into(),
@@ -300,6 +305,7 @@ impl Controller {
             child,
             log,
             http,
+            snapshot,
             webhook,
             certs,
         }
