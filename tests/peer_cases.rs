@@ -10,7 +10,7 @@ mod peer_table;
 
 use std::collections::BTreeMap;
 
-use muster::quota::QuotaTree;
+use muster::quota::{QuotaTree, Severity};
 use muster::scheduler::{Config, Decision, JobId, JobState, Scheduler, Submitted};
 use muster::sim;
 use muster::workload::interpret;
@@ -233,5 +233,72 @@ fn peers_cases_have_musters_documented_outcome() {
         failed.len(),
         CASES.len(),
         failed.join("\n")
+    );
+}
+
+/// Kueue pkg/cache/queue/cluster_queue_test.go, TestStrictFIFO "w1.priority equals w2.priority
+/// and w1.create time is earlier than w2.create time but w1 was evicted". DIFFERS on purpose:
+/// Kueue's default ordering puts a job evicted for its pods' readiness behind w2 (by eviction
+/// time; its variant configured with the creation timestamp keeps w1 first). muster always
+/// requeues a taken-back job in its original place (docs/concepts.md "Requeue"): w1 runs again
+/// before w2.
+#[test]
+fn kueue_strict_fifo_a_requeued_job_keeps_its_place() {
+    let tree = "{name: root, children: [{name: q, namespaces: [q], min: {cpu: '2'},
+        max: {cpu: '2'}, attributes: {muster.dev/queueing-strategy: StrictFIFO}}]}";
+    let w1 = J {
+        name: "w1",
+        ns: "q",
+        class: "",
+        pods: 1,
+        res: "{cpu: '2'}",
+    };
+    let w2 = J { name: "w2", ..w1 };
+    let mut r = Run::new(&[(1, "{cpu: '8', memory: 8Gi}")], tree, &[&w1, &w2]);
+    r.submit(0);
+    r.s.cycle();
+    r.submit(1);
+    r.s.cycle();
+    assert!(r.admitted("w1") && !r.admitted("w2"));
+    r.s.requeue(r.id("w1"), "pods not running after dispatch");
+    let ds = r.s.cycle();
+    assert!(
+        r.admitted("w1") && !r.admitted("w2"),
+        "w1 {:?}, w2 {:?}: {ds:?}",
+        r.s.state(r.id("w1")),
+        r.s.state(r.id("w2"))
+    );
+    let reason = r.s.reason(r.id("w2")).unwrap_or_default();
+    assert!(reason.contains("exceeds max 2"), "{reason}");
+}
+
+/// koord-queue pkg/framework/plugins/elasticquota/elasticquotatree/elasticquota_test.go,
+/// TestNewElasticQuotaTree "quota with same node". DIFFERS on purpose: koord-queue keeps two
+/// nodes of the same name under different parents apart (by full path); muster refuses the tree
+/// (docs/concepts.md: duplicate node names are an error), since a node's name alone must say
+/// which node it is.
+#[test]
+fn koord_queue_same_name_under_two_parents_is_a_validation_error() {
+    let tree: serde_yaml::Value = serde_yaml::from_str(
+        "apiVersion: scheduling.sigs.k8s.io/v1beta1
+kind: ElasticQuotaTree
+metadata: {name: tree}
+spec:
+  root:
+    name: root
+    children:
+    - {name: test1, namespaces: [ns1]}
+    - name: test2
+      children:
+      - {name: test1, namespaces: [ns2]}",
+    )
+    .expect("fixture YAML");
+    let value = serde_json::to_value(tree).expect("fixture as JSON");
+    let problems = QuotaTree::parse(&value).expect_err("two nodes named test1");
+    assert!(
+        problems.iter().any(|p| p.severity == Severity::Error
+            && p.field == "spec.root.children[1].children[0].name"
+            && p.message.starts_with("duplicate name \"test1\"")),
+        "{problems:?}"
     );
 }

@@ -625,6 +625,25 @@ pub const CASES: &[Case] = &[
             ..NO_EXPECT
         },
     },
+    // DIFFERS on purpose: the same situation on a leaf left at the default `Never`. The plugin
+    // would still preempt t1-p2 (kube-scheduler's priority preemption); muster waits for room.
+    Case {
+        source: r#"scheduler-plugins pkg/capacityscheduling/capacity_scheduling_test.go, TestPostFilter "in-namespace preemption" (leaf without the attribute)"#,
+        nodes: MEM150,
+        tree: "{name: root, children: [
+          {name: ns1, namespaces: [ns1], min: {memory: 50Mi}, max: {memory: 200Mi}},
+          {name: ns2, namespaces: [ns2], min: {memory: 200Mi}, max: {memory: 200Mi}}]}",
+        running: &[
+            j("t1-p2", "ns1", "p0", 1, "{memory: 50Mi}"),
+            j("t1-p3", "ns2", "p0", 1, "{memory: 50Mi}"),
+            j("t1-p4", "ns2", "p0", 1, "{memory: 50Mi}"),
+        ],
+        incoming: &[j("t1-p1", "ns1", "p1", 1, "{memory: 50Mi}")],
+        expect: Expect {
+            waiting: &[("t1-p1", "the most free on any node is 0")],
+            ..NO_EXPECT
+        },
+    },
     Case {
         source: r#"scheduler-plugins pkg/capacityscheduling/capacity_scheduling_test.go, TestDryRunPreemption "cross-namespace preemption""#,
         nodes: MEM150,
