@@ -553,8 +553,10 @@ pub const CASES: &[Case] = &[
             ..NO_EXPECT
         },
     },
+    // A BestEffortFIFO head that did not fit is set aside (upstream: moved to the inadmissible
+    // list), so the job behind it is tried and fits.
     Case {
-        source: r#"Kueue pkg/cache/queue/cluster_queue_test.go, TestBestEffortFIFORequeueIfNotPresent (a head that does not fit blocks nobody)"#,
+        source: r#"Kueue pkg/cache/queue/cluster_queue_test.go, TestBestEffortFIFORequeueIfNotPresent "didn't fit and no pending flavors""#,
         nodes: BIG,
         tree: "{name: root, children: [{name: q, namespaces: [q], min: {cpu: '4'}, max: {cpu: '4'}}]}",
         running: &[j("hold", "q", "", 1, "{cpu: '2'}")],
