@@ -43,7 +43,8 @@ fn job(ns: &str, name: &str, privileged: bool) -> Value {
     json!({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"backoffLimit": 0, "template": {"spec": pod}}
+        "spec": {"backoffLimit": 0, "template": {"metadata": {"annotations": runs_for(3600)},
+                 "spec": pod}}
     })
 }
 

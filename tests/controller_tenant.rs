@@ -49,7 +49,8 @@ fn job(ns: &str, name: &str, gpus: u32) -> Value {
     json!({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"backoffLimit": 0, "template": {"spec": {
+        "spec": {"backoffLimit": 0, "template": {"metadata": {"annotations": runs_for(3600)},
+                 "spec": {
             "restartPolicy": "Never",
             "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
                                 "seccompProfile": {"type": "RuntimeDefault"}},
@@ -195,9 +196,31 @@ async fn a_namespace_admin_cannot_get_around_the_queue() {
                 .unwrap_or_default()
         );
 
-        // 1. Unsuspend the queued job.
+        // 1. Unsuspend the queued job. muster's mutating webhook suspends it again on UPDATE
+        //    (the policy then sees a suspended job); without the webhook, the policy refuses.
+        let what = "unsuspend the queued job (spec.suspend: false)";
+        match jobs
+            .patch(
+                "second",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"suspend": false}})),
+            )
+            .await
+        {
+            Ok(o) => {
+                assert_eq!(o.data["spec"]["suspend"], json!(true), "{what}: {o:?}");
+                eprintln!("attempt: {what}\n  no effect: muster's webhook kept it suspended");
+            }
+            Err(e) => {
+                let m = refused(what, Err::<(), _>(e));
+                assert!(m.contains("muster") && m.contains("unsuspend"), "{m}");
+            }
+        }
+        // The same with muster's webhook out of the way (a failure policy of Ignore while
+        // muster is down): the policy refuses it.
+        hub::delete_webhook(&hub).await;
         let m = refused(
-            "unsuspend the queued job (spec.suspend: false)",
+            "unsuspend the queued job with muster's webhook gone",
             jobs.patch(
                 "second",
                 &PatchParams::default(),

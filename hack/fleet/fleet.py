@@ -486,10 +486,12 @@ def start_controller_manager(c):
         "--v=1",
     ]
     if c == HUB:
-        # The hub runs no workloads: namespaces, garbage collection and service accounts only
-        # (no job controller, so batch Jobs on the hub stay as submitted).
+        # The hub runs no workloads: namespaces, garbage collection, service accounts and the
+        # aggregated ClusterRoles (admin, edit, view: what a tenant is granted) only (no job
+        # controller, so batch Jobs on the hub stay as submitted).
         args.append("--controllers=namespace-controller,garbage-collector-controller,"
-                    "serviceaccount-controller,root-ca-certificate-publisher-controller")
+                    "serviceaccount-controller,root-ca-certificate-publisher-controller,"
+                    "clusterrole-aggregation-controller")
     start(f"{c}/kube-controller-manager", "kube-controller-manager", args)
 
 
