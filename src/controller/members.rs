@@ -444,14 +444,36 @@ where
         + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    watch_trimmed(api, cfg, dyntype, wake, tasks, |o: &mut K| {
+        o.managed_fields_mut().clear()
+    })
+}
+
+/// [`watch`], keeping of each object only what `trim` leaves of it.
+pub fn watch_trimmed<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    dyntype: K::DynamicType,
+    wake: Arc<Notify>,
+    tasks: &mut Vec<JoinHandle<()>>,
+    trim: impl FnMut(&mut K) + Send + 'static,
+) -> Watched<K>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
     let writer = reflector::store::Writer::new(dyntype);
     let store = writer.as_reader();
     let ready = Arc::new(AtomicBool::new(false));
     let flag = ready.clone();
     tasks.push(tokio::spawn(async move {
-        let stream = watcher::watcher(api, cfg)
-            .default_backoff()
-            .modify(|o| o.managed_fields_mut().clear());
+        let stream = watcher::watcher(api, cfg).default_backoff().modify(trim);
         reflector::reflector(writer, stream)
             .for_each(|ev| {
                 if matches!(ev, Ok(watcher::Event::InitDone)) {

@@ -11,20 +11,18 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::kinds;
+use super::members::{Watched, watch_trimmed};
 use crate::quantity::ResourceList;
 use crate::workload::{JobKind, pod_spec_requests};
 
@@ -145,7 +143,7 @@ type Meta = PartialObjectMeta<DynamicObject>;
 /// The metadata watches of the intermediate kinds a member serves.
 #[derive(Default)]
 pub struct Watches {
-    stores: Vec<(JobKind, Store<Meta>, Arc<AtomicBool>)>,
+    stores: Vec<(JobKind, Watched<Meta>)>,
 }
 
 impl Watches {
@@ -162,44 +160,33 @@ impl Watches {
             let ar = kinds::api_resource(kind);
             // Metadata-only requests (an `Api` of partial objects).
             let api: Api<Meta> = Api::all_with(client.clone(), &ar);
-            let writer = reflector::store::Writer::<Meta>::new(ar);
-            let store = writer.as_reader();
-            let ready = Arc::new(AtomicBool::new(false));
-            let (flag, wake) = (ready.clone(), wake.clone());
-            tasks.push(tokio::spawn(async move {
-                let stream = watcher::watcher(api, watcher::Config::default())
-                    .default_backoff()
-                    .modify(|o| {
-                        o.metadata.managed_fields = None;
-                        o.metadata.labels = None;
-                        o.metadata.annotations = None;
-                    });
-                reflector::reflector(writer, stream)
-                    .for_each(|ev| {
-                        if matches!(ev, Ok(watcher::Event::InitDone)) {
-                            flag.store(true, Ordering::Relaxed);
-                        }
-                        wake.notify_one();
-                        async {}
-                    })
-                    .await;
-            }));
-            stores.push((kind, store, ready));
+            let trim = |o: &mut Meta| {
+                o.metadata.managed_fields = None;
+                o.metadata.labels = None;
+                o.metadata.annotations = None;
+            };
+            let w = watch_trimmed(
+                api,
+                watcher::Config::default(),
+                ar,
+                wake.clone(),
+                tasks,
+                trim,
+            );
+            stores.push((kind, w));
         }
         Watches { stores }
     }
 
     /// Whether every watch has listed once.
     pub fn is_ready(&self) -> bool {
-        self.stores
-            .iter()
-            .all(|(_, _, r)| r.load(Ordering::Relaxed))
+        self.stores.iter().all(|(_, w)| w.is_ready())
     }
 
     /// Every watched object, by UID.
     pub fn links(&self) -> HashMap<String, Link> {
         let mut out = HashMap::new();
-        for (kind, store, _) in &self.stores {
+        for (kind, store) in &self.stores {
             for o in store.state() {
                 let (Some(uid), Some(ns)) = (o.metadata.uid.clone(), o.metadata.namespace.clone())
                 else {

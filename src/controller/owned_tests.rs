@@ -166,19 +166,7 @@ fn without_a_recorded_copy_every_pod_is_usage() {
 
 #[test]
 fn every_chain_is_short_and_ends_at_the_copy() {
-    for kind in [
-        JobKind::PyTorchJob,
-        JobKind::TFJob,
-        JobKind::XGBoostJob,
-        JobKind::PaddleJob,
-        JobKind::JAXJob,
-        JobKind::MPIJob,
-        JobKind::Job,
-        JobKind::JobSet,
-        JobKind::RayJob,
-        JobKind::RayCluster,
-        JobKind::TrainJob,
-    ] {
+    for kind in JobKind::ALL {
         let c = chains(kind);
         assert!(!c.is_empty(), "{kind}");
         for chain in c {
