@@ -15,7 +15,7 @@ mod support;
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -23,14 +23,19 @@ use kube::{Client, Config};
 use muster::controller::crd::QueuedJobState;
 use serde_json::{Value, json};
 use support::failures::*;
-use support::fleet::{self, kubeconfig_path, unique_name};
+use support::fleet::{self, client_for, kubeconfig_path, unique_name, wait_for};
 use support::helm;
 use support::hub::{self, Controller};
 use support::watchdog::Watchdog;
 
 /// A client of the hub acting as `user` (impersonated by the fleet's admin).
 async fn as_user(user: &str) -> Client {
-    let mut kc = Kubeconfig::read_from(kubeconfig_path("hub")).expect("hub kubeconfig");
+    as_user_on("hub", user).await
+}
+
+/// A client of `cluster` acting as `user` (impersonated by the fleet's admin).
+async fn as_user_on(cluster: &str, user: &str) -> Client {
+    let mut kc = Kubeconfig::read_from(kubeconfig_path(cluster)).expect("kubeconfig");
     for a in &mut kc.auth_infos {
         if let Some(info) = a.auth_info.as_mut() {
             info.impersonate = Some(user.to_string());
@@ -120,18 +125,23 @@ async fn remove_policies(hub: &Client, applied: &[(String, String)]) {
     }
 }
 
-/// RBAC as a real cluster grants a namespace admin, plus writes to QueuedJobs.
-async fn grant(hub: &Client, ns: &str, user: &str) {
+/// The `admin` ClusterRole bound to `user` in `ns`: a namespace admin.
+async fn grant_admin(client: &Client, ns: &str, user: &str) {
     let rb: RoleBinding = serde_json::from_value(json!({
         "metadata": {"name": "tenant-admin", "namespace": ns},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
     }))
     .expect("rolebinding");
-    Api::<RoleBinding>::namespaced(hub.clone(), ns)
+    Api::<RoleBinding>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &rb)
         .await
         .expect("bind admin");
+}
+
+/// RBAC as a real cluster grants a namespace admin, plus writes to QueuedJobs.
+async fn grant(hub: &Client, ns: &str, user: &str) {
+    grant_admin(hub, ns, user).await;
     let role: Role = serde_json::from_value(json!({
         "metadata": {"name": "tenant-queuedjobs", "namespace": ns},
         "rules": [{"apiGroups": ["muster.dev"], "resources": ["queuedjobs", "queuedjobs/status"],
@@ -159,7 +169,8 @@ async fn a_namespace_admin_cannot_get_around_the_queue() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("tenant");
     let user = format!("{ns}-admin");
-    // 8 GPUs in the tenant's leaf: the first 8-GPU job runs, the second waits for quota.
+    // 8 GPUs in the tenant's leaf: the first job (4 GPUs, on member-c's 8-GPU node: no other
+    // node holds 4) runs, the second (8) waits for quota.
     let tree = json!({"name": "root", "max": {"nvidia.com/gpu": "8"}, "children": [
         {"name": "tenant", "namespaces": [ns], "max": {"nvidia.com/gpu": "8"}}]});
     let hub = setup(&[&ns], tree).await;
@@ -180,7 +191,7 @@ async fn a_namespace_admin_cannot_get_around_the_queue() {
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         let jobs: Api<DynamicObject> =
             fleet::dynamic_api(&tenant, "batch/v1", "Job", "jobs", Some(&ns));
-        fleet::create_json(&tenant, "jobs", job(&ns, "first", 8))
+        fleet::create_json(&tenant, "jobs", job(&ns, "first", 4))
             .await
             .expect("the tenant submits");
         hub::wait_queued_state(&hub, &ns, "Job", "first", QueuedJobState::Running, T).await;
@@ -288,6 +299,86 @@ async fn a_namespace_admin_cannot_get_around_the_queue() {
         );
         assert!(reason.contains("PodSecurity"), "{reason}");
 
+        // 5. Hide capacity on the member: a pod of the tenant's own on member-c's node, labelled
+        //    with the running job's UID (visible in every copy's labels), holding the node's
+        //    last 4 GPUs. A 4-GPU job within quota must then wait: were the pod left out of the
+        //    node's usage, muster would admit it there and its pod would stay Pending.
+        let first_uid = fleet::dynamic_api(&hub, "batch/v1", "Job", "jobs", Some(&ns))
+            .get("first")
+            .await
+            .expect("first")
+            .metadata
+            .uid
+            .expect("uid");
+        let member = client_for("member-c").await;
+        grant_admin(&member, &ns, &user).await;
+        let tenant_on_member = as_user_on("member-c", &user).await;
+        let mut squatter = job(&ns, "squatter", 4)["spec"]["template"].clone();
+        squatter["apiVersion"] = json!("v1");
+        squatter["kind"] = json!("Pod");
+        squatter["metadata"] = json!({"name": "squatter", "namespace": ns,
+            "labels": {"muster.dev/job-uid": first_uid}});
+        squatter["spec"]["nodeName"] = json!("c");
+        fleet::create_json(&tenant_on_member, "pods", squatter)
+            .await
+            .expect("the tenant may create pods in its namespace on the member");
+        wait_for("the squatter running", T, || async {
+            let p = Api::<Pod>::namespaced(member.clone(), &ns)
+                .get("squatter")
+                .await;
+            match p.ok().and_then(|p| p.status).and_then(|s| s.phase) {
+                Some(ph) if ph == "Running" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        fleet::create_json(&tenant, "jobs", job(&ns, "third", 4))
+            .await
+            .expect("third");
+        let q = hub::wait_queued_state(&hub, &ns, "Job", "third", QueuedJobState::Queued, T).await;
+        tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        let states = dog.states_of(&format!("{ns}/third"));
+        eprintln!(
+            "attempt: label a pod of the tenant's on member-c with the running job's UID
+  no effect: third stayed {states:?} for 10 s: {}",
+            q.status.and_then(|s| s.reason).unwrap_or_default()
+        );
+        assert!(!states.is_empty(), "no record of third seen");
+        assert!(
+            states.iter().all(|s| *s == QueuedJobState::Queued),
+            "third was admitted past the squatter: {states:?}"
+        );
+        // The squatter gone, third runs: it was what held the node.
+        Api::<Pod>::namespaced(member.clone(), &ns)
+            .delete("squatter", &DeleteParams::default().grace_period(0))
+            .await
+            .expect("delete the squatter");
+        hub::wait_queued_state(&hub, &ns, "Job", "third", QueuedJobState::Running, T).await;
+
+        // 6. Read /snapshot from another address than the pod's own loopback (as from the pod
+        //    network), and on the metrics port.
+        let snap = format!("127.0.0.2:{}", controller.snapshot);
+        let r = std::net::TcpStream::connect_timeout(
+            &snap.parse().expect("address"),
+            std::time::Duration::from_secs(2),
+        );
+        eprintln!(
+            "attempt: connect to /snapshot's port at {snap}
+  got: {r:?}"
+        );
+        assert!(r.is_err(), "/snapshot answers on {snap}");
+        let on_metrics = format!("http://127.0.0.1:{}/snapshot", controller.http);
+        eprintln!(
+            "attempt: GET {on_metrics}
+  got: HTTP {:?}: {}",
+            hub::http_status(&on_metrics),
+            hub::http_get(&on_metrics)
+                .lines()
+                .next()
+                .unwrap_or_default()
+        );
+        assert_eq!(hub::http_status(&on_metrics), Some(404));
+
         // Nothing moved out of order: the second job still waits, on no member; the first runs.
         let st = hub::queued_job(&hub, &ns, "Job", "second")
             .await
@@ -309,6 +400,65 @@ async fn a_namespace_admin_cannot_get_around_the_queue() {
             "{seen:?}"
         );
         dog.assert_clean("tenant").await;
+
+        // 7. A MemberCluster naming a Secret of the tenant's namespace. The tenant cannot make
+        //    one (cluster-scoped); made by someone who can, muster refuses to read the Secret.
+        let kc = std::fs::read_to_string(kubeconfig_path("member-a")).expect("kubeconfig");
+        fleet::create_json(
+            &tenant,
+            "secrets",
+            json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "my-cluster", "namespace": ns},
+            "stringData": {"kubeconfig": kc}}),
+        )
+        .await
+        .expect("a Secret in its own namespace");
+        let mc = json!({"apiVersion": "muster.dev/v1alpha1", "kind": "MemberCluster",
+            "metadata": {"name": format!("{ns}-mc")},
+            "spec": {"kubeconfigSecretRef": {"name": "my-cluster", "namespace": ns}}});
+        refused(
+            "create a MemberCluster naming a Secret of its namespace",
+            fleet::create_json(&tenant, "memberclusters", mc.clone()).await,
+        );
+        fleet::create_json(&hub, "memberclusters", mc)
+            .await
+            .expect("an admin may");
+        let mcs = fleet::dynamic_api(
+            &hub,
+            "muster.dev/v1alpha1",
+            "MemberCluster",
+            "memberclusters",
+            None,
+        );
+        let cond = wait_for("the MemberCluster's Ready condition", T, || async {
+            let o = mcs
+                .get(&format!("{ns}-mc"))
+                .await
+                .map_err(|e| e.to_string())?;
+            let c = o
+                .data
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().find(|c| c["type"] == "Ready").cloned());
+            c.ok_or_else(|| "no Ready condition yet".to_string())
+        })
+        .await;
+        let _ = mcs
+            .delete(&format!("{ns}-mc"), &DeleteParams::default())
+            .await;
+        eprintln!(
+            "attempt: a MemberCluster naming the tenant's Secret, made by an admin
+  got: {cond}"
+        );
+        assert_eq!(cond["status"], "False", "{cond}");
+        assert_eq!(cond["reason"], "SecretNamespaceRefused", "{cond}");
+        assert!(
+            cond["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("spec.kubeconfigSecretRef.namespace"),
+            "{cond}"
+        );
     }))
     .await;
     remove_policies(&hub, &applied).await;

@@ -9,6 +9,9 @@
 //!   no QueuedJob record seen says the job is not there (taken back, placed elsewhere, ended, an
 //!   orphan there, or the QueuedJob deleted with its hub job).
 //!
+//! A job's pod is one labelled with its UID *and* made by a controller (an owner reference with
+//! `controller: true`): a label alone is what a tenant can put on a pod of its own.
+//!
 //! The two sides are separate API servers whose watches may lag one another, so a suspect
 //! instant is judged with the hub records received up to `LAG` after it.
 #![allow(dead_code)]
@@ -73,6 +76,8 @@ struct State {
     events: usize,
     /// Every pod seen, as `member: namespace/name`.
     seen: BTreeSet<String>,
+    /// Every state of each job's record received, by `namespace/job name`, in order.
+    states: BTreeMap<String, Vec<QueuedJobState>>,
 }
 
 #[derive(Clone, Debug)]
@@ -200,6 +205,12 @@ impl Watchdog {
         s.seen.iter().cloned().collect()
     }
 
+    /// Every state of the job `namespace/name`'s record received so far, in order.
+    pub fn states_of(&self, job: &str) -> Vec<QueuedJobState> {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.states.get(job).cloned().unwrap_or_default()
+    }
+
     /// Panics with every broken instant, if any.
     pub async fn assert_clean(&self, what: &str) {
         let v = self.violations().await;
@@ -231,6 +242,14 @@ impl State {
                 .map(|l| l.orphans.keys().cloned().collect())
                 .unwrap_or_default(),
         };
+        self.states
+            .entry(format!(
+                "{}/{}",
+                q.namespace().unwrap_or_default(),
+                q.spec.job_ref.name
+            ))
+            .or_default()
+            .push(st.state);
         self.records
             .entry(q.spec.job_ref.uid.clone())
             .or_default()
@@ -273,6 +292,16 @@ impl State {
         let Some(uid) = p.labels().get("muster.dev/job-uid").cloned() else {
             return;
         };
+        // A pod no controller made is no job's pod, whatever its labels say (a tenant can
+        // label its own pod with a job's UID).
+        let controlled = p
+            .metadata
+            .owner_references
+            .as_ref()
+            .is_some_and(|o| o.iter().any(|r| r.controller == Some(true)));
+        if !controlled {
+            return;
+        }
         let name = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
         let now = Instant::now();
         let on = self
