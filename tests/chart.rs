@@ -473,7 +473,7 @@ fn rbac_is_exactly_what_the_controller_calls() {
 fn hub_pod_admission_off_drops_its_grant() {
     let on = render(&[]);
     assert_eq!(flag(&on, "--hub-pod-admission"), "true");
-    let off = render(&["--set", "hubPodAdmission=false"]);
+    let off = render(&["hubPodAdmission=false"]);
     assert_eq!(flag(&off, "--hub-pod-admission"), "false");
     let pods = |docs: &[Value]| {
         grants(&one(docs, "ClusterRole", "muster")["rules"])
@@ -1340,4 +1340,55 @@ async fn chart_installs_on_the_hub_and_its_rbac_is_enough() {
         "the chart's RBAC refused the controller something:\n{}",
         denied.join("\n")
     );
+}
+
+/// `rbac.jobNamespaces`: the writes on jobs and the dry-run pod creates move from the
+/// ClusterRole to a Role in each listed namespace; list and watch stay cluster-wide.
+#[test]
+fn job_writes_are_granted_per_namespace_when_listed() {
+    let docs = render(&["rbac.jobNamespaces={team-a,team-b}"]);
+    let cluster = grants(&one(&docs, "ClusterRole", "muster")["rules"]);
+    for k in JobKind::ALL {
+        let ar = kinds::api_resource(k);
+        let on = |verb: &str, res: &str| {
+            cluster
+                .iter()
+                .any(|g| g.0 == ar.group && g.1 == res && g.2 == verb)
+        };
+        assert!(on("list", &ar.plural) && on("watch", &ar.plural), "{k:?}");
+        assert!(!on("patch", &ar.plural), "{k:?} patch stays cluster-wide");
+        assert!(!on("patch", &format!("{}/status", ar.plural)), "{k:?}");
+    }
+    assert!(
+        !cluster.iter().any(|g| g.1 == "pods"),
+        "pods create stays cluster-wide"
+    );
+    for ns in ["team-a", "team-b"] {
+        let role = all(&docs, "Role")
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == "muster-jobs" && r["metadata"]["namespace"] == ns)
+            .unwrap_or_else(|| panic!("no Role muster-jobs in {ns}"));
+        let g = grants(&role["rules"]);
+        for k in JobKind::ALL {
+            let ar = kinds::api_resource(k);
+            assert!(
+                g.iter().any(|x| x.1 == ar.plural && x.2 == "patch"),
+                "{ns} {k:?}"
+            );
+            let status = format!("{}/status", ar.plural);
+            assert!(
+                g.iter().any(|x| x.1 == status && x.2 == "patch"),
+                "{ns} {k:?}"
+            );
+        }
+        assert!(g.iter().any(|x| x.1 == "pods" && x.2 == "create"), "{ns}");
+        let b = all(&docs, "RoleBinding")
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == "muster-jobs" && r["metadata"]["namespace"] == ns)
+            .unwrap_or_else(|| panic!("no RoleBinding muster-jobs in {ns}"));
+        assert_eq!(
+            b["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "muster", "namespace": NAMESPACE}])
+        );
+    }
 }
