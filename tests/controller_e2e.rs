@@ -22,6 +22,7 @@ use muster::controller::crd::QueuedJobState;
 use serde_json::{Value, json};
 use support::fleet::{self, client_for, ensure_fleet_up, unique_name, wait_for};
 use support::hub::{self, Controller};
+use support::watchdog::Watchdog;
 
 const T: Duration = Duration::from_secs(90);
 
@@ -114,6 +115,7 @@ async fn controller_end_to_end() {
         fleet::create_namespace(&hub, n).await;
     }
     hub::apply_tree(&hub, tree(&ns)).await.expect("quota tree");
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns.gpu, &ns.limited, &ns.misc]).await;
     let controller = Controller::start("e2e", &[]).await;
 
     let result = tokio::time::timeout(Duration::from_secs(300), async {
@@ -123,7 +125,9 @@ async fn controller_end_to_end() {
             scenario_max_jobs(&hub, &ns),
             scenario_bad_input(&hub, &ns),
             scenario_batch_and_jobset(&hub, &ns),
-        )
+        );
+        // Throughout, no job ran on two members and no running pod went without a record.
+        dog.assert_clean("e2e").await;
     });
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await;
 

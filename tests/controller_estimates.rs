@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use support::failures::*;
 use support::fleet::{self, unique_name, wait_for};
 use support::hub::{self, CONTROLLER_NS, Controller};
+use support::watchdog::Watchdog;
 
 /// A batch Job of one pod (1 GPU) that declares `secs` of run time and whose pod kwok completes
 /// after `secs`.
@@ -71,6 +72,7 @@ async fn a_waiting_job_is_told_when_and_where_it_starts_and_starts_then() {
     let leaf = json!({"name": "eta", "namespaces": [ns],
                       "max": {"cpu": "100", "memory": "400Gi", "nvidia.com/gpu": "2"}});
     let hub = setup(&[&ns], root(vec![leaf])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let controller = Controller::start("eta", &["--estimate-interval-seconds", "2"]).await;
     let snapshot_port = controller.snapshot;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
@@ -238,6 +240,7 @@ async fn a_waiting_job_is_told_when_and_where_it_starts_and_starts_then() {
         })
         .await;
         let _ = std::fs::remove_file(&file);
+        dog.assert_clean("eta").await;
     }))
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;

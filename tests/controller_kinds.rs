@@ -17,6 +17,7 @@ use serde_json::Value;
 use support::failures::*;
 use support::fleet::{self, unique_name, wait_for};
 use support::hub::{self, Controller, pods_per_member, queued_status as status};
+use support::watchdog::Watchdog;
 
 fn example(file: &str, ns: &str) -> Value {
     let path = fleet::repo_root().join("examples/jobs").join(file);
@@ -31,6 +32,7 @@ async fn a_raycluster_runs_whole_on_one_member() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("ray");
     let hub = setup(&[&ns], root(vec![leaf("ray", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let controller = Controller::start("ray", &[]).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         fleet::create_json(&hub, "rayclusters", example("raycluster.yaml", &ns))
@@ -78,6 +80,7 @@ async fn a_raycluster_runs_whole_on_one_member() {
             }
         })
         .await;
+        dog.assert_clean("ray").await;
     }))
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
@@ -88,6 +91,7 @@ async fn a_rayjob_runs_its_cluster_and_submitter_on_one_member() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("rayjob");
     let hub = setup(&[&ns], root(vec![leaf("rayjob", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let controller = Controller::start("rayjob", &[]).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         fleet::create_json(&hub, "rayjobs", example("rayjob.yaml", &ns))
@@ -133,6 +137,7 @@ async fn a_rayjob_runs_its_cluster_and_submitter_on_one_member() {
             }
         })
         .await;
+        dog.assert_clean("rayjob").await;
     }))
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
@@ -145,6 +150,7 @@ async fn training_job_runs_whole(file: &str, kind: &str, plural: &str, name: &st
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name(&kind.to_lowercase());
     let hub = setup(&[&ns], root(vec![leaf("kinds", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let controller = Controller::start("kinds", &[]).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         fleet::create_json(&hub, plural, example(file, &ns))
@@ -185,6 +191,7 @@ async fn training_job_runs_whole(file: &str, kind: &str, plural: &str, name: &st
             }
         })
         .await;
+        dog.assert_clean(kind).await;
     }))
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
@@ -229,6 +236,7 @@ async fn an_mpijob_runs_its_launcher_and_workers_on_one_member_and_finishes() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("mpi");
     let hub = setup(&[&ns], root(vec![leaf("mpi", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let controller = Controller::start("mpi", &[]).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         // The launcher (a batch Job's pod, which kwok completes) runs 8 s, so that the three
@@ -280,6 +288,7 @@ async fn an_mpijob_runs_its_launcher_and_workers_on_one_member_and_finishes() {
             "{}",
             obj.data["status"]
         );
+        dog.assert_clean("mpi").await;
     }))
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use support::failures::*;
 use support::fleet::{self, client_for, unique_name, wait_for};
 use support::hub::{self, Controller};
+use support::watchdog::Watchdog;
 
 /// A batch Job of one 1-GPU pod that names `class`, running 600 s.
 fn job_with_class(ns: &str, name: &str, class: &str) -> Value {
@@ -84,6 +85,7 @@ async fn jobs_go_only_to_members_that_have_their_priority_class() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("serves");
     let hub = setup(&[&ns], root(vec![leaf("serves", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let only_c = unique_name("only-c");
     let nowhere = unique_name("nowhere");
     // Both exist on the hub (the hub's PriorityClasses give a job its priority); on the members
@@ -172,6 +174,7 @@ async fn jobs_go_only_to_members_that_have_their_priority_class() {
         })
         .await;
         assert_eq!(running_pods("member-b", &ns).await, 1);
+        dog.assert_clean("serves").await;
     }))
     .await;
     for (c, n) in [
@@ -207,6 +210,7 @@ async fn a_member_whose_crd_is_removed_is_not_chosen_until_it_is_back() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("crd");
     let hub = setup(&[&ns], root(vec![leaf("crd", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let name = "mpijobs.kubeflow.org";
     let member_a = client_for("member-a").await;
     let crds: Api<CustomResourceDefinition> = Api::all(member_a.clone());
@@ -273,6 +277,7 @@ async fn a_member_whose_crd_is_removed_is_not_chosen_until_it_is_back() {
             }
         })
         .await;
+        dog.assert_clean("crd").await;
     }))
     .await;
     // Whatever happened, member-a gets its CRD back.

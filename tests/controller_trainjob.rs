@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use support::failures::*;
 use support::fleet::{self, client_for, unique_name, wait_for};
 use support::hub::{self, Controller, pods_per_member, queued_status as status};
+use support::watchdog::Watchdog;
 
 const API: &str = "trainer.kubeflow.org/v1alpha1";
 const RUNTIME: &str = "torch-distributed";
@@ -75,6 +76,7 @@ async fn a_trainjob_runs_whole_on_one_member_and_completes() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("train");
     let hub = setup(&[&ns], root(vec![leaf("train", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let controller = Controller::start("train", &[]).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         let job = trainjob(&ns, "ddp", 8);
@@ -163,6 +165,7 @@ async fn a_trainjob_runs_whole_on_one_member_and_completes() {
                     .any(|c| c["type"] == "Complete" && c["status"] == "True")
             });
         assert!(complete, "{}", obj.data["status"]);
+        dog.assert_clean("train").await;
     }))
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
@@ -184,6 +187,7 @@ async fn a_trainjob_waits_until_a_member_has_the_same_runtime() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("trainrt");
     let hub = setup(&[&ns], root(vec![leaf("trainrt", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let (b, c) = (client_for("member-b").await, client_for("member-c").await);
     let original = runtimes_api(&b)
         .get(RUNTIME)
@@ -287,6 +291,7 @@ async fn a_trainjob_waits_until_a_member_has_the_same_runtime() {
         })
         .await;
         assert_eq!(pods_per_member(&ns).await, [("member-b".to_string(), 2, 2)]);
+        dog.assert_clean("trainrt").await;
     }))
     .await;
     // Every member's runtime back as it was, whatever happened.

@@ -6,8 +6,12 @@
 //!   the partition (the job's QueuedJob lists the other member in `status.lifecycle.orphans`: an
 //!   old copy it cannot reach and will delete when the member answers);
 //! - **unrecorded delete**: a Running pod of a job that disappears (deleted) from a member while
-//!   no QueuedJob record seen says the job is not there (taken back, placed elsewhere, ended, an
-//!   orphan there, or the QueuedJob deleted with its hub job).
+//!   the record in force says the job is there (not taken back, placed elsewhere, ended, an
+//!   orphan there, or the QueuedJob deleted with its hub job). The record in force is the last
+//!   one received before that instant, or one received up to `LAG` after it; never an earlier
+//!   one (a Queued record from before the job was placed explains nothing).
+//!
+//! It fails when a watch does not list within 30 s, and when a test saw no pod event at all.
 //!
 //! A job's pod is one labelled with its UID *and* made by a controller (an owner reference with
 //! `controller: true`): a label alone is what a tenant can put on a pod of its own.
@@ -186,8 +190,13 @@ impl Watchdog {
                 }
             }));
         }
-        for r in ready {
-            let _ = tokio::time::timeout(Duration::from_secs(30), r).await;
+        for (i, r) in ready.into_iter().enumerate() {
+            let what = members.get(i).copied().unwrap_or("the hub's QueuedJobs");
+            match tokio::time::timeout(Duration::from_secs(30), r).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => panic!("watchdog: the watch of {what} ended before it listed"),
+                Err(_) => panic!("watchdog: the watch of {what} did not list within 30 s"),
+            }
         }
         Watchdog { state, tasks }
     }
@@ -215,6 +224,10 @@ impl Watchdog {
     pub async fn assert_clean(&self, what: &str) {
         let v = self.violations().await;
         let events = self.state.lock().map(|s| s.events).unwrap_or(0);
+        assert!(
+            events > 0,
+            "{what}: the watchdog saw no pod event at all: it watched nothing"
+        );
         assert!(
             v.is_empty(),
             "{what}: the watchdog saw {} broken instant(s) in {events} pod events:\n{}",
@@ -344,11 +357,7 @@ impl State {
     fn judge(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (at, uid, s) in &self.suspects {
-            let known: Vec<&Rec> = self
-                .records
-                .get(uid)
-                .map(|v| v.iter().filter(|r| r.at <= *at + LAG).collect())
-                .unwrap_or_default();
+            let known = in_force(self.records.get(uid).map(Vec::as_slice).unwrap_or(&[]), *at);
             match s {
                 Suspect::Twice(members) => {
                     // Declared: every member but one is an orphan in some record up to then.
@@ -373,5 +382,74 @@ impl State {
             }
         }
         out
+    }
+}
+
+/// The records that may explain an instant `at`: the one in force then (the last received at
+/// or before it) and those received up to `LAG` after it (the hub's watch may lag a
+/// member's). Not the earlier ones: a Queued record before the job was placed says nothing of
+/// a pod deleted while it runs.
+fn in_force(records: &[Rec], at: Instant) -> Vec<&Rec> {
+    let last_before = records.iter().rposition(|r| r.at <= at);
+    records
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| Some(*i) == last_before || (r.at > at && r.at <= at + LAG))
+        .map(|(_, r)| r)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(at: Instant, state: QueuedJobState, cluster: Option<&str>) -> Rec {
+        Rec {
+            at,
+            deleted: false,
+            state,
+            cluster: cluster.map(str::to_string),
+            orphans: BTreeSet::new(),
+        }
+    }
+
+    /// Queued, then admitted and running on member-a; a running pod deleted there long after
+    /// with no new record is unexplained, whatever the Queued record before said. (Judged
+    /// against every record ever received, the early Queued one excused it.)
+    #[test]
+    fn a_delete_is_judged_by_the_record_in_force() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut s = State::default();
+        s.records.insert(
+            "u".into(),
+            vec![
+                rec(at(0), QueuedJobState::Queued, None),
+                rec(at(10), QueuedJobState::Admitted, Some("member-a")),
+                rec(at(12), QueuedJobState::Running, Some("member-a")),
+            ],
+        );
+        let deleted = Suspect::Deleted {
+            member: "member-a".into(),
+            pod: "ns/p".into(),
+        };
+        s.suspects.push((at(60), "u".into(), deleted.clone()));
+        assert_eq!(s.judge().len(), 1, "{:?}", s.judge());
+        // A record taking it back, received within LAG of the delete, explains it.
+        if let Some(v) = s.records.get_mut("u") {
+            v.push(rec(at(60) + LAG / 2, QueuedJobState::Queued, None));
+        }
+        assert!(s.judge().is_empty(), "{:?}", s.judge());
+        // So does one in force before it (taken back at 50 s).
+        let mut s2 = State::default();
+        s2.records.insert(
+            "u".into(),
+            vec![
+                rec(at(10), QueuedJobState::Running, Some("member-a")),
+                rec(at(50), QueuedJobState::Queued, None),
+            ],
+        );
+        s2.suspects.push((at(60), "u".into(), deleted));
+        assert!(s2.judge().is_empty(), "{:?}", s2.judge());
     }
 }
