@@ -122,8 +122,12 @@ impl Book {
                 }
             }
             // Not charged: ended, backing off, placed with every pod done, or placed but
-            // unreadable now (it runs; reported).
-            (Some(r), _) if r.phase.terminal() || r.backoff_until.is_some() || r.holds() => {}
+            // unreadable now (it runs; reported). A rejected job is judged again (below): what
+            // rejected it (a PriorityClass, the fleet, the tree) may have changed meanwhile.
+            (Some(r), _)
+                if (r.phase.terminal() && r.phase != Phase::Rejected)
+                    || r.backoff_until.is_some()
+                    || r.holds() => {}
             _ => {
                 if !self.submit(sched, &mut e, spec) && durable.is_none() {
                     return None;

@@ -418,3 +418,59 @@ fn a_job_still_charged_is_not_done_until_its_copy_says_so() {
     assert!(!n.pods_done && n.charged());
     assert!(!out.contains(&Intent::Release));
 }
+
+/// A job rejected for a PriorityClass that did not exist yet, followed again from its record
+/// after a restart, is judged again: still rejected while the class is missing, queued (and
+/// admitted) once it is created. Before, a restored Rejected record was final.
+#[test]
+fn a_rejected_job_is_judged_again_after_a_restart() {
+    use crate::fleet::{ClusterInfo, NodeInfo};
+    use crate::quantity::Quantity;
+    use crate::scheduler::{Config, Scheduler};
+    let mut sched = Scheduler::new(Config::default());
+    sched.set_cluster(&ClusterInfo {
+        name: "member-a".into(),
+        nodes: vec![NodeInfo {
+            name: "a".into(),
+            allocatable: [("cpu", "16"), ("nvidia.com/gpu", "2"), ("pods", "110")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Quantity::parse(v).expect("quantity")))
+                .collect(),
+            ready: true,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let w = crate::workload::interpret(&serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "j", "namespace": "team"},
+        "spec": {"template": {"spec": {"priorityClassName": "late", "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "x",
+                "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": "1"}}}]}}}
+    }))
+    .expect("interprets");
+    let spec = spec_of(Ok(w));
+    let durable = Record {
+        phase: Phase::Rejected,
+        spec: spec.1.clone(),
+        reason: "PriorityClass late does not exist".into(),
+        ..Record::default()
+    };
+    let mut book = Book::new(s());
+    let out = book
+        .track(&mut sched, "u", "team/j".into(), &spec, 0, Some(durable))
+        .expect("followed");
+    assert!(out.is_empty(), "no intake Event for a job followed again: {out:?}");
+    let e = book.get("u").expect("entry");
+    assert_eq!(e.record.phase, Phase::Rejected, "still missing: {:?}", e.record);
+    assert!(e.id.is_some(), "in the scheduler, to be judged again");
+    sched.set_priority_classes(BTreeMap::from([("late".to_string(), 100)]));
+    let mut specs = |_: &str| Some(spec.clone());
+    let mut seen = |_: &str, r: &Record| Obs::of(r, 10).0;
+    book.pass(&mut sched, &mut specs, &mut seen, 10, true);
+    let r = &book.get("u").expect("entry").record;
+    assert!(
+        matches!(r.phase, Phase::Queued | Phase::Admitted),
+        "the class exists now: {r:?}"
+    );
+}
