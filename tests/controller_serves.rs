@@ -412,3 +412,45 @@ async fn a_member_whose_operator_does_not_act_is_not_chosen_for_that_kind() {
         .status();
     finish(&hub, &[&ns], vec![controller], outcome).await;
 }
+
+/// Issue 28, "after a restart, Rejected is final": a job naming a PriorityClass that exists
+/// nowhere yet is Rejected; the controller is restarted (an upgrade) while it is; the class is
+/// then created on the hub and on the members, and the job runs. Before, the restored Rejected
+/// record was never judged again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_rejected_before_a_restart_runs_once_its_priority_class_exists() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("late");
+    let hub = setup(&[&ns], root(vec![leaf("late", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
+    let class = unique_name("late-class");
+    let mut controllers = vec![Controller::start("late", &[]).await];
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        fleet::create_json(&hub, "jobs", job_with_class(&ns, "late", &class))
+            .await
+            .expect("create");
+        let q = hub::wait_queued_state(&hub, &ns, "Job", "late", QueuedJobState::Rejected, T).await;
+        let reason = q.status.and_then(|s| s.reason).unwrap_or_default();
+        assert!(reason.contains(&class), "{reason}");
+        // The upgrade: the controller stopped and started again, the job still Rejected.
+        controllers.clear();
+        controllers.push(Controller::start("late-again", &[]).await);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            status(&hub, &ns, "Job", "late").await.state,
+            QueuedJobState::Rejected
+        );
+        create_class(&hub, &class).await;
+        for m in fleet::MEMBERS {
+            create_class(&client_for(m).await, &class).await;
+        }
+        hub::wait_queued_state(&hub, &ns, "Job", "late", QueuedJobState::Running, T).await;
+        dog.assert_clean("late").await;
+    }))
+    .await;
+    delete_class(&hub, &class).await;
+    for m in fleet::MEMBERS {
+        delete_class(&client_for(m).await, &class).await;
+    }
+    finish(&hub, &[&ns], controllers, outcome).await;
+}

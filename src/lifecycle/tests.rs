@@ -460,9 +460,17 @@ fn a_rejected_job_is_judged_again_after_a_restart() {
     let out = book
         .track(&mut sched, "u", "team/j".into(), &spec, 0, Some(durable))
         .expect("followed");
-    assert!(out.is_empty(), "no intake Event for a job followed again: {out:?}");
+    assert!(
+        out.is_empty(),
+        "no intake Event for a job followed again: {out:?}"
+    );
     let e = book.get("u").expect("entry");
-    assert_eq!(e.record.phase, Phase::Rejected, "still missing: {:?}", e.record);
+    assert_eq!(
+        e.record.phase,
+        Phase::Rejected,
+        "still missing: {:?}",
+        e.record
+    );
     assert!(e.id.is_some(), "in the scheduler, to be judged again");
     sched.set_priority_classes(BTreeMap::from([("late".to_string(), 100)]));
     let mut specs = |_: &str| Some(spec.clone());
