@@ -13,6 +13,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
@@ -435,6 +436,21 @@ async fn a_job_rejected_before_a_restart_runs_once_its_priority_class_exists() {
         // The upgrade: the controller stopped and started again, the job still Rejected.
         controllers.clear();
         controllers.push(Controller::start("late-again", &[]).await);
+        // Once it leads (the killed one's lease runs out first) and has read the job.
+        let leases: Api<Lease> = Api::namespaced(hub.clone(), hub::CONTROLLER_NS);
+        wait_for("the restarted controller leads", T, || async {
+            let l = leases
+                .get("muster-controller")
+                .await
+                .map_err(|e| e.to_string())?;
+            let holder = l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+            if holder == "late-again" {
+                Ok(())
+            } else {
+                Err(holder)
+            }
+        })
+        .await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(
             status(&hub, &ns, "Job", "late").await.state,

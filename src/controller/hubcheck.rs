@@ -9,7 +9,8 @@
 //! Owns the pod built from a template ([`templates`]), what an answer means ([`classify`]), and
 //! the verdicts ([`HubChecks`]): kept per namespace and template digest together with the
 //! namespace's pod-security labels, checked again when those labels change or the verdict is
-//! older than [`RECHECK`], one check in flight per key, at most [`IN_FLIGHT`] at once. Also what
+//! older than [`RECHECK`] ([`REFUSED_RECHECK`] for a refusal), one check in flight per key, at
+//! most [`IN_FLIGHT`] at once. Also what
 //! a member namespace muster creates must carry ([`psa_labels`]).
 //!
 //! Not replayed: mutating webhooks (a dry run shows what they would change; the copy is not
@@ -30,6 +31,9 @@ pub const PSA_PREFIX: &str = "pod-security.kubernetes.io/";
 /// A verdict older than this is checked again (policies other than the namespace's labels,
 /// such as a new ValidatingAdmissionPolicy, cannot be watched for one namespace).
 pub const RECHECK: Duration = Duration::from_secs(600);
+/// A refusal is asked again this much later, while a job it rejected waits: what the hub
+/// refused for (a PriorityClass not created yet, a policy) is often fixed within minutes.
+pub const REFUSED_RECHECK: Duration = Duration::from_secs(30);
 /// After an answer that says nothing about the template (the API server unreachable, a
 /// namespace or service account not made yet), the check is tried again this much later.
 pub const RETRY: Duration = Duration::from_secs(5);
@@ -221,7 +225,7 @@ impl HubChecks {
                         Outcome::Allowed => age >= RECHECK,
                         Outcome::Refused(msg) => {
                             refused.get_or_insert_with(|| refusal(t, msg));
-                            age >= RECHECK
+                            age >= REFUSED_RECHECK
                         }
                     }
                 }

@@ -19,7 +19,7 @@ use super::brain::Brain;
 use super::crd::{PodCounts, PodPlacement, QueuedJob, QueuedJobStatus};
 use super::execute::Done;
 use super::{hubcheck, intake, kinds, queued_job_name, record};
-use crate::lifecycle::{Intent, Phase, Spec, spec_of};
+use crate::lifecycle::{Intent, Phase, REFUSED_BY_HUB, Spec, spec_of};
 use crate::workload::{JobKind, Workload, interpret_with};
 
 /// What the controller knows of a followed hub job beyond its lifecycle record.
@@ -59,6 +59,8 @@ pub(super) struct Job {
     /// The QueuedJob status last written (None: the QueuedJob may not exist), and when.
     pub written: Option<QueuedJobStatus>,
     pub written_at: Option<Instant>,
+    /// When the hub's admission last judged its pod templates (`hubcheck`).
+    pub judged_at: Option<Instant>,
     /// The hub job is gone (followed until its copies are confirmed gone).
     pub gone: bool,
 }
@@ -219,6 +221,26 @@ impl Brain {
         }
     }
 
+    /// Waiting jobs whose judgement is due again (`hubcheck::REFUSED_RECHECK` after a refusal,
+    /// `hubcheck::RECHECK` otherwise) are read again: a PriorityClass created, a policy
+    /// removed or added since, and the hub's verdict changes.
+    fn hub_judgements_due(&mut self) {
+        let now = Instant::now();
+        for (uid, j) in self.jobs.iter_mut() {
+            let record = self.book.get(uid).map(|e| &e.record);
+            let waiting = record.is_none_or(|r| matches!(r.phase, Phase::Queued | Phase::Rejected));
+            let refused = record.is_some_and(|r| r.reason.starts_with(REFUSED_BY_HUB));
+            let every = if refused {
+                hubcheck::REFUSED_RECHECK
+            } else {
+                hubcheck::RECHECK
+            };
+            if waiting && j.judged_at.is_some_and(|t| now.duration_since(t) >= every) {
+                j.generation = i64::MIN;
+            }
+        }
+    }
+
     /// Namespaces whose pod-security labels changed since the last pass: their waiting jobs
     /// are judged again under the new labels.
     fn namespace_policies_changed(&mut self) {
@@ -251,6 +273,7 @@ impl Brain {
     pub(super) async fn sync_jobs(&mut self) {
         if self.opts.hub_pod_admission {
             self.namespace_policies_changed();
+            self.hub_judgements_due();
         }
         let mut seen: HashSet<String> = HashSet::new();
         let mut exists: HashSet<String> = HashSet::new();
@@ -331,6 +354,7 @@ impl Brain {
                         j.generation = generation;
                         j.spec = spec;
                         j.deadline = deadline;
+                        j.judged_at = Some(Instant::now());
                     }
                     None => {
                         let api_version = obj
@@ -348,6 +372,7 @@ impl Brain {
                         let mut j =
                             new_job(kind, &ns, &name, api_version, generation, spec, queued_at);
                         j.deadline = deadline;
+                        j.judged_at = Some(Instant::now());
                         self.jobs.insert(uid.clone(), j);
                     }
                 }
@@ -569,6 +594,7 @@ pub(super) fn new_job(
         synced_at: None,
         written: None,
         written_at: None,
+        judged_at: None,
         gone: false,
     }
 }
