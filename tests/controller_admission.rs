@@ -25,27 +25,14 @@ const ENFORCE: &str = "pod-security.kubernetes.io/enforce";
 /// A one-pod batch Job with 2 GPUs; `privileged` adds what `restricted` forbids (a privileged
 /// container and a hostPath volume), otherwise the pod complies with `restricted`.
 fn job(ns: &str, name: &str, privileged: bool) -> Value {
-    let r = json!({"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "2"});
-    let mut pod = json!({
-        "restartPolicy": "Never",
-        "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10",
-                        "securityContext": {"allowPrivilegeEscalation": false,
-                                            "capabilities": {"drop": ["ALL"]}},
-                        "resources": {"requests": r.clone(), "limits": r}}]
-    });
+    let mut job = restricted_job(ns, name, 2);
     if privileged {
+        let pod = &mut job["spec"]["template"]["spec"];
         pod["containers"][0]["securityContext"] = json!({"privileged": true});
         pod["containers"][0]["volumeMounts"] = json!([{"name": "host", "mountPath": "/host"}]);
         pod["volumes"] = json!([{"name": "host", "hostPath": {"path": "/"}}]);
     }
-    json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"backoffLimit": 0, "template": {"metadata": {"annotations": runs_for(3600)},
-                 "spec": pod}}
-    })
+    job
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

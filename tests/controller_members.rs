@@ -13,17 +13,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use support::failures::*;
 use support::fleet::{self, kubeconfig_path, repo_root, unique_name, wait_for};
-use support::hub::{CONTROLLER_NS, Controller};
-
-/// The `Ready` condition of a MemberCluster, as JSON (`Null` when it has none yet).
-async fn ready_condition(mcs: &Api<kube::api::DynamicObject>, name: &str) -> Result<Value, String> {
-    let o = serde_json::to_value(mcs.get(name).await.map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
-    Ok(o.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|a| a.iter().find(|c| c["type"] == "Ready").cloned())
-        .unwrap_or(Value::Null))
-}
+use support::hub::{self, CONTROLLER_NS, Controller};
 
 /// A member whose kubeconfig (member-a's server and CA, inline) authenticates with an exec
 /// plugin that would leave a marker file behind, and names a second user with a `tokenFile`:
@@ -93,7 +83,7 @@ async fn a_kubeconfig_with_an_exec_plugin_is_refused_naming_the_field() {
     let controller = Controller::start("kc-exec", &[]).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         let cond = wait_for("the exec member Ready=False", T, || async {
-            let c = ready_condition(&mcs, &member).await?;
+            let c = hub::ready_condition(&mcs, &member).await?;
             if c["status"] == "False" {
                 Ok(c)
             } else {
@@ -114,7 +104,7 @@ async fn a_kubeconfig_with_an_exec_plugin_is_refused_naming_the_field() {
         // The fleet's members carry inline credentials: accepted.
         for m in fleet::MEMBERS {
             wait_for(&format!("{m} Ready"), T, || async {
-                let c = ready_condition(&mcs, m).await?;
+                let c = hub::ready_condition(&mcs, m).await?;
                 if c["status"] == "True" {
                     Ok(())
                 } else {
@@ -124,7 +114,7 @@ async fn a_kubeconfig_with_an_exec_plugin_is_refused_naming_the_field() {
             .await;
         }
         // Still refused a resync later, and the plugin never ran.
-        let c = ready_condition(&mcs, &member).await.expect("read");
+        let c = hub::ready_condition(&mcs, &member).await.expect("read");
         assert_eq!(c["status"], "False", "{c}");
         assert!(
             !marker.exists(),

@@ -48,24 +48,6 @@ async fn as_user_on(cluster: &str, user: &str) -> Client {
     Client::try_from(cfg).expect("client")
 }
 
-/// A one-pod batch Job of `gpus` GPUs that complies with Pod Security `restricted`.
-fn job(ns: &str, name: &str, gpus: u32) -> Value {
-    let r = json!({"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": gpus.to_string()});
-    json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"backoffLimit": 0, "template": {"metadata": {"annotations": runs_for(3600)},
-                 "spec": {
-            "restartPolicy": "Never",
-            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
-                                "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10",
-                            "securityContext": {"allowPrivilegeEscalation": false,
-                                                "capabilities": {"drop": ["ALL"]}},
-                            "resources": {"requests": r.clone(), "limits": r}}]}}}
-    })
-}
-
 /// The answer to one attempt, printed; the refusal's message when refused.
 fn refused<T>(what: &str, r: kube::Result<T>) -> String {
     match r {
@@ -191,11 +173,11 @@ async fn a_namespace_admin_cannot_get_around_the_queue() {
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         let jobs: Api<DynamicObject> =
             fleet::dynamic_api(&tenant, "batch/v1", "Job", "jobs", Some(&ns));
-        fleet::create_json(&tenant, "jobs", job(&ns, "first", 4))
+        fleet::create_json(&tenant, "jobs", restricted_job(&ns, "first", 4))
             .await
             .expect("the tenant submits");
         hub::wait_queued_state(&hub, &ns, "Job", "first", QueuedJobState::Running, T).await;
-        fleet::create_json(&tenant, "jobs", job(&ns, "second", 8))
+        fleet::create_json(&tenant, "jobs", restricted_job(&ns, "second", 8))
             .await
             .expect("the tenant submits again");
         let q = hub::wait_queued_state(&hub, &ns, "Job", "second", QueuedJobState::Queued, T).await;
@@ -285,7 +267,7 @@ async fn a_namespace_admin_cannot_get_around_the_queue() {
         );
         assert!(m.contains("muster") && m.contains("records"), "{m}");
         // 4. A privileged pod spec into the restricted namespace.
-        let mut bad = job(&ns, "privileged", 1);
+        let mut bad = restricted_job(&ns, "privileged", 1);
         bad["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
             json!({"privileged": true});
         fleet::create_json(&tenant, "jobs", bad)
@@ -313,7 +295,7 @@ async fn a_namespace_admin_cannot_get_around_the_queue() {
         let member = client_for("member-c").await;
         grant_admin(&member, &ns, &user).await;
         let tenant_on_member = as_user_on("member-c", &user).await;
-        let mut squatter = job(&ns, "squatter", 4)["spec"]["template"].clone();
+        let mut squatter = restricted_job(&ns, "squatter", 4)["spec"]["template"].clone();
         squatter["apiVersion"] = json!("v1");
         squatter["kind"] = json!("Pod");
         squatter["metadata"] = json!({"name": "squatter", "namespace": ns,
@@ -332,7 +314,7 @@ async fn a_namespace_admin_cannot_get_around_the_queue() {
             }
         })
         .await;
-        fleet::create_json(&tenant, "jobs", job(&ns, "third", 4))
+        fleet::create_json(&tenant, "jobs", restricted_job(&ns, "third", 4))
             .await
             .expect("third");
         let q = hub::wait_queued_state(&hub, &ns, "Job", "third", QueuedJobState::Queued, T).await;
@@ -431,16 +413,10 @@ async fn a_namespace_admin_cannot_get_around_the_queue() {
             None,
         );
         let cond = wait_for("the MemberCluster's Ready condition", T, || async {
-            let o = mcs
-                .get(&format!("{ns}-mc"))
-                .await
-                .map_err(|e| e.to_string())?;
-            let c = o
-                .data
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .and_then(|a| a.iter().find(|c| c["type"] == "Ready").cloned());
-            c.ok_or_else(|| "no Ready condition yet".to_string())
+            match hub::ready_condition(&mcs, &format!("{ns}-mc")).await? {
+                Value::Null => Err("no Ready condition yet".to_string()),
+                c => Ok(c),
+            }
         })
         .await;
         let _ = mcs

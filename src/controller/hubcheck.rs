@@ -254,33 +254,40 @@ impl HubChecks {
     ) -> bool {
         let key = (namespace.to_string(), digest.to_string());
         self.in_flight.remove(&key);
-        let before = self.entries.get(&key).and_then(|e| {
-            (e.policy == policy && !matches!(e.outcome, Outcome::Unknown(_)))
-                .then(|| e.outcome.clone())
-        });
-        let changed = match (&before, &outcome) {
-            (_, Outcome::Unknown(_)) => false,
-            (Some(b), o) => b != o,
-            (None, _) => false,
-        };
-        // An answer that says nothing keeps a verdict already known for this policy.
-        if matches!(outcome, Outcome::Unknown(_))
-            && let Some(e) = self.entries.get_mut(&key)
-            && e.policy == policy
-            && before.is_some()
-        {
-            e.at = now.checked_sub(RECHECK - RETRY).unwrap_or(now);
-            return false;
+        let known = self
+            .entries
+            .get_mut(&key)
+            .filter(|e| e.policy == policy && !matches!(e.outcome, Outcome::Unknown(_)));
+        match (known, outcome) {
+            // An answer that says nothing keeps the verdict known for this policy; it is due
+            // again after RETRY.
+            (Some(e), Outcome::Unknown(_)) => {
+                let every = match e.outcome {
+                    Outcome::Refused(_) => REFUSED_RECHECK,
+                    _ => RECHECK,
+                };
+                e.at = now.checked_sub(every - RETRY).unwrap_or(now);
+                false
+            }
+            (Some(e), outcome) => {
+                let changed = e.outcome != outcome;
+                e.outcome = outcome;
+                e.at = now;
+                changed
+            }
+            (None, outcome) => {
+                let policy = policy.to_string();
+                self.entries.insert(
+                    key,
+                    Entry {
+                        policy,
+                        outcome,
+                        at: now,
+                    },
+                );
+                false
+            }
         }
-        self.entries.insert(
-            key,
-            Entry {
-                policy: policy.to_string(),
-                outcome,
-                at: now,
-            },
-        );
-        changed
     }
 
     /// Forgets the verdicts of namespaces that are gone.

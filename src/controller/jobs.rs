@@ -211,11 +211,7 @@ impl Brain {
     /// do when a namespace's policy changes.
     fn reread_waiting(&mut self, namespace: &str) {
         for (uid, j) in self.jobs.iter_mut() {
-            let waiting = self
-                .book
-                .get(uid)
-                .is_none_or(|e| matches!(e.record.phase, Phase::Queued | Phase::Rejected));
-            if j.namespace == namespace && waiting {
+            if j.namespace == namespace && waiting(&self.book, uid) {
                 j.generation = i64::MIN;
             }
         }
@@ -227,15 +223,18 @@ impl Brain {
     fn hub_judgements_due(&mut self) {
         let now = Instant::now();
         for (uid, j) in self.jobs.iter_mut() {
-            let record = self.book.get(uid).map(|e| &e.record);
-            let waiting = record.is_none_or(|r| matches!(r.phase, Phase::Queued | Phase::Rejected));
-            let refused = record.is_some_and(|r| r.reason.starts_with(REFUSED_BY_HUB));
+            let refused = self
+                .book
+                .get(uid)
+                .is_some_and(|e| e.record.reason.starts_with(REFUSED_BY_HUB));
             let every = if refused {
                 hubcheck::REFUSED_RECHECK
             } else {
                 hubcheck::RECHECK
             };
-            if waiting && j.judged_at.is_some_and(|t| now.duration_since(t) >= every) {
+            if waiting(&self.book, uid)
+                && j.judged_at.is_some_and(|t| now.duration_since(t) >= every)
+            {
                 j.generation = i64::MIN;
             }
         }
@@ -560,6 +559,13 @@ pub(super) fn typed(v: &mut Value, kind: JobKind) {
             o.insert("kind".into(), Value::from(kind.as_str()));
         }
     }
+}
+
+/// Not placed: queued or rejected (or not followed yet), so the hub's verdict on its pod
+/// templates still decides whether it may run.
+fn waiting(book: &crate::lifecycle::Book, uid: &str) -> bool {
+    book.get(uid)
+        .is_none_or(|e| matches!(e.record.phase, Phase::Queued | Phase::Rejected))
 }
 
 pub(super) fn new_job(

@@ -142,3 +142,22 @@ pub fn panic_text(e: &Box<dyn std::any::Any + Send>) -> String {
         .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_default()
 }
+
+/// A batch Job of one pod of `gpus` GPUs that complies with Pod Security `restricted`, running
+/// an hour.
+pub fn restricted_job(ns: &str, name: &str, gpus: u32) -> Value {
+    let r = json!({"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": gpus.to_string()});
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"backoffLimit": 0, "template": {"metadata": {"annotations": runs_for(3600)},
+                 "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10",
+                            "securityContext": {"allowPrivilegeEscalation": false,
+                                                "capabilities": {"drop": ["ALL"]}},
+                            "resources": {"requests": r.clone(), "limits": r}}]}}}
+    })
+}

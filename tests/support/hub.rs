@@ -544,3 +544,13 @@ pub async fn pods_per_member(ns: &str) -> Vec<(String, usize, usize)> {
     }
     out
 }
+
+/// The `Ready` condition of a MemberCluster, as JSON (`Null` when it has none yet).
+pub async fn ready_condition(mcs: &Api<DynamicObject>, name: &str) -> Result<Value, String> {
+    let o = serde_json::to_value(mcs.get(name).await.map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    Ok(o.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().find(|c| c["type"] == "Ready").cloned())
+        .unwrap_or(Value::Null))
+}
