@@ -22,11 +22,36 @@ pub type Ms = u64;
 pub type Plan = BTreeMap<String, BTreeMap<String, u32>>;
 
 mod book;
+#[cfg(test)]
+mod book_tests;
+pub mod gc;
 mod step;
 #[cfg(test)]
 mod tests;
 pub use book::{Book, Entry, Spec, spec_of};
 pub use step::{admitted, gone, preempted, step};
+
+/// Defects of earlier controllers, kept so that `muster sim --faults-defect` can put each back
+/// into the code that ships and show that the fault simulation's invariants catch it. The hub
+/// controller never sets one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Defect {
+    /// Without a valid tree nothing is followed, and garbage collection deletes every copy it
+    /// does not follow (issue 11, defect 1).
+    CollectUnknown,
+    /// A replaced leader goes on writing and acting (defect 4).
+    Unfenced,
+    /// Records are written in any order and a failed write does not stop the rest (defect 3).
+    WritesUnordered,
+    /// An orphan on a removed member is forgotten, and copies of followed jobs that their
+    /// record does not name are never collected (issue 28).
+    StraysKept,
+    /// QueuedJobs are made without muster's finalizer, so one deleted while no leader runs
+    /// takes the job's record with it (issue 28).
+    NoRecordFinalizer,
+    /// A copy being deleted holds back every create for as long as it stays (issue 28).
+    DrainForever,
+}
 
 /// How a spec the hub's own admission refuses begins (the driver checks each pod template on
 /// the hub before a job is queued): such a job is Rejected with that text as its reason, not
@@ -148,7 +173,14 @@ pub struct Settings {
     /// Backoff before a job taken back is queued again: base·2^(n-1), at most max.
     pub backoff: Ms,
     pub backoff_max: Ms,
+    /// A copy being deleted holds back every create (what it uses is not free until it is
+    /// gone) for at most this long after its job left its member; one that stays longer (held
+    /// by a finalizer, its operator not acting) is called stuck and holds back only its own
+    /// job, never every dispatch.
+    pub drain_grace: Ms,
     pub partition: Partition,
+    /// An earlier controller's defect put back (`muster sim --faults-defect` only).
+    pub defect: Option<Defect>,
 }
 
 impl Default for Settings {
@@ -162,6 +194,8 @@ impl Default for Settings {
             create_give_up: 60_000,
             backoff: 10_000,
             backoff_max: 600_000,
+            drain_grace: 60_000,
+            defect: None,
             partition: Partition::Replace,
         }
     }
@@ -271,6 +305,10 @@ pub struct Record {
     /// Members that may still hold a copy of it (taken back, preempted), since when: deleted
     /// there, and forgotten once the member confirms it gone.
     pub orphans: BTreeMap<String, Ms>,
+    /// Orphan members that were removed from the fleet: nothing can confirm their copies gone
+    /// until they are registered again (said once, in an `OldCopyUnconfirmed` Event; the job
+    /// may run twice meanwhile). A member registered again that answers has its copy deleted.
+    pub unconfirmed: BTreeSet<String>,
     /// One line: why it waits, or what happened last.
     pub reason: String,
 }
@@ -300,14 +338,18 @@ impl Record {
     }
 
     /// Members where a copy may run while the job is placed elsewhere or waits: a declared
-    /// partition (the job may run twice until they answer).
+    /// partition (the job may run twice until they answer), a member removed from the fleet
+    /// with a copy nothing confirmed gone, or one whose old copy muster deletes still has
+    /// live pods.
     pub fn maybe_twice<'a>(&'a self, seen: &'a Seen) -> impl Iterator<Item = &'a str> + 'a {
-        self.orphans.keys().map(String::as_str).filter(move |c| {
-            matches!(
-                seen.orphans.get(*c),
-                Some(Member::Silent { .. } | Member::Unconnected { .. })
-            )
-        })
+        self.orphans
+            .keys()
+            .map(String::as_str)
+            .filter(move |c| match seen.orphans.get(*c) {
+                Some(Member::Answering(Some(copy))) => copy.live_pods > 0,
+                Some(Member::Answering(None)) => false,
+                _ => true,
+            })
     }
 }
 

@@ -261,6 +261,9 @@ enum DefectArg {
     CollectUnknown,
     Unfenced,
     WritesUnordered,
+    StraysKept,
+    NoRecordFinalizer,
+    DrainForever,
 }
 
 impl DefectArg {
@@ -270,6 +273,9 @@ impl DefectArg {
             DefectArg::CollectUnknown => Defect::CollectUnknown,
             DefectArg::Unfenced => Defect::Unfenced,
             DefectArg::WritesUnordered => Defect::WritesUnordered,
+            DefectArg::StraysKept => Defect::StraysKept,
+            DefectArg::NoRecordFinalizer => Defect::NoRecordFinalizer,
+            DefectArg::DrainForever => Defect::DrainForever,
         }
     }
 }

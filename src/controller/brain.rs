@@ -97,6 +97,8 @@ pub(super) struct Brain {
     pub snapshots: Option<mpsc::Receiver<super::snapshot::Ask>>,
     /// The hub's verdicts on pod templates (server-side dry runs).
     pub hub_checks: super::hubcheck::HubChecks,
+    /// QueuedJobs whose `muster.dev/record` finalizer is being added or removed.
+    pub finalizing: super::finalizers::Finalizing,
 }
 
 impl Brain {
@@ -154,6 +156,7 @@ impl Brain {
             tree_manifest: None,
             snapshots: None,
             hub_checks: Default::default(),
+            finalizing: Default::default(),
         }
     }
 
@@ -191,6 +194,7 @@ impl Brain {
         self.carry_out(writes);
         t.mark("execute+observed");
         self.collect_garbage();
+        self.keep_records();
         self.sync_reasons();
         t.mark("reasons");
         self.write_records();
@@ -312,6 +316,8 @@ pub(super) fn settings(o: &Options) -> Settings {
         create_give_up: ms(o.create_give_up),
         backoff: ms(o.requeue_backoff),
         backoff_max: ms(o.requeue_backoff_max),
+        drain_grace: Settings::default().drain_grace,
+        defect: None,
         partition: o.partition,
     }
 }

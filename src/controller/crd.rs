@@ -301,6 +301,10 @@ pub struct LifecycleStatus {
     /// twice (condition-like: see `mayRunTwiceOn`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub orphans: BTreeMap<String, String>,
+    /// Orphan members removed from the fleet: their copies cannot be confirmed gone until they
+    /// are registered again (then they are deleted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unconfirmed: Vec<String>,
     /// Members that do not answer and may still run an old copy while the job is placed
     /// elsewhere (the partition policy Replace): the job may be running twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

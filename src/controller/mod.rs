@@ -26,6 +26,7 @@ pub mod dispatch;
 mod events;
 mod execute;
 pub mod explain;
+mod finalizers;
 mod forecasting;
 pub mod gates;
 mod gc;

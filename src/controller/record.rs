@@ -82,6 +82,7 @@ pub(super) fn to_status(r: &Record, may_run_twice_on: Vec<String>) -> QueuedJobS
                 .iter()
                 .map(|(c, since)| (c.clone(), time(*since)))
                 .collect(),
+            unconfirmed: r.unconfirmed.iter().cloned().collect(),
             may_run_twice_on,
         }),
         ..QueuedJobStatus::default()
@@ -120,6 +121,7 @@ pub(super) fn from_status(st: &QueuedJobStatus, spec: &str) -> Record {
             .iter()
             .filter_map(|(c, since)| Some((c.clone(), ms(since)?)))
             .collect::<BTreeMap<_, _>>(),
+        unconfirmed: l.unconfirmed.iter().cloned().collect(),
         reason: st.reason.clone().unwrap_or_default(),
     }
 }
@@ -371,6 +373,8 @@ impl Brain {
                 },
             );
             qj.metadata.namespace = Some(t.namespace.clone());
+            // Kept while muster needs the record (see `finalizers`).
+            qj.metadata.finalizers = Some(vec![super::finalizers::RECORD_FINALIZER.into()]);
             qj.metadata.owner_references = Some(vec![OwnerReference {
                 api_version: t.api_version.clone(),
                 kind: t.kind.as_str().into(),
@@ -420,6 +424,7 @@ mod tests {
             .insert("node-1".into(), 2);
         r.avoid.insert("member-b".into());
         r.orphans.insert("member-c".into(), 1_699_999_999_000);
+        r.unconfirmed.insert("member-c".into());
         let st = to_status(&r, vec!["member-c".into()]);
         let text = serde_json::to_string(&st).expect("serialises");
         let back: QueuedJobStatus = serde_json::from_str(&text).expect("parses");

@@ -56,6 +56,10 @@ pub struct Book {
     /// quota stays charged (the last record, with its member and orphans) until every such
     /// member confirms the copy gone.
     deleted: BTreeMap<String, (Option<JobId>, Record)>,
+    /// Copies of jobs not followed (their hub job deleted) that muster deletes and that may
+    /// still run: (member, deleted at). They hold back creates as the followed jobs' old copies
+    /// do (see [`Book::pass`]). The driver says so before each pass.
+    pub deleting: Vec<(String, Ms)>,
 }
 
 impl Book {
@@ -245,6 +249,23 @@ impl Book {
         deletes
     }
 
+    /// Whether the job's QueuedJob must stay (its finalizer kept): the job is followed, or
+    /// deleted but still charged while a copy may remain. Otherwise the driver lets it go.
+    pub fn keeps(&self, uid: &str) -> bool {
+        self.jobs.contains_key(uid) || self.deleted.contains_key(uid)
+    }
+
+    /// Followed jobs whose record the hub held and holds no more (`held` says whether the hub
+    /// holds a QueuedJob for a job): someone deleted it. The driver writes it again; until then
+    /// the hub holds no record of the job, so nothing is created or deleted on its behalf.
+    pub fn lost_records(&self, held: impl Fn(&str) -> bool) -> Vec<String> {
+        self.jobs
+            .iter()
+            .filter(|(u, e)| e.written.is_some() && !held(u))
+            .map(|(u, _)| u.clone())
+            .collect()
+    }
+
     /// Deleted jobs still charged (see [`Book::untrack`]).
     pub fn deleted(&self) -> impl Iterator<Item = (&String, &Record)> {
         self.deleted.iter().map(|(u, (_, r))| (u, r))
@@ -304,9 +325,19 @@ impl Book {
         self.settle_deleted(sched, seen);
         let uids: Vec<String> = self.jobs.keys().cloned().collect();
         // 1. Observe every job first: a copy still being deleted anywhere holds back every
-        //    create (the capacity and quota it uses are not free until it is gone).
+        //    create (the capacity and quota it uses are not free until it is gone), for at
+        //    most the drain grace after its job left; a copy that stays longer is stuck (a
+        //    finalizer, an operator that does not act) and holds back only its own job.
         let mut views: Vec<(String, Seen)> = Vec::with_capacity(uids.len());
         let mut draining = BTreeSet::new();
+        let grace = self.settings.drain_grace;
+        for (c, since) in &self.deleting {
+            if now.saturating_sub(*since) < grace
+                || self.settings.defect == Some(super::Defect::DrainForever)
+            {
+                draining.insert(c.clone());
+            }
+        }
         for uid in &uids {
             let Some(e) = self.jobs.get_mut(uid) else {
                 continue;
@@ -316,7 +347,13 @@ impl Book {
             s.hub = e.written.clone();
             s.created = e.created.take();
             for (c, m) in &s.orphans {
-                if matches!(m, Member::Answering(Some(_))) && e.record.cluster.as_deref() != Some(c)
+                let fresh = e.record.orphans.get(c).is_some_and(|since| {
+                    now.saturating_sub(*since) < grace
+                        || self.settings.defect == Some(super::Defect::DrainForever)
+                });
+                if matches!(m, Member::Answering(Some(_)))
+                    && fresh
+                    && e.record.cluster.as_deref() != Some(c)
                 {
                     draining.insert(c.clone());
                 }

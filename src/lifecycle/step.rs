@@ -30,6 +30,7 @@ fn back_to_queue(r: &Record, now: Ms) -> Record {
         requeues: r.requeues,
         avoid: r.avoid.clone(),
         orphans,
+        unconfirmed: r.unconfirmed.clone(),
         reason: r.reason.clone(),
         ..Record::default()
     }
@@ -51,6 +52,7 @@ pub fn admitted(r: &Record, cluster: &str, placement: Plan, now: Ms) -> (Record,
         requeues: r.requeues,
         avoid: r.avoid.clone(),
         orphans: r.orphans.clone(),
+        unconfirmed: r.unconfirmed.clone(),
         reason: format!("admitted to {cluster}"),
         ..Record::default()
     };
@@ -167,7 +169,7 @@ pub fn step(r: &Record, seen: &Seen, s: &Settings) -> (Record, Vec<Intent>) {
         Phase::Queued => queued(n, seen, &mut out),
         Phase::Admitted => admitted_step(n, seen, s, blocked, &mut out),
         Phase::Dispatched | Phase::Running => placed(n, seen, s, &mut out),
-        Phase::Finished | Phase::Failed => ended(n, seen, &mut out),
+        Phase::Finished | Phase::Failed => ended(n, seen, s, &mut out),
         Phase::Rejected => {
             if seen.spec != r.spec {
                 n.spec = seen.spec.clone();
@@ -199,6 +201,7 @@ fn orphans(
                 {
                     // Placed there again and created: that copy is the job's own.
                     n.orphans.remove(c);
+                    n.unconfirmed.remove(c);
                     continue;
                 }
                 if seen.hub.as_ref().is_some_and(|h| h.removes_from(c)) {
@@ -207,11 +210,26 @@ fn orphans(
                         why: format!("the job left {c}: {}", r.reason),
                     });
                 }
-                blocked.get_or_insert(format!("its old copy on {c} is being deleted"));
+                let waited = seen.now.saturating_sub(*since);
+                // Stuck (past the grace) with no pod left: an object, not a run; it holds
+                // back no create elsewhere.
+                if waited >= s.drain_grace && copy.live_pods == 0 && n.cluster.as_deref() != Some(c)
+                {
+                    continue;
+                }
+                blocked.get_or_insert(if waited >= s.drain_grace {
+                    format!(
+                        "its old copy on {c} has not gone in {}s since muster deleted it (a finalizer holds it, or its operator does not act)",
+                        waited / 1000
+                    )
+                } else {
+                    format!("its old copy on {c} is being deleted")
+                });
             }
             Some(Member::Answering(None)) => {
                 n.orphans.remove(c);
-                if seen.now.saturating_sub(*since) >= s.member_lost_grace {
+                if n.unconfirmed.remove(c) || seen.now.saturating_sub(*since) >= s.member_lost_grace
+                {
                     event(
                         out,
                         Transition::OldCopyGone,
@@ -226,15 +244,28 @@ fn orphans(
                     ));
                 }
             }
-            Some(Member::Removed) | None => {
+            // Removed from the fleet: its copy may still run there, and a member registered
+            // again (a Secret rotated, a GitOps prune undone) brings it back. The orphan stays
+            // (the job may run twice, and says so) until the member answers without the copy;
+            // it does not hold the job back, since nothing may ever answer for it.
+            Some(Member::Removed) | None if s.defect == Some(super::Defect::StraysKept) => {
                 n.orphans.remove(c);
                 event(
                     out,
                     Transition::OldCopyUnconfirmed,
-                    format!(
-                        "member {c} was removed: muster cannot confirm that the copy left there is gone"
-                    ),
+                    format!("member {c} was removed (defect: strays-kept)"),
                 );
+            }
+            Some(Member::Removed) | None => {
+                if n.unconfirmed.insert(c.clone()) {
+                    event(
+                        out,
+                        Transition::OldCopyUnconfirmed,
+                        format!(
+                            "member {c} was removed: its copy may still run there; muster deletes it if {c} is registered again"
+                        ),
+                    );
+                }
             }
         }
     }
@@ -289,6 +320,21 @@ fn admitted_step(
         Some(Member::Answering(Some(copy))) if !n.orphans.contains_key(&c) => {
             // Created by an earlier run whose answer was lost: the job's own copy.
             dispatched(n, &copy.uid, now, out)
+        }
+        // Its old copy there has not gone within the grace of its admission (a finalizer holds
+        // it): the name is taken, so the copy cannot be made there; placed elsewhere, that
+        // member avoided.
+        Some(Member::Answering(Some(_)))
+            if n.orphans.get(&c).is_some_and(|since| {
+                let from = (*since).max(n.admitted_at.unwrap_or(0));
+                now.saturating_sub(from) >= s.drain_grace
+            }) && s.defect != Some(super::Defect::DrainForever) =>
+        {
+            let text = format!(
+                "its old copy there has not gone in {}s since muster deleted it (a finalizer holds it, or its operator does not act)",
+                s.drain_grace / 1000
+            );
+            take_back(&n, RequeueReason::CreateFailed, text, true, now, s, out)
         }
         Some(Member::Answering(_)) => {
             if let Some(since) = n.create_failing_since
@@ -357,6 +403,7 @@ fn dispatched(mut n: Record, uid: &str, now: Ms, out: &mut Vec<Intent>) -> Recor
     n.create_failing_since = None;
     n.create_failed_at = None;
     n.orphans.remove(&c);
+    n.unconfirmed.remove(&c);
     n.reason = format!("dispatched to {c}; waiting for its pods");
     event(out, Transition::Dispatched, format!("created in {c}"));
     n
@@ -548,14 +595,33 @@ const LINGERING: &str = "; pods still run there, counted in its quota until they
 
 /// Finished or failed: quota stays charged while pods still run (a cleanPodPolicy of None, a
 /// RayCluster kept after its job).
-fn ended(mut n: Record, seen: &Seen, out: &mut Vec<Intent>) -> Record {
+fn ended(mut n: Record, seen: &Seen, s: &Settings, out: &mut Vec<Intent>) -> Record {
     if !n.lingering {
         return n;
     }
     let live = match &seen.here {
         Some(Member::Answering(Some(copy))) => copy.live_pods,
         Some(Member::Silent { .. } | Member::Unconnected { .. }) => return n,
-        _ => 0,
+        Some(Member::Answering(None)) => 0,
+        // Its member was removed, its pods perhaps still running there: out of muster's
+        // fleet and quota, but declared (an unconfirmed old copy, deleted if the member is
+        // registered again).
+        Some(Member::Removed) | None => {
+            if let Some(c) = n.cluster.clone()
+                && s.defect != Some(super::Defect::StraysKept)
+            {
+                n.orphans.entry(c.clone()).or_insert(seen.now);
+                n.unconfirmed.insert(c.clone());
+                event(
+                    out,
+                    Transition::OldCopyUnconfirmed,
+                    format!(
+                        "member {c} was removed while pods of the ended job still ran there: they may still run; muster deletes its copy if {c} is registered again"
+                    ),
+                );
+            }
+            0
+        }
     };
     if live == 0 {
         n.lingering = false;

@@ -278,6 +278,73 @@ fn a_silent_member_loses_its_job_after_the_grace_and_the_old_copy_is_deleted_whe
 }
 
 #[test]
+fn a_removed_members_copy_stays_declared_and_is_deleted_when_it_is_registered_again() {
+    // Issue 28: the orphan was dropped when its member was removed, so a member registered
+    // again ran its old copy beside the new one, declared nowhere.
+    let r = rec(Phase::Running);
+    let (q, out) = Obs::of(&r, 20_000).here(Member::Removed).step(&r);
+    assert_eq!(requeued(&out), Some(RequeueReason::MemberLost));
+    assert!(q.orphans.contains_key("member-a"));
+    let mut b = q.clone();
+    b.phase = Phase::Running;
+    b.cluster = Some("member-b".into());
+    b.copy_uid = Some("copy-b".into());
+    // Removed: kept, said once, and declared as possibly running twice; not a reason to wait.
+    let removed = Obs::of(&b, 30_000)
+        .copy("copy-b", RUNNING, 3)
+        .orphan("member-a", Member::Removed);
+    let (n, out) = removed.step(&b);
+    assert!(n.orphans.contains_key("member-a") && n.unconfirmed.contains("member-a"));
+    let said = |out: &[Intent]| {
+        out.iter()
+            .filter(|i| {
+                matches!(
+                    i,
+                    Intent::Event {
+                        transition: Transition::OldCopyUnconfirmed,
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    assert_eq!(said(&out), 1);
+    assert_eq!(
+        n.maybe_twice(&removed.0).collect::<Vec<_>>(),
+        vec!["member-a"]
+    );
+    let (n2, out) = removed.step(&n);
+    assert_eq!(
+        (said(&out), n2.orphans.len()),
+        (0, 1),
+        "said once, still kept"
+    );
+    // Registered again, with the old copy: deleted there.
+    let old = Member::Answering(Some(Copy {
+        uid: "copy-1".into(),
+        progress: RUNNING,
+        live_pods: 3,
+        expected: 3,
+        pods_done: false,
+        waiting: None,
+    }));
+    let back = Obs::of(&n2, 40_000)
+        .copy("copy-b", RUNNING, 3)
+        .orphan("member-a", old);
+    let (n3, out) = back.step(&n2);
+    assert_eq!(deletes(&out), vec!["member-a".to_string()]);
+    let (n4, out) = Obs::of(&n3, 50_000).copy("copy-b", RUNNING, 3).step(&n3);
+    assert!(n4.orphans.is_empty() && n4.unconfirmed.is_empty());
+    assert!(out.iter().any(|i| matches!(
+        i,
+        Intent::Event {
+            transition: Transition::OldCopyGone,
+            ..
+        }
+    )));
+}
+
+#[test]
 fn with_policy_wait_a_silent_member_keeps_its_job_and_blocks_a_second_copy() {
     let mut st = s();
     st.partition = Partition::Wait;

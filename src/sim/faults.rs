@@ -12,7 +12,7 @@ mod world;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::lifecycle::{Book, Created, Intent, Member, Ms, Partition, Record, Seen, Settings};
+use crate::lifecycle::{Book, Created, Intent, Member, Ms, Partition, Record, Seen, Settings, gc};
 use crate::quota::QuotaTree;
 use crate::scheduler::{Config, Scheduler};
 use check::Checker;
@@ -32,18 +32,7 @@ pub struct Options {
     pub defect: Option<Defect>,
 }
 
-/// Defects of earlier controllers, re-introduced on demand into the simulated controller to
-/// show that the invariants catch them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Defect {
-    /// Without a valid tree nothing is followed, and garbage collection deletes every copy it
-    /// does not follow (issue 11, defect 1).
-    CollectUnknown,
-    /// A replaced leader goes on writing and acting (defect 4).
-    Unfenced,
-    /// Records are written in any order and a failed write does not stop the rest (defect 3).
-    WritesUnordered,
-}
+pub use crate::lifecycle::Defect;
 
 impl Default for Options {
     fn default() -> Options {
@@ -101,7 +90,7 @@ const MEMBERS: [&str; 3] = ["member-a", "member-b", "member-c"];
 pub const TREE_MAX: (u64, u64) = (16, 12);
 
 /// The settings of a fault run: the controller's timeouts, scaled to a short virtual run.
-pub fn settings(partition: Partition) -> Settings {
+pub fn settings(partition: Partition, defect: Option<Defect>) -> Settings {
     Settings {
         pods_ready_timeout: 30_000,
         pods_lost_timeout: 20_000,
@@ -111,6 +100,8 @@ pub fn settings(partition: Partition) -> Settings {
         create_give_up: 15_000,
         backoff: 5_000,
         backoff_max: 40_000,
+        drain_grace: 15_000,
+        defect,
         partition,
     }
 }
@@ -257,24 +248,31 @@ impl Process {
                 }
             }
         }
-        // The garbage collection: copies of hub jobs known deleted, and only those.
-        for (name, m) in &w.members {
-            if !m.up() {
-                continue;
-            }
-            for uid in m.copies.keys() {
-                if w.jobs.get(uid).is_some_and(|j| j.deleted) {
-                    self.doomed.insert((uid.clone(), name.clone()));
-                }
-            }
-        }
-        if self.defect == Some(Defect::CollectUnknown) {
-            for (name, m) in &w.members {
-                for uid in m.copies.keys() {
-                    if m.up() && self.book.get(uid).is_none() {
-                        self.doomed.insert((uid.clone(), name.clone()));
-                    }
-                }
+        // The garbage collection (the controller's rule: `lifecycle::gc`), over the copies
+        // found on members that answer and not being deleted already.
+        let found: Vec<gc::Found> = w
+            .members
+            .iter()
+            .filter(|(_, m)| m.up())
+            .flat_map(|(name, m)| {
+                m.copies
+                    .iter()
+                    .filter(|(_, c)| c.deleting.is_none())
+                    .map(move |(uid, _)| (uid, name))
+            })
+            .map(|(uid, name)| gc::Found {
+                job: uid,
+                member: name,
+                hub: match w.jobs.get(uid) {
+                    Some(j) if !j.deleted => gc::HubJob::Exists,
+                    _ => gc::HubJob::Gone,
+                },
+            })
+            .collect();
+        let collected = gc::doomed(&self.book, found);
+        for d in collected {
+            if !delete(w, ck, &d.job, &d.member, &d.why) {
+                self.doomed.insert((d.job, d.member));
             }
         }
         for (uid, c) in std::mem::take(&mut self.doomed) {
@@ -282,6 +280,34 @@ impl Process {
                 self.doomed.insert((uid, c));
             }
         }
+        // QueuedJobs: one deleted while this controller leads is written again (what it knows
+        // of the job is its record); one whose hub job is gone and that no longer charges
+        // anything is let go (its finalizer removed).
+        for uid in self.book.lost_records(|u| w.store.records.contains_key(u)) {
+            w.log(format!("the QueuedJob of {uid} is gone; written again"));
+            self.book.written(&uid, None);
+        }
+        let held: Vec<String> = w.store.finalized.iter().cloned().collect();
+        for uid in held {
+            let hub_gone = w.jobs.get(&uid).is_none_or(|j| j.deleted);
+            if hub_gone && !self.book.keeps(&uid) {
+                w.log(format!("QueuedJob of {uid} let go"));
+                w.store.release(&uid);
+            }
+        }
+        // Copies of jobs not followed that are being deleted and may still run.
+        self.book.deleting = w
+            .members
+            .iter()
+            .filter(|(_, m)| m.up())
+            .flat_map(|(name, m)| {
+                m.copies
+                    .iter()
+                    .filter_map(move |(uid, c)| Some((uid, name, c.deleting?.0)))
+            })
+            .filter(|(uid, _, _)| self.book.get(uid).is_none())
+            .map(|(_, name, at)| (name.clone(), at))
+            .collect();
         // Every job stepped, one cycle.
         let intents = {
             let world: &World = w;
@@ -339,6 +365,11 @@ impl Process {
                     m.fail_creates -= 1;
                     Created::Failed {
                         message: "the server could not find the requested resource".into(),
+                    }
+                } else if m.copies.get(uid).is_some_and(|c| c.deleting.is_some()) {
+                    // An earlier copy, Terminating: the name is taken until it is gone.
+                    Created::Failed {
+                        message: "an earlier copy of the job is being deleted there".into(),
                     }
                 } else if let Some(c) = m.copies.get(uid) {
                     Created::Ok { uid: c.uid.clone() }
@@ -419,6 +450,12 @@ impl Process {
                 w.freed_early.insert(uid.clone());
             }
             w.store.records.insert(uid.clone(), r.clone());
+            // The QueuedJob is made with muster's finalizer (one made without it gets it at
+            // this write; a deleted one cannot, and keeps the one it has).
+            if self.defect != Some(Defect::NoRecordFinalizer) && !w.store.terminating.contains(&uid)
+            {
+                w.store.finalized.insert(uid.clone());
+            }
             if failing && roll < 70 {
                 w.log(format!(
                     "write {uid} {} applied, answer lost",
@@ -441,20 +478,38 @@ impl Process {
     }
 }
 
-/// Deletes a job's copy on a member that answers; false when it does not.
+/// Deletes a job's copy on a member that answers; false when it does not. While faults last,
+/// a copy may be held by a finalizer (its operator not acting) for up to two minutes: it stays,
+/// Terminating, its pods running.
 fn delete(w: &mut World, ck: &mut Checker, uid: &str, cluster: &str, why: &str) -> bool {
+    let now = w.now;
+    let held = ck.faulty(now) && w.rng.chance(150);
+    let hold = 20_000 + w.rng.below(100) * 1_000;
     let Some(m) = w.members.get_mut(cluster) else {
         return true;
     };
     if !m.up() {
         return false;
     }
-    if let Some(c) = m.copies.remove(uid) {
-        let live = world::cpu_used(&c) > 0 && c.outcome.is_none();
-        let line = format!("delete {uid} on {cluster} ({why})");
-        w.log(line);
-        ck.deleted(w, uid, cluster, live);
+    let Some(c) = m.copies.get_mut(uid) else {
+        return true;
+    };
+    if c.deleting.is_some() {
+        return true;
     }
+    let live = world::cpu_used(c) > 0 && c.outcome.is_none();
+    let line = if held {
+        c.deleting = Some((now, now + hold));
+        format!(
+            "delete {uid} on {cluster} ({why}): held by a finalizer until {}s",
+            (now + hold) / 1000
+        )
+    } else {
+        m.copies.remove(uid);
+        format!("delete {uid} on {cluster} ({why})")
+    };
+    w.log(line);
+    ck.deleted(w, uid, cluster, live);
     true
 }
 
@@ -479,7 +534,7 @@ pub fn run(o: &Options) -> Outcome {
         store: Store::default(),
         freed_early: Default::default(),
         tree: (TREE_MAX.0, true),
-        settings: settings(o.partition),
+        settings: settings(o.partition, o.defect),
         trace: Vec::new(),
         fault_end: Ms::from(o.ticks) * TICK,
     };

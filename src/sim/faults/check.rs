@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::world::{PodState, SimCopy, cpu_used};
+use super::world::{PodState, SimCopy, SimMember, cpu_used};
 use super::{TICK, TREE_MAX, World};
 use crate::lifecycle::{Book, Ms, Partition};
 use crate::scheduler::{JobState, Scheduler};
@@ -70,17 +70,33 @@ impl Checker {
         }
     }
 
-    /// Declared partition: the member does not answer and the job's durable record lists it.
+    /// Declared: the job's durable record lists the member as one it left, and the member does
+    /// not answer (silent, or removed from the fleet), or answers with the copy being deleted
+    /// (its pods not gone yet: a finalizer holds it, or they are terminating).
     fn declared(w: &World, uid: &str, cluster: &str) -> bool {
-        let silent = w
-            .members
-            .get(cluster)
-            .is_some_and(|m| m.down_since.is_some() || m.back_unseen);
+        let silent = w.members.get(cluster).is_some_and(|m| {
+            m.down_since.is_some()
+                || m.back_unseen
+                || m.removed
+                || m.copies.get(uid).is_some_and(|c| c.deleting.is_some())
+        });
         silent
             && w.store
                 .records
                 .get(uid)
                 .is_some_and(|r| r.orphans.contains_key(cluster))
+    }
+
+    /// A copy muster deleted that a finalizer holds, out of muster's hands: for longer than the
+    /// drain grace (its job says so, and waits for it; no other job does), or on a member
+    /// removed from the fleet since (nothing of it can be seen).
+    /// A copy of a deleted hub job on a removed member is out of sight too: no job, no record.
+    fn stuck(&self, w: &World, member: &SimMember, uid: &str, c: &SimCopy) -> bool {
+        let deleted = w.jobs.get(uid).is_none_or(|j| j.deleted);
+        (member.removed && deleted)
+            || c.deleting.is_some_and(|(at, _)| {
+                member.removed || w.now.saturating_sub(at) >= w.settings.drain_grace
+            })
     }
 
     pub fn after_step(
@@ -96,11 +112,8 @@ impl Checker {
         let mut used: BTreeMap<&str, u64> = BTreeMap::new();
         let mut users: Vec<String> = Vec::new();
         for (name, m) in &w.members {
-            if m.removed {
-                continue;
-            }
             for (uid, c) in &m.copies {
-                if !alive(c) || Self::declared(w, uid, name) {
+                if !alive(c) || Self::declared(w, uid, name) || self.stuck(w, m, uid, c) {
                     continue;
                 }
                 per_job.entry(uid).or_default().push(name);
@@ -151,6 +164,14 @@ impl Checker {
             let running = member
                 .and_then(|m| m.copies.get(uid))
                 .is_some_and(|c| c.pods.iter().any(|p| p.state == PodState::Running));
+            // Its old copy, held by a finalizer, still runs: the job waits for it, charged.
+            let draining = e.record.orphans.keys().any(|c| {
+                w.members
+                    .get(c)
+                    .and_then(|m| m.copies.get(uid))
+                    .is_some_and(|c| c.deleting.is_some() && alive(c))
+            });
+            let running = running || draining;
             if !watched || running {
                 self.idle.remove(uid);
                 continue;

@@ -7,9 +7,16 @@ use crate::lifecycle::Ms;
 
 /// Every fault heals: members answer and run pods again, the tree is valid.
 pub(super) fn heal(w: &mut World) {
+    let now = w.now;
     for m in w.members.values_mut() {
-        m.back_unseen |= m.down_since.is_some();
+        m.back_unseen |= m.down_since.is_some() || m.removed;
         m.down_since = None;
+        m.removed = false;
+        for c in m.copies.values_mut() {
+            if let Some((at, _)) = c.deleting {
+                c.deleting = Some((at, now));
+            }
+        }
         m.stuck_until = 0;
         m.fail_creates = 0;
     }
@@ -35,7 +42,12 @@ pub(super) fn faults(
             continue;
         };
         let line = if m.removed {
-            None
+            // Registered again (a Secret rotated, a GitOps prune undone): its copies ran on.
+            (now - m.removed_since > 30_000 && r < 20).then(|| {
+                m.removed = false;
+                m.back_unseen = true;
+                format!("{name} registered again")
+            })
         } else if let Some(since) = m.down_since {
             (now - since > 60_000 || r < 40).then(|| {
                 m.down_since = None;
@@ -59,8 +71,9 @@ pub(super) fn faults(
         } else if r < 25 {
             m.fail_creates = 1 + (r as u32 % 20);
             Some(format!("{name}: the next {} creates fail", m.fail_creates))
-        } else if r == 25 && !MEMBERS[..1].contains(&name.as_str()) {
+        } else if (25..27).contains(&r) && !MEMBERS[..1].contains(&name.as_str()) {
             m.removed = true;
+            m.removed_since = now;
             Some(format!("{name} removed from the fleet"))
         } else {
             None
@@ -122,11 +135,25 @@ pub(super) fn faults(
         w.log(line);
         n += 1;
     } else if r < 22 {
-        // Someone deletes a QueuedJob: its finalizer keeps it (and its record) until the hub
-        // job is gone; the controller goes on writing it.
+        // Someone deletes a QueuedJob (`kubectl delete qj -A`, the CRD reinstalled), with the
+        // controller up or not: its finalizer keeps it (and its record) until the hub job is
+        // gone; without one the record goes.
         let k = w.rng.below(w.jobs.len() as u64) as usize;
         if let Some(uid) = w.store.records.keys().nth(k).cloned() {
-            w.log(format!("QueuedJob of {uid} deleted: kept by its finalizer"));
+            let gone = w.store.delete(&uid);
+            let up = if proc.is_some() {
+                ""
+            } else {
+                " while no controller runs"
+            };
+            w.log(format!(
+                "QueuedJob of {uid} deleted{up}: {}",
+                if gone {
+                    "its record is gone"
+                } else {
+                    "kept by its finalizer"
+                }
+            ));
             n += 1;
         }
     } else if r < 23 {
@@ -136,8 +163,16 @@ pub(super) fn faults(
         {
             j.deleted = true;
             let uid = j.uid.clone();
-            w.log(format!("hub job {uid} deleted (its QueuedJob with it)"));
-            w.store.records.remove(&uid);
+            // Its QueuedJob is the hub's garbage collector's to delete (owner reference).
+            let gone = w.store.delete(&uid);
+            w.log(format!(
+                "hub job {uid} deleted, its QueuedJob with it ({})",
+                if gone {
+                    "record gone"
+                } else {
+                    "kept by its finalizer"
+                }
+            ));
             n += 1;
         }
     }

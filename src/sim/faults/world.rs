@@ -74,6 +74,10 @@ pub struct SimCopy {
     /// A batch Job: when its last pod succeeded. Its controller says Complete
     /// [`OUTCOME_LAG`] later, as a member's Job controller counts its pods on its own time.
     pub done_at: Option<Ms>,
+    /// Deleted at, and held by a finalizer until (its operator does not act): it stays
+    /// visible, Terminating, and its pods go on running (background deletion removes them only
+    /// once it is gone).
+    pub deleting: Option<(Ms, Ms)>,
 }
 
 /// How long after a batch Job's last pod succeeded its member's controller says it is complete.
@@ -194,6 +198,7 @@ impl HubJob {
             cpu: self.cpu,
             outcome: None,
             done_at: None,
+            deleting: None,
         }
     }
 }
@@ -207,8 +212,10 @@ pub struct SimMember {
     /// Answers again, but no controller pass has seen it since: the partition is still
     /// declared (a controller that is down cannot end it).
     pub back_unseen: bool,
-    /// Its MemberCluster was deleted.
+    /// Its MemberCluster was deleted (its copies go on running unseen), since; it may be
+    /// registered again.
     pub removed: bool,
+    pub removed_since: Ms,
     /// Pods do not start until then (no node can take them).
     pub stuck_until: Ms,
     /// The next creates fail (no such kind, forbidden).
@@ -224,6 +231,9 @@ impl SimMember {
 
     /// Moves its pods to `now`: starts, ends, the next waves, the job's outcome.
     pub fn advance(&mut self, now: Ms, rng: &mut Rng) {
+        // Finalizers let go.
+        self.copies
+            .retain(|_, c| c.deleting.is_none_or(|(_, until)| until > now));
         let stuck = self.stuck_until > now;
         for c in self.copies.values_mut() {
             // Once the job ended, its operator starts no pod any more.
@@ -349,11 +359,38 @@ pub fn cpu_used(c: &SimCopy) -> u64 {
 
 /// The hub's QueuedJob records: a write carries the writer's leader term and is refused when a
 /// newer leader has written (the fencing the controller gets from the lease and
-/// resourceVersion preconditions).
+/// resourceVersion preconditions). A QueuedJob carries muster's finalizer (unless the defect
+/// leaves it out): deleted, it stays (Terminating, its record readable and written) until the
+/// controller lets go of it; without it, a delete takes the record with it.
 #[derive(Default)]
 pub struct Store {
     pub records: BTreeMap<String, Record>,
+    /// QueuedJobs holding muster's finalizer.
+    pub finalized: std::collections::BTreeSet<String>,
+    /// QueuedJobs deleted and held by the finalizer.
+    pub terminating: std::collections::BTreeSet<String>,
     pub term: u64,
+}
+
+impl Store {
+    /// Someone deletes the QueuedJob of `uid` (by hand, or its hub job's garbage collection):
+    /// true when the record went with it.
+    pub fn delete(&mut self, uid: &str) -> bool {
+        if self.finalized.contains(uid) {
+            self.terminating.insert(uid.to_string());
+            false
+        } else {
+            self.records.remove(uid).is_some()
+        }
+    }
+
+    /// The controller lets go of the QueuedJob of `uid`: a deleted one goes now.
+    pub fn release(&mut self, uid: &str) {
+        self.finalized.remove(uid);
+        if self.terminating.remove(uid) {
+            self.records.remove(uid);
+        }
+    }
 }
 
 /// The quota tree of a run: two leaves of min 6 and max 12 cpu under a root of `root_max`.

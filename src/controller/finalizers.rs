@@ -1,0 +1,142 @@
+//! The QueuedJob finalizer `muster.dev/record`: a job's record (its QueuedJob status) outlives
+//! a `kubectl delete`, a CRD reinstall or the hub garbage collector while muster still needs it
+//! (the job is followed, or deleted but still charged while a copy may run). Without it, a
+//! QueuedJob deleted while no controller runs loses the job's member and orphans, and the next
+//! leader admits the job again beside its old copy. The rule is the core's
+//! ([`Book::keeps`](crate::lifecycle::Book::keeps)), shared with the fault simulation; this file
+//! adds the finalizer to QueuedJobs made before it existed and lets it go once the hub job is
+//! gone and the book keeps nothing of it. Each patch carries the resourceVersion it was made
+//! from (a conflict is tried again on a later pass) and is sent off the loop, at most one per
+//! QueuedJob at a time (a shared in-flight table).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashSet;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use super::MANAGER;
+use super::brain::Brain;
+use super::crd::QueuedJob;
+use crate::workload::JobKind;
+
+/// The finalizer muster puts on every QueuedJob it writes.
+pub(super) const RECORD_FINALIZER: &str = "muster.dev/record";
+/// Finalizer patches sent in one pass at most.
+const PER_PASS: usize = 32;
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// QueuedJobs whose finalizer patch is under way.
+pub(super) type Finalizing = Arc<DashSet<String>>;
+
+impl Brain {
+    /// Adds the finalizer where a followed job's QueuedJob lacks it, and removes it where the
+    /// hub job is gone and nothing of the job is kept. Only the leader does either, and only
+    /// once the hub's stores are synced.
+    pub(super) fn keep_records(&mut self) {
+        if !self.leadership.is_leader() || !self.stores.queued.is_ready() {
+            return;
+        }
+        let mut sent = 0;
+        for qj in self.stores.queued.state() {
+            if sent == PER_PASS {
+                break;
+            }
+            let uid = qj.spec.job_ref.uid.clone();
+            let Some(ns) = qj.namespace() else {
+                continue;
+            };
+            let key = format!("{ns}/{}", qj.name_any());
+            if self.finalizing.contains(&key) {
+                continue;
+            }
+            let has = qj.finalizers().iter().any(|f| f == RECORD_FINALIZER);
+            let kept = self.book.keeps(&uid);
+            let want = if kept {
+                // Followed (or charged after its deletion): the record must stay.
+                (!has && qj.metadata.deletion_timestamp.is_none()).then_some(true)
+            } else if has && self.hub_job_gone(&qj, &uid) {
+                Some(false)
+            } else {
+                None
+            };
+            let Some(add) = want else {
+                continue;
+            };
+            let mut finalizers: Vec<String> = qj
+                .finalizers()
+                .iter()
+                .filter(|f| *f != RECORD_FINALIZER)
+                .cloned()
+                .collect();
+            if add {
+                finalizers.push(RECORD_FINALIZER.to_string());
+            } else {
+                tracing::info!(queuedjob = %key, "the hub job is gone and nothing of it is kept; its QueuedJob is let go");
+            }
+            let patch = json!({
+                "metadata": {
+                    "finalizers": finalizers,
+                    "resourceVersion": qj.resource_version(),
+                }
+            });
+            let api: Api<QueuedJob> = Api::namespaced(self.hub.clone(), &ns);
+            let (name, leadership, finalizing) = (
+                qj.name_any(),
+                self.leadership.clone(),
+                self.finalizing.clone(),
+            );
+            finalizing.insert(key.clone());
+            sent += 1;
+            tokio::spawn(async move {
+                // Fenced where it is sent: a replica that lost the lease writes nothing.
+                if leadership.is_leader() {
+                    let params = PatchParams {
+                        field_manager: Some(MANAGER.to_string()),
+                        ..PatchParams::default()
+                    };
+                    let r = tokio::time::timeout(
+                        TIMEOUT,
+                        api.patch(&name, &params, &Patch::Merge(patch)),
+                    )
+                    .await;
+                    match r {
+                        Ok(Ok(_)) => {}
+                        // Changed meanwhile (409) or gone (404): judged again from the store.
+                        Ok(Err(kube::Error::Api(e))) if e.code == 409 || e.code == 404 => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(queuedjob = %key, error = %e, "could not change the QueuedJob's finalizers")
+                        }
+                        Err(_) => {
+                            tracing::warn!(queuedjob = %key, "no answer changing the QueuedJob's finalizers")
+                        }
+                    }
+                }
+                finalizing.remove(&key);
+            });
+        }
+    }
+
+    /// Whether the QueuedJob's hub job is known gone: its kind is watched and synced, and the
+    /// job is absent, there under another UID, or being deleted.
+    fn hub_job_gone(&self, qj: &QueuedJob, uid: &str) -> bool {
+        let r = &qj.spec.job_ref;
+        let Some(kind) = JobKind::from_type(&r.api_version, &r.kind) else {
+            return false;
+        };
+        let Some(store) = self.stores.jobs.get(&kind) else {
+            return false;
+        };
+        if !store.is_ready() {
+            return false;
+        }
+        let ns = qj.namespace().unwrap_or_default();
+        self.stores
+            .job(kind, &ns, &qj.spec.job_ref.name)
+            .is_none_or(|j| {
+                j.metadata.uid.as_deref() != Some(uid) || j.metadata.deletion_timestamp.is_some()
+            })
+    }
+}
