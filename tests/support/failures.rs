@@ -68,6 +68,11 @@ pub async fn cleanup(hub: &Client, namespaces: &[&str]) {
         fleet::delete_namespace(hub, n).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // What an admin does on uninstall: QueuedJobs muster still keeps (a copy not yet confirmed
+    // gone) would otherwise hold their namespace Terminating once the controllers stop.
+    for n in namespaces {
+        hub::release_queued_jobs(hub, n).await;
+    }
     for m in fleet::MEMBERS {
         let c = client_for(m).await;
         for n in namespaces {

@@ -153,6 +153,22 @@ pub async fn apply_tree(hub: &Client, root: Value) -> kube::Result<DynamicObject
 
 /// Removes every ElasticQuotaTree in kube-system and muster's webhook registration (left over
 /// by an earlier run that was killed).
+/// Removes the `muster.dev/record` finalizer from every QueuedJob of `ns`.
+pub async fn release_queued_jobs(hub: &Client, ns: &str) {
+    let api: Api<QueuedJob> = Api::namespaced(hub.clone(), ns);
+    let Ok(list) = api.list(&Default::default()).await else {
+        return;
+    };
+    for q in list.items {
+        if let Some(n) = q.metadata.name {
+            let patch = serde_json::json!({"metadata": {"finalizers": null}});
+            let _ = api
+                .patch(&n, &Default::default(), &kube::api::Patch::Merge(patch))
+                .await;
+        }
+    }
+}
+
 pub async fn reset_hub(hub: &Client) {
     let api = fleet::dynamic_api(
         hub,

@@ -1,0 +1,144 @@
+//! A job's record outlives its QueuedJob being deleted, on the local fleet (issue 28): muster
+//! keeps the `muster.dev/record` finalizer on every QueuedJob while it needs the record, so a
+//! QueuedJob deleted while no controller runs (`kubectl delete qj -A`, a CRD reinstall) stays,
+//! Terminating, with the job's member and orphans. Earlier versions lost it there: the next
+//! leader admitted the job again as new while its copy still ran, uncharged.
+
+// The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
+#![allow(clippy::await_holding_lock)]
+
+mod support;
+
+use std::time::Duration;
+
+use kube::api::{Api, DeleteParams};
+use muster::controller::crd::{QueuedJob, QueuedJobState};
+use support::audit::Auditor;
+use support::failures::*;
+use support::fleet::{self, unique_name, wait_for};
+use support::hub::{self, Controller};
+
+const FINALIZER: &str = "muster.dev/record";
+
+/// A PyTorchJob runs; the controller stops; its QueuedJob is deleted and stays Terminating with
+/// its record; a new controller leads for 10 s while an auditor watches every member's pods:
+/// none of the job's pods is deleted, none appears on another member, and the record still
+/// says Running there, never taken back. Once the hub job is deleted, muster lets the
+/// QueuedJob go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_job_deleted_while_no_controller_runs_keeps_its_record() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("records");
+    let hub = setup(&[&ns], root(vec![leaf("records", &ns)])).await;
+    let mut first = Controller::start("records-first", &[]).await;
+    let mut second: Option<Controller> = None;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "keep", 1, 0, "1"))
+            .await
+            .expect("create");
+        let st = wait_for("the job running", T, || async {
+            let st = status_of(&hub, &ns, "keep").await;
+            match st.state {
+                QueuedJobState::Running => Ok(st),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        let member = st.cluster.clone().expect("a member");
+        let qj = hub::queued_job(&hub, &ns, "PyTorchJob", "keep")
+            .await
+            .expect("its QueuedJob");
+        let uid = qj.spec.job_ref.uid.clone();
+        assert!(
+            qj.metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.iter().any(|f| f == FINALIZER)),
+            "the QueuedJob carries {FINALIZER}: {:?}",
+            qj.metadata.finalizers
+        );
+        let auditor = Auditor::start(&fleet::MEMBERS).await;
+        first.terminate();
+        assert!(
+            first.wait_exit(Duration::from_secs(30)).await.is_some(),
+            "first stops"
+        );
+        let api: Api<QueuedJob> = Api::namespaced(hub.clone(), &ns);
+        let name = qj.metadata.name.clone().expect("a name");
+        api.delete(&name, &DeleteParams::default())
+            .await
+            .expect("delete the QueuedJob");
+        let kept = api.get_opt(&name).await.expect("read the QueuedJob");
+        let kept = kept.expect("the QueuedJob stays while its finalizer is there");
+        assert!(
+            kept.metadata.deletion_timestamp.is_some(),
+            "it is Terminating"
+        );
+        assert_eq!(
+            kept.status.as_ref().and_then(|s| s.cluster.clone()),
+            Some(member.clone()),
+            "its record still names the member"
+        );
+        let next = Controller::start("records-second", &[]).await;
+        wait_for("the new controller to lead", T, || async {
+            if next.log_text().contains("acting as leader") {
+                Ok(())
+            } else {
+                Err(next.log_tail())
+            }
+        })
+        .await;
+        second = Some(next);
+        // Watched throughout, every second: never taken back, never elsewhere.
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let st = status_of(&hub, &ns, "keep").await;
+            assert_eq!(st.state, QueuedJobState::Running, "{st:?}");
+            assert_eq!(st.cluster.as_deref(), Some(member.as_str()), "{st:?}");
+            assert_eq!(st.requeues, 0, "taken back: {st:?}");
+        }
+        let seen = auditor.of(&uid);
+        assert!(!seen.is_empty(), "the auditor saw the job's pods");
+        let elsewhere: Vec<_> = seen
+            .iter()
+            .filter(|s| s.member != member)
+            .map(|s| format!("{}/{}", s.member, s.pod.name))
+            .collect();
+        assert!(elsewhere.is_empty(), "the job ran twice: {elsewhere:?}");
+        let deleted: Vec<_> = seen
+            .iter()
+            .filter(|s| s.gone || s.pod.deleting)
+            .map(|s| s.pod.name.clone())
+            .collect();
+        assert!(deleted.is_empty(), "pods of the job deleted: {deleted:?}");
+        // The hub job goes: its copy is deleted, and then the record is let go.
+        let jobs = fleet::dynamic_api(
+            &hub,
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            "pytorchjobs",
+            Some(&ns),
+        );
+        jobs.delete("keep", &DeleteParams::default())
+            .await
+            .expect("delete the hub job");
+        wait_for("the QueuedJob let go", T, || async {
+            match api.get_opt(&name).await {
+                Ok(None) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        let client = fleet::client_for(&member).await;
+        let pods = fleet::list_pods(&client, &ns, &format!("muster.dev/job-uid={uid}")).await;
+        assert!(
+            pods.iter().all(|p| p.metadata.deletion_timestamp.is_some()),
+            "the copy is deleted: {}",
+            fleet::describe_pods(&pods)
+        );
+    }))
+    .await;
+    let mut controllers = vec![first];
+    controllers.extend(second);
+    finish(&hub, &[&ns], controllers, outcome).await;
+}
