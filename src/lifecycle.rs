@@ -51,6 +51,9 @@ pub enum Defect {
     NoRecordFinalizer,
     /// A copy being deleted holds back every create for as long as it stays (issue 28).
     DrainForever,
+    /// A deleted hub job's charge lives only in memory: a driver that restarts while its copy
+    /// may still run does not charge it again (issue 28).
+    ChargeInMemory,
 }
 
 /// How a spec the hub's own admission refuses begins (the driver checks each pod template on
@@ -309,6 +312,10 @@ pub struct Record {
     /// until they are registered again (said once, in an `OldCopyUnconfirmed` Event; the job
     /// may run twice meanwhile). A member registered again that answers has its copy deleted.
     pub unconfirmed: BTreeSet<String>,
+    /// Per component, the per-pod requests it was admitted with: what a restarted driver
+    /// charges for the job while its copy may still run after its hub job was deleted (the
+    /// workload is gone then; see [`Book::restore_deleted`]).
+    pub charge: BTreeMap<String, crate::quantity::ResourceList>,
     /// One line: why it waits, or what happened last.
     pub reason: String,
 }

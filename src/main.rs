@@ -264,6 +264,7 @@ enum DefectArg {
     StraysKept,
     NoRecordFinalizer,
     DrainForever,
+    ChargeInMemory,
 }
 
 impl DefectArg {
@@ -276,6 +277,7 @@ impl DefectArg {
             DefectArg::StraysKept => Defect::StraysKept,
             DefectArg::NoRecordFinalizer => Defect::NoRecordFinalizer,
             DefectArg::DrainForever => Defect::DrainForever,
+            DefectArg::ChargeInMemory => Defect::ChargeInMemory,
         }
     }
 }

@@ -124,3 +124,12 @@ fn checker_catches_a_stuck_copy_that_stops_every_dispatch() {
     let (seed, v) = caught(Defect::DrainForever, Partition::Replace, 0..20).expect("not caught");
     assert!(v.starts_with("invariant 5"), "seed {seed}: {v}");
 }
+
+#[test]
+fn checker_catches_a_deleted_jobs_charge_kept_only_in_memory() {
+    // A hub job deleted while its member does not answer, then a controller crash: the new
+    // leader does not charge the copy that still runs, and admits into its capacity.
+    let (seed, v) =
+        caught(Defect::ChargeInMemory, Partition::Replace, 4892..4893).expect("not caught");
+    assert!(v.starts_with("invariant 2"), "seed {seed}: {v}");
+}

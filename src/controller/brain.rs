@@ -182,6 +182,7 @@ impl Brain {
         self.sync_usage();
         t.mark("jobs");
         // 2. Every followed job on its members (pods to place, hub status to sync).
+        self.restore_deleted_jobs();
         let (view, writes) = self.observe();
         // 3. The lifecycle: every job stepped, one scheduling cycle.
         let started = Instant::now();

@@ -305,6 +305,10 @@ pub struct LifecycleStatus {
     /// are registered again (then they are deleted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unconfirmed: Vec<String>,
+    /// Per component, the per-pod requests the job was admitted with: what is charged again
+    /// for a deleted job whose copy may still run, after a restart.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub charge: BTreeMap<String, BTreeMap<String, String>>,
     /// Members that do not answer and may still run an old copy while the job is placed
     /// elsewhere (the partition policy Replace): the job may be running twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

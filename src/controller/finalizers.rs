@@ -119,6 +119,35 @@ impl Brain {
         }
     }
 
+    /// Deleted hub jobs this process never followed (it started since), known from their
+    /// QueuedJob: charged again from the record while a copy may remain
+    /// ([`Book::restore_deleted`](crate::lifecycle::Book::restore_deleted)). Before the pass
+    /// steps anything, so nothing is admitted into capacity such a copy still uses.
+    pub(super) fn restore_deleted_jobs(&mut self) {
+        if !self.stores.queued.is_ready() {
+            return;
+        }
+        for qj in self.stores.queued.state() {
+            let uid = &qj.spec.job_ref.uid;
+            if self.book.keeps(uid) || self.jobs.contains_key(uid) {
+                continue;
+            }
+            let (Some(st), Some(ns)) = (&qj.status, qj.namespace()) else {
+                continue;
+            };
+            if !self.hub_job_gone(&qj, uid) {
+                continue;
+            }
+            let record = super::record::from_status(st, "");
+            if self
+                .book
+                .restore_deleted(&mut self.sched, uid, &ns, &record)
+            {
+                tracing::info!(queuedjob = %format!("{ns}/{}", qj.name_any()), cluster = ?record.cluster, "a deleted job's copy may still run; charged until it is confirmed gone");
+            }
+        }
+    }
+
     /// Whether the QueuedJob's hub job is known gone: its kind is watched and synced, and the
     /// job is absent, there under another UID, or being deleted.
     fn hub_job_gone(&self, qj: &QueuedJob, uid: &str) -> bool {

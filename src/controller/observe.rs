@@ -85,6 +85,10 @@ pub(super) enum MemberView {
     Not(Member),
 }
 
+fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
 /// Every member in this pass.
 #[derive(Default)]
 pub(super) struct View {
@@ -142,6 +146,27 @@ impl View {
     ) -> Member {
         match self.member(cluster) {
             MemberView::Not(m) => m.clone(),
+            // A deleted job known only from its record (restored after a restart): any
+            // copy of it there, or any pod of it still running, is a copy not yet gone.
+            MemberView::Answering { copies, pods } if j.is_none() => {
+                let live_pods = pods.get(uid).map_or(0, |v| {
+                    v.iter()
+                        .filter(|p| p.metadata.deletion_timestamp.is_none() || running(p))
+                        .count() as u32
+                });
+                let there = copies.keys().any(|(_, u)| u == uid);
+                Member::Answering((there || live_pods > 0).then(|| Copy {
+                    uid: String::new(),
+                    progress: crate::lifecycle::Progress::Starting {
+                        scheduled: 0,
+                        running: live_pods,
+                    },
+                    live_pods,
+                    expected: 0,
+                    pods_done: false,
+                    waiting: None,
+                }))
+            }
             MemberView::Answering { .. } => {
                 let copy = j.and_then(|j| {
                     let (copy, pods) = self.copy_and_pods(cluster, uid, j)?;
@@ -151,12 +176,7 @@ impl View {
                     let expected = j.spec.0.as_ref().map_or(0, |w| w.pod_count() as u32);
                     let progress = status::observe(j.kind, &copy.data, &pods, expected);
                     let pods_done = status::pods_done(j.kind, &copy.data, &pods);
-                    let live_pods = pods
-                        .iter()
-                        .filter(|p| {
-                            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                        })
-                        .count() as u32;
+                    let live_pods = pods.iter().filter(|p| running(p)).count() as u32;
                     Some(Copy {
                         uid: copy.uid().unwrap_or_default(),
                         progress,

@@ -17,6 +17,7 @@ use super::crd::{
 use super::queued_job_name;
 use super::writes::Put;
 use crate::lifecycle::{Ms, Phase, Record};
+use crate::quantity::ResourceList;
 use crate::scheduler::JobState;
 
 fn time(ms: Ms) -> String {
@@ -83,6 +84,14 @@ pub(super) fn to_status(r: &Record, may_run_twice_on: Vec<String>) -> QueuedJobS
                 .map(|(c, since)| (c.clone(), time(*since)))
                 .collect(),
             unconfirmed: r.unconfirmed.iter().cloned().collect(),
+            charge: r
+                .charge
+                .iter()
+                .map(|(c, l)| {
+                    let m = l.0.iter().map(|(k, q)| (k.clone(), q.to_string()));
+                    (c.clone(), m.collect())
+                })
+                .collect(),
             may_run_twice_on,
         }),
         ..QueuedJobStatus::default()
@@ -122,6 +131,12 @@ pub(super) fn from_status(st: &QueuedJobStatus, spec: &str) -> Record {
             .filter_map(|(c, since)| Some((c.clone(), ms(since)?)))
             .collect::<BTreeMap<_, _>>(),
         unconfirmed: l.unconfirmed.iter().cloned().collect(),
+        // An unreadable entry drops that component's charge (the record stays usable).
+        charge: l
+            .charge
+            .iter()
+            .filter_map(|(c, r)| Some((c.clone(), ResourceList::parse_map(r).ok()?)))
+            .collect(),
         reason: st.reason.clone().unwrap_or_default(),
     }
 }
@@ -425,6 +440,12 @@ mod tests {
         r.avoid.insert("member-b".into());
         r.orphans.insert("member-c".into(), 1_699_999_999_000);
         r.unconfirmed.insert("member-c".into());
+        let gpu = crate::quantity::ResourceList::parse_map(&BTreeMap::from([
+            ("cpu".to_string(), "500m".to_string()),
+            ("nvidia.com/gpu".to_string(), "2".to_string()),
+        ]))
+        .expect("requests");
+        r.charge.insert("worker".into(), gpu);
         let st = to_status(&r, vec!["member-c".into()]);
         let text = serde_json::to_string(&st).expect("serialises");
         let back: QueuedJobStatus = serde_json::from_str(&text).expect("parses");

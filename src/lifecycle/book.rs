@@ -4,6 +4,8 @@
 //! records, submit (avoiding members as a preference), step every job, run a scheduling cycle,
 //! turn its decisions into records, and say which records to write, in a safe order.
 
+mod deleted;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{
@@ -46,6 +48,14 @@ pub fn spec_of(w: Result<Workload, String>) -> Spec {
     }
 }
 
+/// Per component, the per-pod requests of `w` (see [`Record::charge`]).
+pub fn charge_of(w: &Workload) -> BTreeMap<String, crate::quantity::ResourceList> {
+    w.components
+        .iter()
+        .map(|c| (c.name.clone(), c.requests.clone()))
+        .collect()
+}
+
 /// The followed jobs.
 #[derive(Default)]
 pub struct Book {
@@ -60,6 +70,9 @@ pub struct Book {
     /// still run: (member, deleted at). They hold back creates as the followed jobs' old copies
     /// do (see [`Book::pass`]). The driver says so before each pass.
     pub deleting: Vec<(String, Ms)>,
+    /// Deleted jobs whose copies were confirmed gone: never restored again (their QueuedJob may
+    /// linger until the driver lets it go).
+    settled: BTreeSet<String>,
 }
 
 impl Book {
@@ -114,6 +127,14 @@ impl Book {
             created: None,
         };
         let mut out = Vec::new();
+        // A record from before charges were recorded: the spec it was admitted with.
+        if let (Some(r), Ok(w)) = (&durable, &spec.0)
+            && r.holds()
+            && r.charge.is_empty()
+            && r.spec == spec.1
+        {
+            e.record.charge = charge_of(w);
+        }
         match (&durable, &spec.0) {
             (Some(r), Ok(w)) if r.charged() => {
                 let c = r.cluster.clone().unwrap_or_default();
@@ -292,6 +313,7 @@ impl Book {
                     self.by_id.remove(id);
                 }
                 self.deleted.remove(&uid);
+                self.settled.insert(uid);
             }
         }
     }
@@ -412,6 +434,9 @@ impl Book {
                     };
                     let (n, intents) = admitted(&e.record, &cluster, plan, now);
                     e.record = n;
+                    if let Some((Ok(w), _)) = spec(&uid) {
+                        e.record.charge = charge_of(&w);
+                    }
                     out.extend(intents.into_iter().map(|i| (uid.clone(), i)));
                 }
                 Decision::Preempt { job, by, reason } => {

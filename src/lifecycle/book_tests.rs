@@ -91,3 +91,56 @@ fn a_copy_being_deleted_holds_back_other_creates_only_for_the_drain_grace() {
         "after the grace the stuck copy holds back only its own job: {late:?}"
     );
 }
+
+/// A hub job deleted while its copy ran on a member that did not answer, known to a new driver
+/// only from its record: kept (charged) until the member answers without the copy, then let
+/// go for good. Issue 28: the charge lived only in the memory of the driver that saw the
+/// delete, so a restart freed quota the copy still used (fault seed 4892).
+#[test]
+fn a_deleted_job_known_from_its_record_is_kept_until_its_copy_is_gone() {
+    let mut sched = Scheduler::new(Config::default());
+    let mut book = Book::new(Settings::default());
+    let cpu = crate::quantity::ResourceList::parse_map(&std::collections::BTreeMap::from([(
+        "cpu".to_string(),
+        "2".to_string(),
+    )]))
+    .expect("requests");
+    let mut r = Record {
+        phase: Phase::Running,
+        cluster: Some("member-c".into()),
+        spec: D.into(),
+        admitted_at: Some(0),
+        ..Record::default()
+    };
+    r.placement
+        .entry("worker".into())
+        .or_default()
+        .insert("member-c-1".into(), 2);
+    r.charge.insert("worker".into(), cpu);
+    assert!(book.restore_deleted(&mut sched, "j7", "team-b", &r));
+    assert!(book.keeps("j7"), "kept while its copy may run");
+    let silent = Member::Silent { since: 0 };
+    let mut pass = |book: &mut Book, here: Member| {
+        let mut specs = |_: &str| None;
+        let mut seen = |_: &str, _: &Record| Seen {
+            now: 1_000,
+            spec: D.into(),
+            hub: None,
+            here: Some(here.clone()),
+            orphans: Default::default(),
+            created: None,
+        };
+        book.pass(&mut sched, &mut specs, &mut seen, 1_000, false);
+    };
+    pass(&mut book, silent);
+    assert!(book.keeps("j7"), "the member does not answer: still kept");
+    pass(&mut book, Member::Answering(Some(copy("c-7"))));
+    assert!(book.keeps("j7"), "the copy is still there: still kept");
+    pass(&mut book, Member::Answering(None));
+    assert!(!book.keeps("j7"), "the copy is gone: let go");
+    let mut sched = Scheduler::new(Config::default());
+    assert!(
+        !book.restore_deleted(&mut sched, "j7", "team-b", &r),
+        "settled once, never restored again"
+    );
+}

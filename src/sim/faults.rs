@@ -290,6 +290,16 @@ impl Process {
         let held: Vec<String> = w.store.finalized.iter().cloned().collect();
         for uid in held {
             let hub_gone = w.jobs.get(&uid).is_none_or(|j| j.deleted);
+            // A deleted job this controller did not follow (it started since): charged again
+            // from its record while a copy may remain.
+            if hub_gone
+                && let (Some(r), Some(j)) = (w.store.records.get(&uid), w.jobs.get(&uid))
+                && self
+                    .book
+                    .restore_deleted(&mut self.sched, &uid, &j.namespace, r)
+            {
+                continue;
+            }
             if hub_gone && !self.book.keeps(&uid) {
                 w.log(format!("QueuedJob of {uid} let go"));
                 w.store.release(&uid);
