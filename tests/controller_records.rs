@@ -1,8 +1,12 @@
-//! A job's record outlives its QueuedJob being deleted, on the local fleet (issue 28): muster
-//! keeps the `muster.dev/record` finalizer on every QueuedJob while it needs the record, so a
-//! QueuedJob deleted while no controller runs (`kubectl delete qj -A`, a CRD reinstall) stays,
-//! Terminating, with the job's member and orphans. Earlier versions lost it there: the next
-//! leader admitted the job again as new while its copy still ran, uncharged.
+//! What a job's record keeps declared, on the local fleet (issue 28).
+//!
+//! 1. A QueuedJob deleted while no controller runs keeps its record: muster keeps the
+//!    `muster.dev/record` finalizer on every QueuedJob while it needs the record, so it stays,
+//!    Terminating, with the job's member and orphans. Earlier versions lost it there: the next
+//!    leader admitted the job again as new while its copy still ran, uncharged.
+//! 2. A MemberCluster deleted and registered again while its job runs: the old copy stays
+//!    declared while the member is gone, and is deleted once it is back. Earlier versions forgot
+//!    it: once the member was registered again both copies ran, with nothing saying so.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -11,6 +15,7 @@ mod support;
 
 use std::time::Duration;
 
+use kube::api::DynamicObject;
 use kube::api::{Api, DeleteParams};
 use muster::controller::crd::{QueuedJob, QueuedJobState};
 use support::audit::Auditor;
@@ -141,4 +146,104 @@ async fn a_queued_job_deleted_while_no_controller_runs_keeps_its_record() {
     let mut controllers = vec![first];
     controllers.extend(second);
     finish(&hub, &[&ns], controllers, outcome).await;
+}
+
+/// 2. A PyTorchJob runs on member M; M's MemberCluster is deleted (its Secret stays, as in a
+///    GitOps prune): the job is placed on another member at once, and while M is gone its record
+///    lists M as an orphan that cannot be confirmed gone (`unconfirmed`, `mayRunTwiceOn`) as the
+///    old copy still runs there. M is registered again: its old copy is deleted and M leaves
+///    the record. An auditor of every member's pods sees the new copy's pods never deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_removed_and_registered_again_has_its_old_copy_declared_then_deleted() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("reregister");
+    let hub = setup(&[&ns], root(vec![leaf("reregister", &ns)])).await;
+    let controller = Controller::start("reregister", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "moved", 1, 0, "1"))
+            .await
+            .expect("create");
+        let st = wait_for("the job running", T, || async {
+            let st = status_of(&hub, &ns, "moved").await;
+            match st.state {
+                QueuedJobState::Running => Ok(st),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        let old = st.cluster.clone().expect("a member");
+        let uid = hub::queued_job(&hub, &ns, "PyTorchJob", "moved")
+            .await
+            .map(|q| q.spec.job_ref.uid)
+            .expect("its QueuedJob");
+        let auditor = Auditor::start(&fleet::MEMBERS).await;
+        let mcs: Api<DynamicObject> = fleet::dynamic_api(
+            &hub,
+            "muster.dev/v1alpha1",
+            "MemberCluster",
+            "memberclusters",
+            None,
+        );
+        mcs.delete(&old, &DeleteParams::default())
+            .await
+            .expect("delete the MemberCluster");
+        // Placed elsewhere, the old copy declared while its member is gone.
+        let st = wait_for(
+            "the job running elsewhere, the old copy declared",
+            T,
+            || async {
+                let st = status_of(&hub, &ns, "moved").await;
+                let l = st.lifecycle.clone().unwrap_or_default();
+                let moved = st.state == QueuedJobState::Running
+                    && st.cluster.as_deref().is_some_and(|c| c != old);
+                if moved
+                    && l.orphans.contains_key(&old)
+                    && l.unconfirmed.contains(&old)
+                    && l.may_run_twice_on.contains(&old)
+                {
+                    Ok(st)
+                } else {
+                    Err(format!("{st:?}"))
+                }
+            },
+        )
+        .await;
+        let new = st.cluster.clone().expect("a member");
+        let old_client = fleet::client_for(&old).await;
+        let selector = format!("muster.dev/job-uid={uid}");
+        let left = fleet::list_pods(&old_client, &ns, &selector).await;
+        assert!(
+            left.iter().any(|p| p.metadata.deletion_timestamp.is_none()),
+            "the old copy still runs on {old} (nothing could delete it): {}",
+            fleet::describe_pods(&left)
+        );
+        // Registered again: the old copy goes, and the member leaves the record.
+        hub::register_members(&hub).await;
+        wait_for("the old copy deleted and forgotten", T, || async {
+            let pods = fleet::list_pods(&old_client, &ns, &selector).await;
+            let st = status_of(&hub, &ns, "moved").await;
+            let l = st.lifecycle.clone().unwrap_or_default();
+            if pods.is_empty() && !l.orphans.contains_key(&old) && l.unconfirmed.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} | {st:?}", fleet::describe_pods(&pods)))
+            }
+        })
+        .await;
+        let st = status_of(&hub, &ns, "moved").await;
+        assert_eq!(st.state, QueuedJobState::Running, "{st:?}");
+        assert_eq!(st.cluster.as_deref(), Some(new.as_str()), "{st:?}");
+        let deleted: Vec<_> = auditor
+            .of(&uid)
+            .into_iter()
+            .filter(|s| s.member == new && (s.gone || s.pod.deleting))
+            .map(|s| s.pod.name)
+            .collect();
+        assert!(
+            deleted.is_empty(),
+            "pods of the new copy deleted: {deleted:?}"
+        );
+    }))
+    .await;
+    finish(&hub, &[&ns], vec![controller], outcome).await;
 }

@@ -151,8 +151,6 @@ pub async fn apply_tree(hub: &Client, root: Value) -> kube::Result<DynamicObject
     .await
 }
 
-/// Removes every ElasticQuotaTree in kube-system and muster's webhook registration (left over
-/// by an earlier run that was killed).
 /// Removes the `muster.dev/record` finalizer from every QueuedJob of `ns`.
 pub async fn release_queued_jobs(hub: &Client, ns: &str) {
     let api: Api<QueuedJob> = Api::namespaced(hub.clone(), ns);
@@ -169,6 +167,8 @@ pub async fn release_queued_jobs(hub: &Client, ns: &str) {
     }
 }
 
+/// Removes every ElasticQuotaTree in kube-system and muster's webhook registration (left over
+/// by an earlier run that was killed).
 pub async fn reset_hub(hub: &Client) {
     let api = fleet::dynamic_api(
         hub,
