@@ -7,6 +7,9 @@
 //! 2. A MemberCluster deleted and registered again while its job runs: the old copy stays
 //!    declared while the member is gone, and is deleted once it is back. Earlier versions forgot
 //!    it: once the member was registered again both copies ran, with nothing saying so.
+//! 3. A copy held by a finalizer while other jobs wait to start: it holds back other jobs'
+//!    creates for the drain grace (60 s) at most. Earlier versions held back every create on every member for as
+//!    long as it stayed: from then on no job started anywhere.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -247,3 +250,146 @@ async fn a_member_removed_and_registered_again_has_its_old_copy_declared_then_de
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
 }
+
+/// The drain grace of the controller's defaults (`lifecycle::Settings::drain_grace`).
+const DRAIN_GRACE: Duration = Duration::from_secs(60);
+
+/// 3. A PyTorchJob runs on member M; a finalizer that nobody removes is put on its copy there
+///    (an operator that stopped acting); its hub job is edited (one more worker), so muster takes
+///    it back and deletes that copy, which stays Terminating with its pods running. A second job
+///    is submitted: it runs (within the drain grace and the usual time after it at most), while
+///    the stuck copy is still there. The first job is not started a second time while its old pods run,
+///    and its reason names the stuck copy; once the finalizer goes, it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_held_by_a_finalizer_does_not_stop_other_jobs() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("stuckcopy");
+    let hub = setup(&[&ns], root(vec![leaf("stuckcopy", &ns)])).await;
+    let controller = Controller::start("stuckcopy", &[]).await;
+    let held: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "first", 1, 0, "1"))
+            .await
+            .expect("create");
+        let st = wait_for("the first job running", T, || async {
+            let st = status_of(&hub, &ns, "first").await;
+            match st.state {
+                QueuedJobState::Running => Ok(st),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        let m = st.cluster.clone().expect("a member");
+        let member = fleet::client_for(&m).await;
+        let copies = fleet::dynamic_api(
+            &member,
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            "pytorchjobs",
+            Some(&ns),
+        );
+        let copy = copies.get("first").await.expect("the copy on its member");
+        let mut finalizers = copy.metadata.finalizers.clone().unwrap_or_default();
+        finalizers.push(HOLD.to_string());
+        copies
+            .patch(
+                "first",
+                &Default::default(),
+                &kube::api::Patch::Merge(
+                    serde_json::json!({"metadata": {"finalizers": finalizers}}),
+                ),
+            )
+            .await
+            .expect("hold the copy");
+        if let Ok(mut h) = held.lock() {
+            *h = Some(m.clone());
+        }
+        let jobs = fleet::dynamic_api(
+            &hub,
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            "pytorchjobs",
+            Some(&ns),
+        );
+        jobs.patch(
+            "first",
+            &Default::default(),
+            &kube::api::Patch::Merge(serde_json::json!(
+                {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2}}}}
+            )),
+        )
+        .await
+        .expect("edit the hub job");
+        wait_for("the copy Terminating", T, || async {
+            match copies.get_opt("first").await {
+                Ok(Some(c)) if c.metadata.deletion_timestamp.is_some() => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "second", 1, 0, "1"))
+            .await
+            .expect("create the second job");
+        wait_for("the second job running", DRAIN_GRACE + T, || async {
+            let st = status_of(&hub, &ns, "second").await;
+            match st.state {
+                QueuedJobState::Running => Ok(()),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        // The first job's own old pods still run on M: it is not started a second time, and
+        // says why.
+        let stuck = copies.get_opt("first").await.expect("read the copy");
+        assert!(
+            stuck
+                .as_ref()
+                .is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
+            "the stuck copy is still Terminating on {m} while the second job runs: {stuck:?}"
+        );
+        let first = status_of(&hub, &ns, "first").await;
+        assert_ne!(first.state, QueuedJobState::Running, "{first:?}");
+        let reason = first.reason.clone().unwrap_or_default();
+        assert!(
+            reason.contains(&format!("old copy on {m}")) || reason.contains("old copy there"),
+            "the reason names the stuck copy: {first:?}"
+        );
+        // Its operator acts again: the copy goes, and the first job runs.
+        let drop = serde_json::json!({"metadata": {"finalizers": null}});
+        copies
+            .patch("first", &Default::default(), &kube::api::Patch::Merge(drop))
+            .await
+            .expect("let the copy go");
+        wait_for("the first job running", T, || async {
+            let st = status_of(&hub, &ns, "first").await;
+            match st.state {
+                QueuedJobState::Running => Ok(()),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+    }))
+    .await;
+    // Let the held copy go (its namespace is deleted next).
+    let m = held.lock().ok().and_then(|h| h.clone());
+    if let Some(m) = m {
+        let member = fleet::client_for(&m).await;
+        let copies = fleet::dynamic_api(
+            &member,
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            "pytorchjobs",
+            Some(&ns),
+        );
+        let _ = copies
+            .patch(
+                "first",
+                &Default::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+    }
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+const HOLD: &str = "test.muster.dev/hold";

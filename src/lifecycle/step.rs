@@ -323,12 +323,16 @@ fn admitted_step(
         }
         // Its old copy there has not gone within the grace of its admission (a finalizer holds
         // it): the name is taken, so the copy cannot be made there; placed elsewhere, that
-        // member avoided.
-        Some(Member::Answering(Some(_)))
-            if n.orphans.get(&c).is_some_and(|since| {
-                let from = (*since).max(n.admitted_at.unwrap_or(0));
-                now.saturating_sub(from) >= s.drain_grace
-            }) && s.defect != Some(super::Defect::DrainForever) =>
+        // member avoided. (A driver may see the old copy only as the orphan there: it was not
+        // made for this admission.)
+        Some(Member::Answering(here))
+            if (here.is_some()
+                || matches!(seen.orphans.get(&c), Some(Member::Answering(Some(_)))))
+                && n.orphans.get(&c).is_some_and(|since| {
+                    let from = (*since).max(n.admitted_at.unwrap_or(0));
+                    now.saturating_sub(from) >= s.drain_grace
+                })
+                && s.defect != Some(super::Defect::DrainForever) =>
         {
             let text = format!(
                 "its old copy there has not gone in {}s since muster deleted it (a finalizer holds it, or its operator does not act)",

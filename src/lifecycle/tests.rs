@@ -549,3 +549,33 @@ fn a_rejected_job_is_judged_again_after_a_restart() {
         "the class exists now: {r:?}"
     );
 }
+
+/// Issue 28, found by the fleet test: a job admitted again to the member where its own old copy
+/// is held by a finalizer. The controller sees that copy only as the orphan there (it was not
+/// made for this admission), never as the job's copy; past the drain grace the job is placed
+/// elsewhere all the same, that member avoided, instead of waiting for ever.
+#[test]
+fn a_job_whose_own_old_copy_is_stuck_where_it_is_admitted_goes_elsewhere_after_the_grace() {
+    let mut r = rec(Phase::Admitted);
+    r.orphans.insert("member-a".into(), 0);
+    let stuck = Member::Answering(Some(Copy {
+        uid: "old".into(),
+        progress: Progress::Starting {
+            scheduled: 0,
+            running: 0,
+        },
+        live_pods: 0,
+        expected: 3,
+        pods_done: false,
+        waiting: None,
+    }));
+    let grace = s().drain_grace;
+    let early = Obs::of(&r, grace - 1_000).orphan("member-a", stuck.clone());
+    let (n, out) = early.step(&r);
+    assert_eq!(n.phase, Phase::Admitted, "within the grace it waits: {n:?}");
+    assert!(!out.iter().any(|i| matches!(i, Intent::Create { .. })));
+    let late = Obs::of(&r, grace).orphan("member-a", stuck);
+    let (n, _) = late.step(&r);
+    assert_eq!(n.phase, Phase::Queued, "taken back: {n:?}");
+    assert!(n.avoid.contains("member-a"), "that member avoided: {n:?}");
+}
