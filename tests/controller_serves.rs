@@ -278,6 +278,19 @@ async fn a_member_whose_crd_is_removed_is_not_chosen_until_it_is_back() {
             }
         })
         .await;
+        // The copy exists before its pods do: the MPI operator makes them a moment later.
+        wait_for("the MPIJob's pods seen on member-a", T, || async {
+            let seen = dog.pods_seen();
+            if seen
+                .iter()
+                .any(|p| p.starts_with(&format!("member-a: {ns}/mpi")))
+            {
+                Ok(())
+            } else {
+                Err(format!("{seen:?}"))
+            }
+        })
+        .await;
         dog.assert_clean("crd").await;
     }))
     .await;
