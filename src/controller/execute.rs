@@ -3,16 +3,24 @@
 //! [`super::members::WRITES_PER_MEMBER`] per member, results read at the start of the next
 //! pass), so that a slow or frozen member never holds back decisions for the
 //! others; Events on the hub job; the queue metrics; the next wake-up. Every member write is
-//! fenced: a replica that does not lead writes nothing.
+//! fenced where it leaves (after its wait for a permit): a replica that does not lead then
+//! writes nothing, and a write is given up when the lease it was sent under runs out.
+
+use std::time::Duration;
 
 use kube::ResourceExt;
 
 use super::brain::Brain;
 use super::dispatch;
+use super::leader::{self, Fenced};
 use crate::fleet::PlacementMode;
 use crate::lifecycle::{Created, Intent, Phase, Transition};
 use crate::metrics::{DispatchFailure, Outcome, RequeueReason};
 use crate::workload::JobKind;
+
+/// How long one member write (a copy's create with its namespace, or its delete) may take
+/// before it counts as failed; less when the lease runs out sooner.
+const MEMBER_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A member write that finished.
 pub(super) enum Done {
@@ -302,25 +310,33 @@ impl Brain {
             .get(&kube::runtime::reflector::ObjectRef::new(&j.namespace))
             .map(|n| super::hubcheck::psa_labels(n.labels()))
             .unwrap_or_default();
-        let (client, kind, tx, wake, permits) = (
+        let (client, kind, tx, wake, permits, leadership) = (
             m.client.clone(),
             j.kind,
             self.done_tx.clone(),
             self.wake.clone(),
             m.writes.clone(),
+            self.leadership.clone(),
         );
         self.in_flight.insert(key);
         let (uid, cluster) = (uid.to_string(), cluster.to_string());
         tokio::spawn(async move {
             // Never closed: a permit always comes.
             let _permit = permits.acquire_owned().await;
-            let result = dispatch::create(&client, &cluster, kind, &copy, &ns_labels)
-                .await
-                .map(|o| o.uid().unwrap_or_default())
-                .map_err(|e| {
+            // Fenced where it leaves: a create that waited behind a slow member is not sent by
+            // a replica that lost the lease meanwhile, and is given up before the lease ends.
+            let create = dispatch::create(&client, &cluster, kind, &copy, &ns_labels);
+            let result = match leader::fenced(&leadership, MEMBER_WRITE_TIMEOUT, create).await {
+                Fenced::Answered(r) => r.map(|o| o.uid().unwrap_or_default()).map_err(|e| {
                     let earlier = matches!(e, dispatch::DispatchError::Earlier { .. });
                     (e.to_string(), e.failure(), earlier)
-                });
+                }),
+                other => Err((
+                    other.answer().err().unwrap_or_default(),
+                    DispatchFailure::Unreachable,
+                    false,
+                )),
+            };
             let _ = tx.send(Done::Created {
                 uid,
                 cluster,
@@ -370,11 +386,12 @@ impl Brain {
         let Some(m) = self.members.get(cluster) else {
             return;
         };
-        let (client, tx, wake, permits) = (
+        let (client, tx, wake, permits, leadership) = (
             m.client.clone(),
             self.done_tx.clone(),
             self.wake.clone(),
             m.writes.clone(),
+            self.leadership.clone(),
         );
         let (uid, cluster, ns, name) = (
             uid.to_string(),
@@ -385,9 +402,12 @@ impl Brain {
         self.in_flight.insert(key);
         tokio::spawn(async move {
             let _permit = permits.acquire_owned().await;
-            let result = dispatch::delete(&client, kind, &ns, &name, &uid)
+            // Fenced where it leaves, as a create is.
+            let delete = dispatch::delete(&client, kind, &ns, &name, &uid);
+            let result = leader::fenced(&leadership, MEMBER_WRITE_TIMEOUT, delete)
                 .await
-                .map_err(|e| e.to_string());
+                .answer()
+                .and_then(|r| r.map_err(|e| e.to_string()));
             let _ = tx.send(Done::Deleted {
                 uid,
                 cluster,

@@ -20,6 +20,7 @@ use serde_json::json;
 use super::MANAGER;
 use super::brain::Brain;
 use super::crd::QueuedJob;
+use super::leader::{self, Fenced};
 use crate::workload::JobKind;
 
 /// The finalizer muster puts on every QueuedJob it writes.
@@ -92,26 +93,26 @@ impl Brain {
             sent += 1;
             tokio::spawn(async move {
                 // Fenced where it is sent: a replica that lost the lease writes nothing.
-                if leadership.is_leader() {
-                    let params = PatchParams {
-                        field_manager: Some(MANAGER.to_string()),
-                        ..PatchParams::default()
-                    };
-                    let r = tokio::time::timeout(
-                        TIMEOUT,
-                        api.patch(&name, &params, &Patch::Merge(patch)),
-                    )
-                    .await;
-                    match r {
-                        Ok(Ok(_)) => {}
-                        // Changed meanwhile (409) or gone (404): judged again from the store.
-                        Ok(Err(kube::Error::Api(e))) if e.code == 409 || e.code == 404 => {}
-                        Ok(Err(e)) => {
-                            tracing::warn!(queuedjob = %key, error = %e, "could not change the QueuedJob's finalizers")
-                        }
-                        Err(_) => {
-                            tracing::warn!(queuedjob = %key, "no answer changing the QueuedJob's finalizers")
-                        }
+                let params = PatchParams {
+                    field_manager: Some(MANAGER.to_string()),
+                    ..PatchParams::default()
+                };
+                let r = leader::fenced(
+                    &leadership,
+                    TIMEOUT,
+                    api.patch(&name, &params, &Patch::Merge(patch)),
+                )
+                .await;
+                match r {
+                    Fenced::NotSent | Fenced::Answered(Ok(_)) => {}
+                    // Changed meanwhile (409) or gone (404): judged again from the store.
+                    Fenced::Answered(Err(kube::Error::Api(e)))
+                        if e.code == 409 || e.code == 404 => {}
+                    Fenced::Answered(Err(e)) => {
+                        tracing::warn!(queuedjob = %key, error = %e, "could not change the QueuedJob's finalizers")
+                    }
+                    Fenced::NoAnswer(_) => {
+                        tracing::warn!(queuedjob = %key, "no answer changing the QueuedJob's finalizers")
                     }
                 }
                 finalizing.remove(&key);

@@ -55,6 +55,21 @@ impl Leadership {
         }
     }
 
+    /// How long this replica may still act (None: it does not lead). A write is sent only
+    /// with this much left, and given up when it runs out (see [`fenced`]).
+    pub fn remaining(&self) -> Option<Duration> {
+        if !self.held.load(Ordering::Relaxed) {
+            return None;
+        }
+        match self.deadline.lock().map(|d| *d) {
+            Ok(Some(d)) => d
+                .checked_duration_since(Instant::now())
+                .filter(|r| !r.is_zero()),
+            Ok(None) => Some(Duration::MAX),
+            Err(_) => None,
+        }
+    }
+
     fn renewed(&self, until: Instant) {
         if let Ok(mut d) = self.deadline.lock() {
             *d = Some(until);
@@ -64,6 +79,52 @@ impl Leadership {
 
     fn lost(&self) {
         self.held.store(false, Ordering::Relaxed);
+    }
+}
+
+/// How a write fenced by leadership ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fenced<T> {
+    /// Not sent: this replica did not lead when the write was about to go (after any wait for
+    /// a permit).
+    NotSent,
+    /// The API server's answer.
+    Answered(T),
+    /// No answer within the bound: the write may or may not have landed.
+    NoAnswer(Duration),
+}
+
+/// Sends `write` only if this replica leads at the moment it goes, and gives it up after
+/// `limit` or when the lease this replica acts on runs out, whichever is first. The deadline is
+/// `duration / 5` before another replica may take the lease, so a write that was sent in time
+/// has that margin to land before the next leader acts; a write that waited for a permit
+/// behind a slow member is judged when it leaves, not when it was decided.
+pub async fn fenced<T>(
+    leadership: &Leadership,
+    limit: Duration,
+    write: impl std::future::Future<Output = T>,
+) -> Fenced<T> {
+    let Some(left) = leadership.remaining() else {
+        return Fenced::NotSent;
+    };
+    let bound = limit.min(left);
+    match tokio::time::timeout(bound, write).await {
+        Ok(t) => Fenced::Answered(t),
+        Err(_) => Fenced::NoAnswer(bound),
+    }
+}
+
+impl<T> Fenced<T> {
+    /// The answer, or the words for why there is none.
+    pub fn answer(self) -> Result<T, String> {
+        match self {
+            Fenced::Answered(t) => Ok(t),
+            Fenced::NotSent => Err("not sent: this replica no longer leads".into()),
+            Fenced::NoAnswer(d) => Err(format!(
+                "no answer within {} ms (the write may have landed)",
+                d.as_millis()
+            )),
+        }
     }
 }
 
@@ -188,5 +249,75 @@ async fn step(
         }
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    fn leading_until(d: Duration) -> Arc<Leadership> {
+        let l = Arc::new(Leadership::default());
+        l.renewed(Instant::now() + d);
+        l
+    }
+
+    #[tokio::test]
+    async fn a_write_that_waited_for_a_permit_is_not_sent_once_the_lease_is_lost() {
+        let l = leading_until(Duration::from_secs(60));
+        let permits = Arc::new(tokio::sync::Semaphore::new(1));
+        let held = permits.clone().acquire_owned().await.expect("permit");
+        let sent = Arc::new(AtomicUsize::new(0));
+        let (l2, p2, s2) = (l.clone(), permits.clone(), sent.clone());
+        // Decided while leading; queued behind a slow member's permit.
+        assert!(l.is_leader());
+        let task = tokio::spawn(async move {
+            let _permit = p2.acquire_owned().await;
+            fenced(&l2, Duration::from_secs(10), async {
+                s2.fetch_add(1, Ordering::SeqCst);
+            })
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        l.lost();
+        drop(held);
+        let out = task.await.expect("task");
+        assert_eq!(out, Fenced::NotSent);
+        assert_eq!(sent.load(Ordering::SeqCst), 0, "the write went out");
+    }
+
+    #[tokio::test]
+    async fn a_write_is_given_up_when_the_lease_runs_out_not_after_its_own_limit() {
+        let l = leading_until(Duration::from_millis(200));
+        let started = Instant::now();
+        let out = fenced(&l, Duration::from_secs(30), std::future::pending::<()>()).await;
+        let Fenced::NoAnswer(bound) = out else {
+            panic!("{out:?}")
+        };
+        assert!(bound <= Duration::from_millis(200), "{bound:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "waited its own limit"
+        );
+        assert!(Fenced::<()>::NoAnswer(bound).answer().is_err());
+        // Past the deadline nothing more is sent.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(l.remaining(), None);
+        assert_eq!(
+            fenced(&l, Duration::from_secs(1), async { 1 }).await,
+            Fenced::NotSent
+        );
+    }
+
+    #[tokio::test]
+    async fn a_leader_without_election_always_sends_and_is_bounded_by_the_limit() {
+        let l = Leadership::always();
+        assert_eq!(
+            fenced(&l, Duration::from_secs(1), async { 7 }).await,
+            Fenced::Answered(7)
+        );
+        let out = fenced(&l, Duration::from_millis(50), std::future::pending::<()>()).await;
+        assert_eq!(out, Fenced::NoAnswer(Duration::from_millis(50)));
     }
 }

@@ -22,8 +22,9 @@ use serde_json::{Map, Value, json};
 use super::brain::Brain;
 use super::crd::{QueuedJob, QueuedJobState, QueuedJobStatus};
 use super::execute::Done;
+use super::leader::{self, Fenced};
 use super::observe::Write;
-use super::{MANAGER, gates, kinds, leader};
+use super::{MANAGER, gates, kinds};
 use crate::lifecycle::Record;
 
 /// Writes in flight at once: QueuedJob statuses of every batch together, and observed writes.
@@ -161,14 +162,12 @@ async fn put_all(
         .map(|p| async move {
             // Never closed: a permit always comes.
             let _permit = permits.acquire().await;
-            // Fenced: a replica that does not lead writes nothing.
-            if !leadership.is_leader() {
-                return (p, Landed::NotSent);
-            }
-            let landed = match tokio::time::timeout(WRITE_TIMEOUT, put(hub, &p)).await {
-                Ok(Ok(())) => Landed::Written,
-                Ok(Err(e)) => Landed::Failed(e.to_string()),
-                Err(_) => Landed::Failed(format!("no answer within {}s", WRITE_TIMEOUT.as_secs())),
+            // Fenced where it leaves: a replica that does not lead writes nothing.
+            let landed = match leader::fenced(leadership, WRITE_TIMEOUT, put(hub, &p)).await {
+                Fenced::NotSent => Landed::NotSent,
+                Fenced::Answered(Ok(())) => Landed::Written,
+                Fenced::Answered(Err(e)) => Landed::Failed(e.to_string()),
+                no_answer => Landed::Failed(no_answer.answer().err().unwrap_or_default()),
             };
             (p, landed)
         })
@@ -312,11 +311,12 @@ impl Brain {
                 continue;
             }
             f.observed.insert(k.clone());
-            let (hub, tx, wake, permits) = (
+            let (hub, tx, wake, permits, leadership) = (
                 self.hub.clone(),
                 self.done_tx.clone(),
                 self.wake.clone(),
                 permits.clone(),
+                self.leadership.clone(),
             );
             tokio::spawn(async move {
                 // Never closed: a permit always comes.
@@ -341,10 +341,11 @@ impl Brain {
                         }
                     }
                 };
-                let result = match tokio::time::timeout(WRITE_TIMEOUT, write).await {
-                    Ok(r) => r.map_err(|e| e.to_string()),
-                    Err(_) => Err(format!("no answer within {}s", WRITE_TIMEOUT.as_secs())),
-                };
+                // Fenced where it leaves, not where it was decided.
+                let result = leader::fenced(&leadership, WRITE_TIMEOUT, write)
+                    .await
+                    .answer()
+                    .and_then(|r| r.map_err(|e| e.to_string()));
                 let _ = tx.send(Done::Observed { write: w, result });
                 wake.notify_one();
             });
