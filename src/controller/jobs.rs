@@ -59,6 +59,9 @@ pub(super) struct Job {
     /// The QueuedJob status last written (None: the QueuedJob may not exist), and when.
     pub written: Option<QueuedJobStatus>,
     pub written_at: Option<Instant>,
+    /// The keys of QueuedJob statuses sent since `written` whose outcome is unknown
+    /// (`writes::unsure_keys`): the next write covers them.
+    pub unsure: Option<Value>,
     /// When the hub's admission last judged its pod templates (`hubcheck`).
     pub judged_at: Option<Instant>,
     /// The hub job is gone (followed until its copies are confirmed gone).
@@ -600,6 +603,7 @@ pub(super) fn new_job(
         synced_at: None,
         written: None,
         written_at: None,
+        unsure: None,
         judged_at: None,
         gone: false,
     }

@@ -404,7 +404,7 @@ impl Brain {
             uid,
             record,
             status,
-            held.as_ref(),
+            (held.as_ref(), t.unsure.as_ref()),
             (t.namespace.clone(), name),
             create,
         ))

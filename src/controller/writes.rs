@@ -50,6 +50,56 @@ pub(super) struct Put {
     patch: Option<Value>,
 }
 
+/// What the hub may hold beyond the status last known to have landed: the keys of every
+/// status sent since whose outcome is unknown (no answer, or an error after which it may still
+/// have landed). Leaves are `true`; an object where any of them held an object.
+pub(super) fn unsure_keys(earlier: Option<&Value>, sent: &Value) -> Value {
+    match (earlier, sent) {
+        (Some(Value::Object(e)), Value::Object(s)) => {
+            let mut u = e.clone();
+            for (k, v) in s {
+                let merged = unsure_keys(e.get(k), v);
+                u.insert(k.clone(), merged);
+            }
+            Value::Object(u)
+        }
+        (Some(e @ Value::Object(_)), _) => e.clone(),
+        (_, Value::Object(s)) => Value::Object(
+            s.iter()
+                .map(|(k, v)| (k.clone(), unsure_keys(None, v)))
+                .collect(),
+        ),
+        _ => Value::Bool(true),
+    }
+}
+
+/// The merge patch that turns whatever the hub holds into `new` when some of what it holds is
+/// unknown: every member of `new` (none can be trusted to be there already), and null for every
+/// key in `keys` that `new` lacks.
+pub(super) fn covering_patch(keys: &Value, new: &Value) -> Value {
+    match (keys, new) {
+        (Value::Object(k), Value::Object(n)) => {
+            let mut d: Map<String, Value> = n
+                .iter()
+                .map(|(key, nv)| {
+                    let v = match k.get(key) {
+                        Some(kv) => covering_patch(kv, nv),
+                        None => nv.clone(),
+                    };
+                    (key.clone(), v)
+                })
+                .collect();
+            for key in k.keys() {
+                if !n.contains_key(key) {
+                    d.insert(key.clone(), Value::Null);
+                }
+            }
+            Value::Object(d)
+        }
+        (_, n) => n.clone(),
+    }
+}
+
 /// How a put ended.
 pub(super) enum Landed {
     Written,
@@ -60,12 +110,14 @@ pub(super) enum Landed {
 
 impl Put {
     /// The put of `status` for `uid`; `held` is the status the hub holds (None: no QueuedJob
-    /// is known, `create` is made first).
+    /// is known, `create` is made first), and `unsure` the keys of statuses sent since whose
+    /// outcome is unknown ([`unsure_keys`]): then the whole status goes, with null for every
+    /// key that may be there and should not.
     pub(super) fn new(
         uid: &str,
         record: Record,
         status: QueuedJobStatus,
-        held: Option<&QueuedJobStatus>,
+        (held, unsure): (Option<&QueuedJobStatus>, Option<&Value>),
         (namespace, name): (String, String),
         create: Option<QueuedJob>,
     ) -> Put {
@@ -73,6 +125,10 @@ impl Put {
         let old = held
             .and_then(|h| serde_json::to_value(h).ok())
             .unwrap_or_else(|| Value::Object(Map::new()));
+        let patch = match unsure {
+            Some(u) => Some(covering_patch(&unsure_keys(Some(u), &old), &new)),
+            None => merge_diff(&old, &new),
+        };
         Put {
             uid: uid.to_string(),
             record,
@@ -80,8 +136,13 @@ impl Put {
             namespace,
             name,
             create,
-            patch: merge_diff(&old, &new),
+            patch,
         }
+    }
+
+    /// The status it sends, as JSON.
+    pub(super) fn sent(&self) -> Value {
+        serde_json::to_value(&self.status).unwrap_or(Value::Null)
     }
 }
 
@@ -289,10 +350,17 @@ impl Brain {
                     if let Some(j) = self.jobs.get_mut(&p.uid) {
                         j.written = Some(p.status);
                         j.written_at = Some(Instant::now());
+                        // The patch covered every key in doubt: the hub holds this status.
+                        j.unsure = None;
                     }
                 }
                 Landed::Failed(e) => {
                     tracing::warn!(job = %p.uid, error = %e, "could not write QueuedJob status");
+                    // It may have landed all the same (an answer lost): the next write covers
+                    // what it would have left.
+                    if let Some(j) = self.jobs.get_mut(&p.uid) {
+                        j.unsure = Some(unsure_keys(j.unsure.as_ref(), &p.sent()));
+                    }
                 }
                 Landed::NotSent => {}
             }
@@ -395,6 +463,84 @@ impl Brain {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The patch a put sends after `belief` landed and statuses whose outcome is unknown went
+    /// out (their keys in `unsure`), as `Put::new` makes it.
+    fn patch_for(belief: &Value, unsure: Option<&Value>, new: &Value) -> Option<Value> {
+        match unsure {
+            Some(u) => Some(covering_patch(&unsure_keys(Some(u), belief), new)),
+            None => merge_diff(belief, new),
+        }
+    }
+
+    #[test]
+    fn a_write_that_landed_without_an_answer_is_covered_by_the_next() {
+        let belief = json!({"state": "Queued", "reason": "waits"});
+        // Sent, no answer; it landed all the same.
+        let lost = json!({"state": "Admitted", "cluster": "member-a", "lifecycle": {"orphans": {"m": "t"}}});
+        let mut hub = belief.clone();
+        json_patch::merge(&mut hub, &merge_diff(&belief, &lost).expect("differs"));
+        let new = json!({"state": "Queued", "reason": "taken back", "lifecycle": {"orphans": {}}});
+        // Diffed against the belief alone, `cluster` and the orphan stay on the hub.
+        let mut naive = hub.clone();
+        json_patch::merge(&mut naive, &merge_diff(&belief, &new).expect("differs"));
+        assert_ne!(naive, new, "the belief alone leaves keys behind");
+        let unsure = unsure_keys(None, &lost);
+        let mut covered = hub.clone();
+        json_patch::merge(
+            &mut covered,
+            &patch_for(&belief, Some(&unsure), &new).expect("sent"),
+        );
+        assert_eq!(covered, new);
+        // And when it did not land, the same patch gives the same status.
+        let mut not_landed = belief.clone();
+        json_patch::merge(
+            &mut not_landed,
+            &patch_for(&belief, Some(&unsure), &new).expect("sent"),
+        );
+        assert_eq!(not_landed, new);
+    }
+
+    fn status() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            (0..3i64).prop_map(Value::from),
+            Just(Value::String("s".into())),
+        ];
+        let inner =
+            prop::collection::btree_map(prop::sample::select(vec!["x", "y"]), leaf.clone(), 0..3)
+                .prop_map(|m| {
+                    Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                });
+        let value = prop_oneof![leaf, inner];
+        prop::collection::btree_map(prop::sample::select(vec!["a", "b", "c", "d"]), value, 0..4)
+            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
+    }
+
+    proptest! {
+        /// Whatever subset of the writes without an answer landed, the next write that lands
+        /// leaves the hub holding exactly the status it sends.
+        #[test]
+        fn the_hub_holds_what_the_last_landed_write_sent(
+            first in status(),
+            tries in prop::collection::vec((status(), any::<bool>()), 0..5),
+            last in status(),
+        ) {
+            let mut hub = first.clone();
+            let belief = first;
+            let mut unsure: Option<Value> = None;
+            for (sent, landed) in tries {
+                if let Some(p) = patch_for(&belief, unsure.as_ref(), &sent) && landed {
+                    json_patch::merge(&mut hub, &p);
+                }
+                unsure = Some(unsure_keys(unsure.as_ref(), &sent));
+            }
+            if let Some(p) = patch_for(&belief, unsure.as_ref(), &last) {
+                json_patch::merge(&mut hub, &p);
+            }
+            prop_assert_eq!(hub, last);
+        }
+    }
 
     #[test]
     fn a_merge_diff_turns_old_into_new() {
