@@ -10,6 +10,10 @@
 //! 3. A copy held by a finalizer while other jobs wait to start: it holds back other jobs'
 //!    creates for the drain grace (60 s) at most. Earlier versions held back every create on every member for as
 //!    long as it stayed: from then on no job started anywhere.
+//! 4. A hub job deleted and made again under the same name while its old copy is held: the new
+//!    job waits for the earlier job's QueuedJob to go. Earlier versions took the Terminating
+//!    QueuedJob over: the earlier job's record (its charge, its copy) was lost, and the new
+//!    record went with the QueuedJob once its finalizer was dropped.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -393,3 +397,150 @@ async fn a_copy_held_by_a_finalizer_does_not_stop_other_jobs() {
 }
 
 const HOLD: &str = "test.muster.dev/hold";
+
+/// A PyTorchJob runs on M; its copy is held by a finalizer; the hub job is deleted, so its
+/// QueuedJob is Terminating (the hub's garbage collector) and kept (muster's finalizer) while the
+/// copy stays. A new hub job of the same name is made: watched for 10 s, the QueuedJob still
+/// names the earlier job, no new copy appears on any member, and the new job has an Event
+/// saying what it waits for. Once the copy goes, the earlier QueuedJob goes, and the new job
+/// gets its own record and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_made_again_under_a_kept_name_waits_for_the_earlier_record() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("again");
+    let hub = setup(&[&ns], root(vec![leaf("again", &ns)])).await;
+    let controller = Controller::start("again", &[]).await;
+    let held: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        let jobs = fleet::dynamic_api(
+            &hub,
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            "pytorchjobs",
+            Some(&ns),
+        );
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "again", 0, 0, "1"))
+            .await
+            .expect("create");
+        let st = wait_for("the first job running", T, || async {
+            let st = status_of(&hub, &ns, "again").await;
+            match st.state {
+                QueuedJobState::Running => Ok(st),
+                _ => Err(format!("{st:?}")),
+            }
+        })
+        .await;
+        let old_uid = jobs.get("again").await.expect("the hub job").metadata.uid;
+        let m = st.cluster.clone().expect("a member");
+        let member = fleet::client_for(&m).await;
+        let copies = fleet::dynamic_api(
+            &member,
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            "pytorchjobs",
+            Some(&ns),
+        );
+        let hold = serde_json::json!({"metadata": {"finalizers": [HOLD]}});
+        copies
+            .patch("again", &Default::default(), &kube::api::Patch::Merge(hold))
+            .await
+            .expect("hold the copy");
+        if let Ok(mut h) = held.lock() {
+            *h = Some(m.clone());
+        }
+        jobs.delete("again", &DeleteParams::default())
+            .await
+            .expect("delete the hub job");
+        wait_for("the hub job gone, its QueuedJob Terminating", T, || async {
+            let job = jobs.get_opt("again").await.map_err(|e| e.to_string())?;
+            let qj = hub::queued_job(&hub, &ns, "PyTorchJob", "again").await;
+            match (job, qj) {
+                (None, Some(q)) if q.metadata.deletion_timestamp.is_some() => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        let admitted =
+            |events: &[String]| events.iter().filter(|e| e.starts_with("Admitted:")).count();
+        let admitted_before = admitted(&hub::events_for(&hub, &ns, "again").await);
+        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "again", 0, 0, "1"))
+            .await
+            .expect("create it again");
+        let new_uid = jobs
+            .get("again")
+            .await
+            .expect("the new hub job")
+            .metadata
+            .uid;
+        assert_ne!(new_uid, old_uid);
+        let until = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut looks = 0;
+        while tokio::time::Instant::now() < until {
+            let qj = hub::queued_job(&hub, &ns, "PyTorchJob", "again")
+                .await
+                .expect("the earlier QueuedJob stays while its copy is held");
+            assert_eq!(
+                Some(qj.spec.job_ref.uid.clone()),
+                old_uid,
+                "the earlier job's record was taken over: {qj:?}"
+            );
+            let on =
+                hub::members_with("kubeflow.org/v1", "PyTorchJob", "pytorchjobs", &ns, "again")
+                    .await;
+            assert_eq!(
+                on,
+                std::slice::from_ref(&m),
+                "a copy of the new job was made"
+            );
+            looks += 1;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert!(looks >= 10, "watched {looks} times");
+        let events = hub::events_for(&hub, &ns, "again").await;
+        assert!(
+            events.iter().any(|e| e.starts_with("WaitingForName:")
+                && e.contains(old_uid.as_deref().unwrap_or_default())),
+            "{events:?}"
+        );
+        assert_eq!(
+            admitted(&events),
+            admitted_before,
+            "the new job was admitted while it could hold no record: {events:?}"
+        );
+        // The copy goes: so does the earlier record, and the new job runs with its own.
+        let drop = serde_json::json!({"metadata": {"finalizers": null}});
+        copies
+            .patch("again", &Default::default(), &kube::api::Patch::Merge(drop))
+            .await
+            .expect("let the copy go");
+        wait_for("the new job running under its own record", T, || async {
+            let qj = hub::queued_job(&hub, &ns, "PyTorchJob", "again")
+                .await
+                .ok_or("no QueuedJob")?;
+            let st = qj.status.clone().unwrap_or_default();
+            if Some(qj.spec.job_ref.uid.clone()) == new_uid && st.state == QueuedJobState::Running {
+                Ok(())
+            } else {
+                Err(format!("{qj:?}"))
+            }
+        })
+        .await;
+    }))
+    .await;
+    let m = held.lock().ok().and_then(|h| h.clone());
+    if let Some(m) = m {
+        let member = fleet::client_for(&m).await;
+        let copies = fleet::dynamic_api(
+            &member,
+            "kubeflow.org/v1",
+            "PyTorchJob",
+            "pytorchjobs",
+            Some(&ns),
+        );
+        let drop = serde_json::json!({"metadata": {"finalizers": null}});
+        let _ = copies
+            .patch("again", &Default::default(), &kube::api::Patch::Merge(drop))
+            .await;
+    }
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}

@@ -45,6 +45,9 @@ pub(super) struct Brain {
     pub jobs: HashMap<String, Job>,
     /// Hub jobs muster does not queue (outside the tree), by the generation last tried.
     pub ignored: HashMap<String, i64>,
+    /// Hub jobs made again under the name of an earlier job whose QueuedJob is still kept, by
+    /// that job's UID (they wait for it to go; said once).
+    pub name_waits: HashMap<String, String>,
     /// Member I/O finished off the sync loop (creates), read at the start of the next pass.
     pub done_tx: mpsc::UnboundedSender<Done>,
     pub done_rx: mpsc::UnboundedReceiver<Done>,
@@ -126,6 +129,7 @@ impl Brain {
             book: Book::new(settings),
             jobs: HashMap::new(),
             ignored: HashMap::new(),
+            name_waits: HashMap::new(),
             done_tx,
             done_rx,
             in_flight: Default::default(),

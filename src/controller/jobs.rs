@@ -111,6 +111,42 @@ impl Brain {
             .flatten()
     }
 
+    /// The UID of an earlier job of this kind and name whose QueuedJob (the record a new job
+    /// of the name would write) muster still keeps: deleted while a copy may remain, or being
+    /// deleted. A job made again under that name waits for it to go: taking the record over
+    /// would lose the earlier job's charge and copies, and a QueuedJob being deleted would take
+    /// the new record with it.
+    fn earlier_record(&self, ns: &str, kind: JobKind, name: &str, uid: &str) -> Option<String> {
+        let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
+        let qj = self.stores.queued.get(&key)?;
+        let other = &qj.spec.job_ref.uid;
+        (other != uid && (qj.metadata.deletion_timestamp.is_some() || self.book.keeps(other)))
+            .then(|| other.clone())
+    }
+
+    /// Says once, on the hub job and in the log, that it waits for `earlier`'s record to go.
+    fn wait_for_name(&mut self, uid: &str, kind: JobKind, obj: &DynamicObject, earlier: String) {
+        if self.name_waits.get(uid) == Some(&earlier) {
+            return;
+        }
+        let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+        let note = format!(
+            "waits for the QueuedJob {} of an earlier {kind} of this name (uid {earlier}) to go: muster keeps it until that job's copies are confirmed gone",
+            queued_job_name(kind, &name)
+        );
+        tracing::info!(job = %format!("{kind} {ns}/{name}"), "{note}");
+        let oref = ObjectReference {
+            api_version: Some(kind.api_version().into()),
+            kind: Some(kind.as_str().to_string()),
+            namespace: Some(ns),
+            name: Some(name),
+            uid: Some(uid.to_string()),
+            ..Default::default()
+        };
+        self.events.send(oref, false, "WaitingForName", &note);
+        self.name_waits.insert(uid.to_string(), earlier);
+    }
+
     /// The job as read, once the hub's admission has judged each of its pod templates
     /// (`hubcheck`): unchanged when allowed, the hub's refusal as the reason it cannot run,
     /// `None` while a verdict is missing (the checks it needs are sent).
@@ -330,6 +366,13 @@ impl Brain {
             if obj.data.pointer(kind.suspend_pointer()) != Some(&Value::Bool(true)) {
                 self.suspend(kind, &ns, &name).await;
             }
+            if !followed && recorded.is_none() {
+                if let Some(earlier) = self.earlier_record(&ns, kind, &name, &uid) {
+                    self.wait_for_name(&uid, kind, &obj, earlier);
+                    continue;
+                }
+                self.name_waits.remove(&uid);
+            }
             let fresh = self
                 .jobs
                 .get(&uid)
@@ -426,6 +469,7 @@ impl Brain {
         self.execute_all(intake_events).await;
         self.forget_gone(&seen);
         self.ignored.retain(|u, _| exists.contains(u));
+        self.name_waits.retain(|u, _| exists.contains(u));
         self.rewrite_deleted_queued_jobs();
     }
 

@@ -189,14 +189,44 @@ async fn put(hub: &kube::Client, p: &Put) -> Result<(), kube::Error> {
         match api.create(&params, qj).await {
             Ok(_) => {}
             // One of that name exists (a job deleted and made again by the same name, or an
-            // answer lost): it becomes this job's.
+            // answer lost): it becomes this job's, unless it is being deleted (its finalizer
+            // keeps an earlier job's record: the intake lets this job wait until it goes).
             Err(kube::Error::Api(e)) if e.code == 409 => {
-                api.patch(
-                    &p.name,
-                    &PatchParams::apply(MANAGER).force(),
-                    &Patch::Apply(qj),
-                )
-                .await?;
+                let there = api.get(&p.name).await?;
+                if there.metadata.deletion_timestamp.is_some() && there.spec.job_ref.uid != p.uid {
+                    let message = format!(
+                        "QueuedJob {}/{} is being deleted and holds the record of an earlier job (uid {}); written once it is gone",
+                        p.namespace, p.name, there.spec.job_ref.uid
+                    );
+                    return Err(kube::Error::Api(
+                        kube::core::Status::failure(&message, "AlreadyExists")
+                            .with_code(409)
+                            .boxed(),
+                    ));
+                }
+                // A merge patch replaces the owner list whole (an apply would keep the
+                // earlier job's controller reference beside this one's: refused, 422), keeps
+                // the finalizers others put there, and the resourceVersion read makes it fail
+                // rather than overwrite a change made since.
+                let mut finalizers = there.metadata.finalizers.clone().unwrap_or_default();
+                for f in qj.metadata.finalizers.iter().flatten() {
+                    if !finalizers.contains(f) {
+                        finalizers.push(f.clone());
+                    }
+                }
+                let take = json!({
+                    "metadata": {
+                        "resourceVersion": there.metadata.resource_version,
+                        "ownerReferences": qj.metadata.owner_references,
+                        "finalizers": finalizers,
+                    },
+                    "spec": qj.spec,
+                });
+                let params = PatchParams {
+                    field_manager: Some(MANAGER.to_string()),
+                    ..PatchParams::default()
+                };
+                api.patch(&p.name, &params, &Patch::Merge(take)).await?;
             }
             Err(e) => return Err(e),
         }
