@@ -5,7 +5,8 @@
 //! compared with the pods Trainer really made); they run on their planned nodes, the job
 //! completes and its status comes back to the hub. A member whose runtime differs from the hub's,
 //! or lacks it, is never chosen (watched the whole time), the reason says so, and the job runs as
-//! soon as a member's runtime is made the same again.
+//! soon as a member's runtime is made the same again; an edit of the hub's runtime then leaves
+//! the running TrainJob alone (earlier versions read it again, and took it back).
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -211,6 +212,7 @@ async fn a_trainjob_waits_until_a_member_has_the_same_runtime() {
         .await
         .expect("remove member-c's runtime");
     let controller = Controller::start("trainrt", &[]).await;
+    let hub_original: std::sync::Mutex<Option<DynamicObject>> = std::sync::Mutex::new(None);
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         // MemberCluster status says what each member has.
         wait_for("member-c's status without the runtime", T, || async {
@@ -291,9 +293,61 @@ async fn a_trainjob_waits_until_a_member_has_the_same_runtime() {
         })
         .await;
         assert_eq!(pods_per_member(&ns).await, [("member-b".to_string(), 2, 2)]);
+        // The hub's runtime is edited (a node selector on its nodes: the job read again would
+        // differ): the running TrainJob keeps the spec it was admitted with. Watched for 10 s,
+        // it stays Running on member-b with its 2 pods, never taken back.
+        let job = trainjob(&ns, "waits", 600);
+        let before = interpret_with(&job, &hub_runtimes(&hub).await).expect("read");
+        let hub_rt = runtimes_api(&hub).get(RUNTIME).await.expect("hub runtime");
+        if let Ok(mut h) = hub_original.lock() {
+            *h = Some(hub_rt.clone());
+        }
+        let mut edited = hub_rt.clone();
+        let jobs = edited.data["spec"]["template"]["spec"]["replicatedJobs"]
+            .as_array_mut()
+            .expect("replicated jobs");
+        let node = jobs
+            .iter_mut()
+            .find(|j| j["name"] == "node")
+            .expect("the node job");
+        node["template"]["spec"]["template"]["spec"]["nodeSelector"] =
+            json!({"kubernetes.io/os": "linux"});
+        runtimes_api(&hub)
+            .replace(RUNTIME, &PostParams::default(), &edited)
+            .await
+            .expect("edit the hub's runtime");
+        // The edit matters: the job read against the edited runtime is another spec.
+        let after = interpret_with(&job, &hub_runtimes(&hub).await).expect("read");
+        assert_ne!(
+            muster::lifecycle::digest(&before),
+            muster::lifecycle::digest(&after),
+            "the edit does not change the spec: it proves nothing"
+        );
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut looks = 0;
+        while Instant::now() < until {
+            let st = status(&hub, &ns, "TrainJob", "waits").await;
+            assert_eq!(st.state, QueuedJobState::Running, "{st:?}");
+            assert_eq!(st.cluster.as_deref(), Some("member-b"), "{st:?}");
+            assert_eq!(pods_per_member(&ns).await, [("member-b".to_string(), 2, 2)]);
+            looks += 1;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert!(looks >= 10, "watched {looks} times");
         dog.assert_clean("trainrt").await;
     }))
     .await;
+    // The hub's runtime as it was.
+    let hub_rt = hub_original.lock().ok().and_then(|h| h.clone());
+    if let Some(rt) = hub_rt
+        && let Ok(now) = runtimes_api(&hub).get(RUNTIME).await
+    {
+        let mut same = fresh(&rt);
+        same.metadata.resource_version = now.metadata.resource_version.clone();
+        let _ = runtimes_api(&hub)
+            .replace(RUNTIME, &PostParams::default(), &same)
+            .await;
+    }
     // Every member's runtime back as it was, whatever happened.
     if let Ok(now) = runtimes_api(&b).get(RUNTIME).await {
         let mut same = fresh(&original);

@@ -66,6 +66,8 @@ pub(super) struct Job {
     pub judged_at: Option<Instant>,
     /// The hub job is gone (followed until its copies are confirmed gone).
     pub gone: bool,
+    /// The hub's training runtimes changed while it was placed: read again once it waits.
+    pub runtimes_changed: bool,
 }
 
 impl Job {
@@ -373,10 +375,11 @@ impl Brain {
                 }
                 self.name_waits.remove(&uid);
             }
+            let placed = self.book.get(&uid).is_some_and(|e| e.record.holds());
             let fresh = self
                 .jobs
                 .get(&uid)
-                .is_none_or(|j| j.generation != generation);
+                .is_none_or(|j| j.generation != generation || (j.runtimes_changed && !placed));
             if fresh {
                 let (spec, deadline) = match serde_json::to_value(obj.as_ref()) {
                     Ok(mut v) => {
@@ -397,6 +400,7 @@ impl Brain {
                 match self.jobs.get_mut(&uid) {
                     Some(j) => {
                         j.generation = generation;
+                        j.runtimes_changed = false;
                         j.spec = spec;
                         j.deadline = deadline;
                         j.judged_at = Some(Instant::now());
@@ -650,6 +654,7 @@ pub(super) fn new_job(
         unsure: None,
         judged_at: None,
         gone: false,
+        runtimes_changed: false,
     }
 }
 
