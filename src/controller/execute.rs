@@ -287,6 +287,13 @@ impl Brain {
         let Some(hub) = self.stores.job(j.kind, &j.namespace, &j.name) else {
             return;
         };
+        // The copy is built from the hub job as the digest above judged it: an edit that landed
+        // since (another generation), or a job made again under the name, waits for the next
+        // pass, which reads it and judges it again.
+        if hub.uid().as_deref() != Some(uid) || hub.metadata.generation.unwrap_or(0) != j.generation
+        {
+            return;
+        }
         let Ok(hub_value) = serde_json::to_value(hub.as_ref()) else {
             return;
         };
