@@ -45,17 +45,7 @@ async fn a_queued_job_deleted_while_no_controller_runs_keeps_its_record() {
     let mut first = Controller::start("records-first", &[]).await;
     let mut second: Option<Controller> = None;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
-        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "keep", 1, 0, "1"))
-            .await
-            .expect("create");
-        let st = wait_for("the job running", T, || async {
-            let st = status_of(&hub, &ns, "keep").await;
-            match st.state {
-                QueuedJobState::Running => Ok(st),
-                _ => Err(format!("{st:?}")),
-            }
-        })
-        .await;
+        let st = submitted_and_running(&hub, &ns, "keep", 1).await;
         let member = st.cluster.clone().expect("a member");
         let qj = hub::queued_job(&hub, &ns, "PyTorchJob", "keep")
             .await
@@ -124,13 +114,7 @@ async fn a_queued_job_deleted_while_no_controller_runs_keeps_its_record() {
             .collect();
         assert!(deleted.is_empty(), "pods of the job deleted: {deleted:?}");
         // The hub job goes: its copy is deleted, and then the record is let go.
-        let jobs = fleet::dynamic_api(
-            &hub,
-            "kubeflow.org/v1",
-            "PyTorchJob",
-            "pytorchjobs",
-            Some(&ns),
-        );
+        let jobs = pytorchjobs(&hub, &ns);
         jobs.delete("keep", &DeleteParams::default())
             .await
             .expect("delete the hub job");
@@ -167,17 +151,7 @@ async fn a_member_removed_and_registered_again_has_its_old_copy_declared_then_de
     let hub = setup(&[&ns], root(vec![leaf("reregister", &ns)])).await;
     let controller = Controller::start("reregister", &[]).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
-        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "moved", 1, 0, "1"))
-            .await
-            .expect("create");
-        let st = wait_for("the job running", T, || async {
-            let st = status_of(&hub, &ns, "moved").await;
-            match st.state {
-                QueuedJobState::Running => Ok(st),
-                _ => Err(format!("{st:?}")),
-            }
-        })
-        .await;
+        let st = submitted_and_running(&hub, &ns, "moved", 1).await;
         let old = st.cluster.clone().expect("a member");
         let uid = hub::queued_job(&hub, &ns, "PyTorchJob", "moved")
             .await
@@ -272,26 +246,10 @@ async fn a_copy_held_by_a_finalizer_does_not_stop_other_jobs() {
     let controller = Controller::start("stuckcopy", &[]).await;
     let held: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
-        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "first", 1, 0, "1"))
-            .await
-            .expect("create");
-        let st = wait_for("the first job running", T, || async {
-            let st = status_of(&hub, &ns, "first").await;
-            match st.state {
-                QueuedJobState::Running => Ok(st),
-                _ => Err(format!("{st:?}")),
-            }
-        })
-        .await;
+        let st = submitted_and_running(&hub, &ns, "first", 1).await;
         let m = st.cluster.clone().expect("a member");
         let member = fleet::client_for(&m).await;
-        let copies = fleet::dynamic_api(
-            &member,
-            "kubeflow.org/v1",
-            "PyTorchJob",
-            "pytorchjobs",
-            Some(&ns),
-        );
+        let copies = pytorchjobs(&member, &ns);
         let copy = copies.get("first").await.expect("the copy on its member");
         let mut finalizers = copy.metadata.finalizers.clone().unwrap_or_default();
         finalizers.push(HOLD.to_string());
@@ -308,13 +266,7 @@ async fn a_copy_held_by_a_finalizer_does_not_stop_other_jobs() {
         if let Ok(mut h) = held.lock() {
             *h = Some(m.clone());
         }
-        let jobs = fleet::dynamic_api(
-            &hub,
-            "kubeflow.org/v1",
-            "PyTorchJob",
-            "pytorchjobs",
-            Some(&ns),
-        );
+        let jobs = pytorchjobs(&hub, &ns);
         jobs.patch(
             "first",
             &Default::default(),
@@ -375,28 +327,50 @@ async fn a_copy_held_by_a_finalizer_does_not_stop_other_jobs() {
     }))
     .await;
     // Let the held copy go (its namespace is deleted next).
-    let m = held.lock().ok().and_then(|h| h.clone());
-    if let Some(m) = m {
-        let member = fleet::client_for(&m).await;
-        let copies = fleet::dynamic_api(
-            &member,
-            "kubeflow.org/v1",
-            "PyTorchJob",
-            "pytorchjobs",
-            Some(&ns),
-        );
-        let _ = copies
-            .patch(
-                "first",
-                &Default::default(),
-                &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
-            )
-            .await;
-    }
+    release_hold(&held, &ns, "first").await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
 }
 
 const HOLD: &str = "test.muster.dev/hold";
+
+/// The PyTorchJobs of `ns` on a cluster.
+fn pytorchjobs(c: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    fleet::dynamic_api(c, "kubeflow.org/v1", "PyTorchJob", "pytorchjobs", Some(ns))
+}
+
+/// A PyTorchJob `name` (a master, `workers` workers) submitted to the hub; its status once it
+/// runs.
+async fn submitted_and_running(
+    hub: &kube::Client,
+    ns: &str,
+    name: &str,
+    workers: u32,
+) -> muster::controller::crd::QueuedJobStatus {
+    fleet::create_json(hub, "pytorchjobs", pytorchjob(ns, name, workers, 0, "1"))
+        .await
+        .expect("create");
+    wait_for(&format!("{name} running"), T, || async {
+        let st = status_of(hub, ns, name).await;
+        match st.state {
+            QueuedJobState::Running => Ok(st),
+            _ => Err(format!("{st:?}")),
+        }
+    })
+    .await
+}
+
+/// Whatever happened, the copy `name` held on the member named in `held` is let go (its
+/// namespace is deleted next).
+async fn release_hold(held: &std::sync::Mutex<Option<String>>, ns: &str, name: &str) {
+    let m = held.lock().ok().and_then(|h| h.clone());
+    if let Some(m) = m {
+        let copies = pytorchjobs(&fleet::client_for(&m).await, ns);
+        let drop = serde_json::json!({"metadata": {"finalizers": null}});
+        let _ = copies
+            .patch(name, &Default::default(), &kube::api::Patch::Merge(drop))
+            .await;
+    }
+}
 
 /// A PyTorchJob runs on M; its copy is held by a finalizer; the hub job is deleted, so its
 /// QueuedJob is Terminating (the hub's garbage collector) and kept (muster's finalizer) while the
@@ -412,34 +386,12 @@ async fn a_job_made_again_under_a_kept_name_waits_for_the_earlier_record() {
     let controller = Controller::start("again", &[]).await;
     let held: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
-        let jobs = fleet::dynamic_api(
-            &hub,
-            "kubeflow.org/v1",
-            "PyTorchJob",
-            "pytorchjobs",
-            Some(&ns),
-        );
-        fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "again", 0, 0, "1"))
-            .await
-            .expect("create");
-        let st = wait_for("the first job running", T, || async {
-            let st = status_of(&hub, &ns, "again").await;
-            match st.state {
-                QueuedJobState::Running => Ok(st),
-                _ => Err(format!("{st:?}")),
-            }
-        })
-        .await;
+        let jobs = pytorchjobs(&hub, &ns);
+        let st = submitted_and_running(&hub, &ns, "again", 0).await;
         let old_uid = jobs.get("again").await.expect("the hub job").metadata.uid;
         let m = st.cluster.clone().expect("a member");
         let member = fleet::client_for(&m).await;
-        let copies = fleet::dynamic_api(
-            &member,
-            "kubeflow.org/v1",
-            "PyTorchJob",
-            "pytorchjobs",
-            Some(&ns),
-        );
+        let copies = pytorchjobs(&member, &ns);
         let hold = serde_json::json!({"metadata": {"finalizers": [HOLD]}});
         copies
             .patch("again", &Default::default(), &kube::api::Patch::Merge(hold))
@@ -527,20 +479,6 @@ async fn a_job_made_again_under_a_kept_name_waits_for_the_earlier_record() {
         .await;
     }))
     .await;
-    let m = held.lock().ok().and_then(|h| h.clone());
-    if let Some(m) = m {
-        let member = fleet::client_for(&m).await;
-        let copies = fleet::dynamic_api(
-            &member,
-            "kubeflow.org/v1",
-            "PyTorchJob",
-            "pytorchjobs",
-            Some(&ns),
-        );
-        let drop = serde_json::json!({"metadata": {"finalizers": null}});
-        let _ = copies
-            .patch("again", &Default::default(), &kube::api::Patch::Merge(drop))
-            .await;
-    }
+    release_hold(&held, &ns, "again").await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
 }
