@@ -238,10 +238,10 @@ impl Brain {
         }
     }
 
-    /// The hub's training runtimes; when they change, every waiting TrainJob is read again. A
-    /// placed one keeps the spec it was admitted with (reading it again would change its
-    /// digest, and so take back, and kill, a running job for an edit it never asked for; Trainer
-    /// does not respec a running TrainJob either): it is read again once it waits again.
+    /// The hub's training runtimes; when they change, every TrainJob is marked to be read
+    /// again, which the intake does while it waits. A placed one keeps the spec it was admitted
+    /// with (reading it again would change its digest, and so take back, and kill, a running
+    /// job for an edit it never asked for; Trainer does not respec a running TrainJob either).
     fn sync_runtimes(&mut self) {
         let Some(w) = &self.stores.runtimes else {
             return;
@@ -249,14 +249,9 @@ impl Brain {
         let now = w.index();
         if now != self.runtimes {
             self.runtimes = now;
-            for (uid, j) in self.jobs.iter_mut() {
-                if j.kind != JobKind::TrainJob {
-                    continue;
-                }
-                if self.book.get(uid).is_some_and(|e| e.record.holds()) {
+            for j in self.jobs.values_mut() {
+                if j.kind == JobKind::TrainJob {
                     j.runtimes_changed = true;
-                } else {
-                    j.generation = i64::MIN;
                 }
             }
         }

@@ -66,7 +66,8 @@ pub(super) struct Job {
     pub judged_at: Option<Instant>,
     /// The hub job is gone (followed until its copies are confirmed gone).
     pub gone: bool,
-    /// The hub's training runtimes changed while it was placed: read again once it waits.
+    /// The hub's training runtimes changed since it was read: read again while it waits (a
+    /// placed one keeps the spec it was admitted with until then).
     pub runtimes_changed: bool,
 }
 
@@ -76,14 +77,13 @@ impl Job {
     }
 
     pub fn object_ref(&self, uid: &str) -> ObjectReference {
-        ObjectReference {
-            api_version: Some(self.api_version.clone()),
-            kind: Some(self.kind.as_str().to_string()),
-            namespace: Some(self.namespace.clone()),
-            name: Some(self.name.clone()),
-            uid: Some(uid.to_string()),
-            ..Default::default()
-        }
+        object_ref(
+            &self.api_version,
+            self.kind,
+            &self.namespace,
+            &self.name,
+            uid,
+        )
     }
 
     /// A new placement (or none): what was seen of the last one no longer holds.
@@ -137,14 +137,7 @@ impl Brain {
             queued_job_name(kind, &name)
         );
         tracing::info!(job = %format!("{kind} {ns}/{name}"), "{note}");
-        let oref = ObjectReference {
-            api_version: Some(kind.api_version().into()),
-            kind: Some(kind.as_str().to_string()),
-            namespace: Some(ns),
-            name: Some(name),
-            uid: Some(uid.to_string()),
-            ..Default::default()
-        };
+        let oref = object_ref(kind.api_version(), kind, &ns, &name, uid);
         self.events.send(oref, false, "WaitingForName", &note);
         self.name_waits.insert(uid.to_string(), earlier);
     }
@@ -375,11 +368,9 @@ impl Brain {
                 }
                 self.name_waits.remove(&uid);
             }
-            let placed = self.book.get(&uid).is_some_and(|e| e.record.holds());
-            let fresh = self
-                .jobs
-                .get(&uid)
-                .is_none_or(|j| j.generation != generation || (j.runtimes_changed && !placed));
+            let fresh = self.jobs.get(&uid).is_none_or(|j| {
+                j.generation != generation || (j.runtimes_changed && waiting(&self.book, &uid))
+            });
             if fresh {
                 let (spec, deadline) = match serde_json::to_value(obj.as_ref()) {
                     Ok(mut v) => {
@@ -614,6 +605,24 @@ pub(super) fn typed(v: &mut Value, kind: JobKind) {
 
 /// Not placed: queued or rejected (or not followed yet), so the hub's verdict on its pod
 /// templates still decides whether it may run.
+/// The reference to hub job `uid` that its Events name.
+fn object_ref(
+    api_version: &str,
+    kind: JobKind,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(api_version.to_string()),
+        kind: Some(kind.as_str().to_string()),
+        namespace: Some(ns.to_string()),
+        name: Some(name.to_string()),
+        uid: Some(uid.to_string()),
+        ..Default::default()
+    }
+}
+
 fn waiting(book: &crate::lifecycle::Book, uid: &str) -> bool {
     book.get(uid)
         .is_none_or(|e| matches!(e.record.phase, Phase::Queued | Phase::Rejected))
