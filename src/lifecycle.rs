@@ -25,6 +25,7 @@ mod book;
 #[cfg(test)]
 mod book_tests;
 pub mod gc;
+pub mod outbox;
 mod step;
 #[cfg(test)]
 mod tests;
@@ -41,8 +42,14 @@ pub enum Defect {
     CollectUnknown,
     /// A replaced leader goes on writing and acting (defect 4).
     Unfenced,
-    /// Records are written in any order and a failed write does not stop the rest (defect 3).
+    /// The outbox without its order: records that free capacity go behind admissions in one
+    /// list, a failed one does not stop the rest, and batches go while one that frees capacity
+    /// is out (defect 3, now in `outbox`).
     WritesUnordered,
+    /// The outbox trusts only answers: a record still out, or one whose write failed or got no
+    /// answer, is taken as not on the hub, so the release written after it does not count as
+    /// freeing capacity and goes beside admissions (issue 28).
+    AnswersTrusted,
     /// An orphan on a removed member is forgotten, and copies of followed jobs that their
     /// record does not name are never collected (issue 28).
     StraysKept,

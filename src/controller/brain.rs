@@ -53,7 +53,9 @@ pub(super) struct Brain {
     pub done_rx: mpsc::UnboundedReceiver<Done>,
     /// Member writes under way: (job, member).
     pub in_flight: std::collections::BTreeSet<(String, String)>,
-    /// QueuedJob status batches and observed writes under way.
+    /// QueuedJob status batches out (which go, and when: the core's).
+    pub outbox: crate::lifecycle::outbox::Outbox,
+    /// Permits and observed writes under way.
     pub in_flight_writes: super::writes::InFlight,
     /// Quota tree and member status reports under way.
     pub reports: super::reports::Reports,
@@ -133,6 +135,7 @@ impl Brain {
             done_tx,
             done_rx,
             in_flight: Default::default(),
+            outbox: Default::default(),
             in_flight_writes: Default::default(),
             reports: Default::default(),
             next_wake: None,

@@ -39,7 +39,7 @@ pub(super) enum Done {
     /// A batch of QueuedJob status writes (whether it held records that free capacity).
     Records {
         freeing: bool,
-        out: Vec<(super::writes::Put, super::writes::Landed)>,
+        out: Vec<(super::writes::Put, crate::lifecycle::outbox::Landed)>,
     },
     /// A write observing asked for.
     Observed {

@@ -16,6 +16,7 @@ use super::crd::{
 };
 use super::queued_job_name;
 use super::writes::Put;
+use crate::lifecycle::outbox::Candidate;
 use crate::lifecycle::{Ms, Phase, Record};
 use crate::quantity::ResourceList;
 use crate::scheduler::JobState;
@@ -140,10 +141,6 @@ pub(super) fn from_status(st: &QueuedJobStatus, spec: &str) -> Record {
         reason: st.reason.clone().unwrap_or_default(),
     }
 }
-
-/// QueuedJob statuses that free nothing written in one batch at most (every one that frees
-/// capacity goes in the batch).
-const REST_PER_BATCH: usize = 128;
 
 /// How often a waiting job's status is written when its words changed only in their figures.
 pub(super) const FIGURES_EVERY: Duration = Duration::from_secs(10);
@@ -279,86 +276,39 @@ impl Brain {
         Some(st)
     }
 
-    /// Sends every changed QueuedJob status that is not being written already off the loop,
-    /// as one batch ([`Brain::send_records`]): first every record that frees capacity (a job
-    /// leaving its member), and only when all of those are durable the rest (admissions first),
-    /// then what changed only for display. While a batch that frees capacity is out, nothing
-    /// is sent: its outcome comes back to a later pass, which sends what is still to write. A
-    /// status the hub already has is not written again; a waiting job's whose words changed only in their
-    /// figures (the live usage a reason quotes) is written at most every [`FIGURES_EVERY`].
+    /// Sends the next batch of QueuedJob statuses off the loop ([`Brain::send_records`]), as
+    /// the core's outbox plans it (`lifecycle::outbox`: records that free capacity first, the
+    /// rest only once those are durable, nothing while such a batch is out). Each status is
+    /// composed here: one the hub already holds is not written again, and a waiting job's
+    /// whose words changed only in their figures (the live usage a reason quotes) at most
+    /// every [`FIGURES_EVERY`].
     pub(super) fn write_records(&mut self) {
-        if !self.in_flight_writes.may_send() {
-            return;
-        }
-        // The records the hub does not hold yet (the book's list; its order is kept below by
-        // writing the ones that free capacity first).
-        let changed: std::collections::HashSet<String> =
-            self.book.to_write().into_iter().map(|(u, _)| u).collect();
-        let (mut frees, mut rest, mut held) = (Vec::new(), Vec::new(), Vec::new());
-        let mut later: Option<Duration> = None;
-        // A job whose status is being written and whose record now frees capacity: that
-        // record goes only after the write out lands, so nothing that may use the capacity it
-        // frees is sent before it.
-        let mut free_held = false;
-        for (uid, e) in self.book.iter() {
-            if self.in_flight_writes.writing(uid) {
-                free_held |= changed.contains(uid) && self.book.frees(uid, &e.record);
-                continue;
-            }
-            let record_changed = changed.contains(uid);
-            let (Some(st), Some(j)) = (self.compose(uid, &e.record), self.jobs.get(uid)) else {
-                continue;
-            };
-            if let Some(w) = &j.written {
+        let plan = self.outbox.plan(&self.book, |uid, record, _changed| {
+            let st = self.compose(uid, record)?;
+            let j = self.jobs.get(uid)?;
+            // What the hub holds is known only when no write since the last that landed
+            // failed or went unanswered; otherwise the status goes now, whole.
+            if let Some(w) = &j.written
+                && j.unsure.is_none()
+            {
                 if same(&st, w) {
-                    // What the hub holds already says this record: nothing to send.
-                    if record_changed {
-                        held.push((uid.clone(), e.record.clone()));
-                    }
-                    continue;
+                    return Some(Candidate::Same);
                 }
                 let age = j.written_at.map_or(FIGURES_EVERY, |t| t.elapsed());
                 if figures_only(&st, w) && age < FIGURES_EVERY {
-                    let wait = FIGURES_EVERY - age;
-                    later = Some(later.map_or(wait, |l| l.min(wait)));
-                    continue;
+                    let wait = (FIGURES_EVERY - age).as_millis() as u64;
+                    return Some(Candidate::Later(wait));
                 }
             }
-            let Some(put) = self.put(uid, e.record.clone(), st) else {
-                continue;
-            };
-            if record_changed && self.book.frees(uid, &e.record) {
-                frees.push(put);
-            } else {
-                // Admissions first (their copies wait for them), then other records, then
-                // what changed only for display.
-                let rank = match (record_changed, e.record.phase) {
-                    (true, Phase::Admitted) => 0,
-                    (true, _) => 1,
-                    (false, _) => 2,
-                };
-                rest.push((rank, put));
-            }
-        }
-        if free_held {
-            rest.clear();
-        }
-        rest.sort_by_key(|(rank, _)| *rank);
-        // A batch stays short, so that what a pass decides next is not held behind it; the
-        // rest goes in the next batch.
-        let rest: Vec<Put> = rest
-            .into_iter()
-            .take(REST_PER_BATCH)
-            .map(|(_, p)| p)
-            .collect();
-        for (uid, r) in held {
-            self.book.written(&uid, Some(r));
-        }
-        if let Some(wait) = later {
-            let at = super::now_ms() + wait.as_millis() as u64;
+            self.put(uid, record.clone(), st).map(Candidate::Send)
+        });
+        if let Some(wait) = plan.wait {
+            let at = super::now_ms() + wait;
             self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
         }
-        self.send_records(frees, rest);
+        if let Some(batch) = self.outbox.sending(&mut self.book, plan) {
+            self.send_records(batch);
+        }
     }
 
     /// The write of `status` for `uid`: a merge patch from what the hub holds (the status last

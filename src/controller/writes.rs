@@ -26,11 +26,10 @@ use super::leader::{self, Fenced};
 use super::observe::Write;
 use super::{MANAGER, gates, kinds};
 use crate::lifecycle::Record;
+use crate::lifecycle::outbox::{self, Batch, Item, Landed};
 
 /// Writes in flight at once: QueuedJob statuses of every batch together, and observed writes.
 pub(super) const WRITES_IN_FLIGHT: usize = 32;
-/// Batches of QueuedJob statuses in flight at once.
-const BATCHES: usize = 4;
 /// How long one write may take before it counts as failed.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A pod released this recently is not released again (the member's watch may not show the
@@ -98,14 +97,6 @@ pub(super) fn covering_patch(keys: &Value, new: &Value) -> Value {
         }
         (_, n) => n.clone(),
     }
-}
-
-/// How a put ended.
-pub(super) enum Landed {
-    Written,
-    Failed(String),
-    /// Not sent: this replica does not lead, or a record that frees capacity failed before it.
-    NotSent,
 }
 
 impl Put {
@@ -269,11 +260,7 @@ async fn put_all(
 
 /// Writes in flight off the sync loop.
 pub(super) struct InFlight {
-    /// Batches of QueuedJob statuses being written, and how many of them free capacity.
-    batches: usize,
-    freeing: usize,
-    /// The jobs whose QueuedJob status is being written.
-    records: HashSet<String>,
+    /// Permits of QueuedJob status writes (which batches go is the core's outbox's).
     record_permits: Arc<tokio::sync::Semaphore>,
     /// Observed writes being carried out, by object.
     observed: HashSet<String>,
@@ -286,9 +273,6 @@ impl Default for InFlight {
     fn default() -> InFlight {
         let permits = || Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT));
         InFlight {
-            batches: 0,
-            freeing: 0,
-            records: HashSet::new(),
             record_permits: permits(),
             observed: HashSet::new(),
             released: HashMap::new(),
@@ -307,44 +291,27 @@ fn key(w: &Write) -> String {
     }
 }
 
-impl InFlight {
-    /// Whether a batch may be sent now: none is still writing records that free capacity
-    /// (whatever is decided now may use that capacity), and fewer than [`BATCHES`] are out.
-    pub(super) fn may_send(&self) -> bool {
-        self.freeing == 0 && self.batches < BATCHES
-    }
-
-    /// Whether `uid`'s QueuedJob status is being written.
-    pub(super) fn writing(&self, uid: &str) -> bool {
-        self.records.contains(uid)
-    }
-}
-
 impl Brain {
-    /// Sends a batch of QueuedJob status writes off the loop: `frees` first, and only when
-    /// every one of them is durable, `rest`. Nothing after a failed release may become durable
-    /// before it (an admission using the capacity it frees above all); any other failed write
-    /// holds back nothing and is tried again in a later batch.
-    pub(super) fn send_records(&mut self, frees: Vec<Put>, rest: Vec<Put>) {
-        if frees.is_empty() && rest.is_empty() {
-            return;
-        }
-        let f = &mut self.in_flight_writes;
-        let freeing = !frees.is_empty();
-        f.batches += 1;
-        f.freeing += usize::from(freeing);
-        f.records
-            .extend(frees.iter().chain(rest.iter()).map(|p| p.uid.clone()));
-        let permits = f.record_permits.clone();
+    /// Sends a batch the outbox planned off the loop: its records that free capacity, and
+    /// only if the outbox says so once they are back ([`outbox::rest_goes`]: every one
+    /// durable), the rest. Nothing after a failed release may become durable before it (an
+    /// admission using the capacity it frees above all); any other failed write holds back
+    /// nothing and is tried again in a later batch.
+    pub(super) fn send_records(&mut self, batch: Batch<Put>) {
+        let freeing = batch.freeing();
+        let defect = self.book.settings.defect;
+        let permits = self.in_flight_writes.record_permits.clone();
         let (hub, leadership, tx, wake) = (
             self.hub.clone(),
             self.leadership.clone(),
             self.done_tx.clone(),
             self.wake.clone(),
         );
+        let writes = |items: Vec<Item<Put>>| items.into_iter().map(|i| i.write).collect();
+        let (frees, rest): (Vec<Put>, Vec<Put>) = (writes(batch.frees), writes(batch.rest));
         tokio::spawn(async move {
             let mut out = put_all(&hub, &leadership, &permits, frees).await;
-            if out.iter().all(|(_, l)| matches!(l, Landed::Written)) {
+            if outbox::rest_goes(out.iter().map(|(_, l)| l), defect) {
                 out.extend(put_all(&hub, &leadership, &permits, rest).await);
             } else {
                 out.extend(rest.into_iter().map(|p| (p, Landed::NotSent)));
@@ -356,12 +323,11 @@ impl Brain {
 
     /// What the hub now holds of a batch's records.
     pub(super) fn records_landed(&mut self, freeing: bool, out: Vec<(Put, Landed)>) {
-        let f = &mut self.in_flight_writes;
-        f.batches = f.batches.saturating_sub(1);
-        f.freeing = f.freeing.saturating_sub(usize::from(freeing));
-        for (p, _) in &out {
-            f.records.remove(&p.uid);
-        }
+        self.outbox.landed(
+            &mut self.book,
+            freeing,
+            out.iter().map(|(p, l)| (p.uid.as_str(), &p.record, l)),
+        );
         for (p, landed) in out {
             match landed {
                 Landed::Written => {
@@ -369,7 +335,6 @@ impl Brain {
                         .jobs
                         .get(&p.uid)
                         .and_then(|j| j.written.as_ref().map(|w| w.state));
-                    self.book.written(&p.uid, Some(p.record));
                     // A rejected job that became admissible (a tree or PriorityClass change).
                     if was == Some(QueuedJobState::Rejected)
                         && p.status.state == QueuedJobState::Queued

@@ -87,6 +87,12 @@ impl Book {
         self.jobs.get(uid)
     }
 
+    /// A followed job's record, to change in a test as a pass would.
+    #[cfg(test)]
+    pub(crate) fn record_mut(&mut self, uid: &str) -> Option<&mut Record> {
+        self.jobs.get_mut(uid).map(|e| &mut e.record)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Entry)> {
         self.jobs.iter()
     }
@@ -515,41 +521,6 @@ impl Book {
             _ => 1,
         });
         out
-    }
-
-    /// Whether writing `record` for `uid` frees capacity the hub still records as held: if such
-    /// a write fails, the writes after it must wait (see [`Book::to_write`]).
-    pub fn frees(&self, uid: &str, record: &Record) -> bool {
-        !record.charged()
-            && self
-                .jobs
-                .get(uid)
-                .and_then(|e| e.written.as_ref())
-                .is_some_and(Record::charged)
-    }
-
-    /// The records to write, in a safe order: first those that free capacity (a job leaving its
-    /// member), then the rest, admissions last. A driver stops at the first failed write of a
-    /// record that frees capacity, so that a crash can never leave an admission durable while
-    /// the job it displaced is still recorded in place (both would be charged on restart).
-    pub fn to_write(&self) -> Vec<(String, Record)> {
-        let mut v: Vec<(u8, String, Record)> = self
-            .jobs
-            .iter()
-            .filter(|(_, e)| e.written.as_ref() != Some(&e.record))
-            .map(|(u, e)| {
-                let rank = if e.record.charged() {
-                    2
-                } else if e.written.as_ref().is_some_and(Record::charged) {
-                    0
-                } else {
-                    1
-                };
-                (rank, u.clone(), e.record.clone())
-            })
-            .collect();
-        v.sort_by_key(|(rank, u, _)| (*rank, u.clone()));
-        v.into_iter().map(|(_, u, r)| (u, r)).collect()
     }
 }
 

@@ -20,8 +20,9 @@ use crate::scheduler::{JobState, Scheduler};
 
 pub struct Checker {
     fault_end: Ms,
-    /// Per job: how long it has held quota with nothing running.
-    idle: BTreeMap<String, Ms>,
+    /// Per job: on which member, and how long, it has held quota with nothing running (a
+    /// job placed on another member starts counting again: each placement has its timeouts).
+    idle: BTreeMap<String, (String, Ms)>,
     broken: Option<String>,
     pub requeues: u32,
 }
@@ -176,7 +177,11 @@ impl Checker {
                 self.idle.remove(uid);
                 continue;
             }
-            let idle = self.idle.entry(uid.clone()).or_default();
+            let on = e.record.cluster.clone().unwrap_or_default();
+            let (at, idle) = self.idle.entry(uid.clone()).or_default();
+            if *at != on {
+                (*at, *idle) = (on, 0);
+            }
             *idle += TICK;
             if *idle > bound {
                 return Err(format!(

@@ -1,0 +1,444 @@
+//! The outbox: which lifecycle records go to the hub, in what batches, and when a batch may go.
+//! Decided here once, for the hub controller (`controller::record` composes each status,
+//! `controller::writes` sends the batches) and for the fault simulation, which lands the same
+//! batches in any order.
+//!
+//! The rule that keeps quota true across crashes: nothing that may use capacity a record frees
+//! becomes durable before that record. So a batch holds first every record that frees capacity
+//! (a job leaving its member), and its other records go only once every one of those landed
+//! ([`rest_goes`]); a batch is sent only while no batch with such records is out; and while a
+//! job whose record now frees capacity still has an earlier write out, only records that free
+//! capacity go. At most one write per job is out, and at most [`BATCHES`] batches.
+//!
+//! What the hub holds is known only from writes that landed with an answer. A write that failed
+//! or got none may have landed all the same, and one still out may land at any time: while
+//! either may have put a charged record on the hub, a record that is not charged frees
+//! capacity, and a job whose hub record is unsure is written again even if its record equals
+//! the last one known to have landed.
+
+use std::collections::BTreeMap;
+
+use super::{Book, Defect, Entry, Ms, Phase, Record};
+
+/// Batches out at once.
+pub const BATCHES: usize = 4;
+/// Records that free nothing sent in one batch at most (every one that frees capacity goes in
+/// the batch), so that what a pass decides next is not held behind a long batch.
+pub const REST_PER_BATCH: usize = 128;
+
+/// What a driver says of a followed job's record it could write now.
+pub enum Candidate<T> {
+    /// Send it: `T` is what the driver needs to send it.
+    Send(T),
+    /// The hub holds what would be sent already.
+    Same,
+    /// Only figures shown to users changed: not before `wait` ms from now.
+    Later(Ms),
+}
+
+/// One record in a batch.
+pub struct Item<T> {
+    pub uid: String,
+    pub record: Record,
+    pub write: T,
+}
+
+/// The records to send now: `frees` first, then `rest` only if [`rest_goes`].
+pub struct Batch<T> {
+    pub frees: Vec<Item<T>>,
+    pub rest: Vec<Item<T>>,
+}
+
+impl<T> Batch<T> {
+    /// It holds records that free capacity (no other batch goes until it is back).
+    pub fn freeing(&self) -> bool {
+        !self.frees.is_empty()
+    }
+}
+
+/// What [`Outbox::plan`] found.
+pub struct Plan<T> {
+    pub batch: Option<Batch<T>>,
+    /// Changed records whose status the hub holds already: durable as they are.
+    pub held: Vec<(String, Record)>,
+    /// The soonest a record held back for its figures is due (ms from now).
+    pub wait: Option<Ms>,
+}
+
+/// How one write of a batch ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Landed {
+    /// The hub holds it.
+    Written,
+    /// Failed, or no answer came (it may have landed all the same).
+    Failed(String),
+    /// Not sent: the replica did not lead where the write left, or a record that frees
+    /// capacity failed before it.
+    NotSent,
+}
+
+/// Whether a batch's other records go, given how its records that free capacity ended: only
+/// when every one of them landed.
+pub fn rest_goes<'a>(frees: impl IntoIterator<Item = &'a Landed>, defect: Option<Defect>) -> bool {
+    defect == Some(Defect::WritesUnordered) || frees.into_iter().all(|l| *l == Landed::Written)
+}
+
+/// The batches out, as the driver reported sending them.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    batches: usize,
+    freeing: usize,
+    /// The jobs whose record is being written, and whether that record is charged.
+    writing: BTreeMap<String, bool>,
+    /// Jobs whose hub record is unsure (a write failed or got no answer since the last one that
+    /// landed), and whether any of those writes was of a charged record.
+    unsure: BTreeMap<String, bool>,
+}
+
+impl Outbox {
+    /// Whether a batch may be sent now: none that frees capacity is out (whatever is decided
+    /// now may use that capacity), and fewer than [`BATCHES`] are.
+    pub fn may_send(&self, defect: Option<Defect>) -> bool {
+        (self.freeing == 0 || defect == Some(Defect::WritesUnordered)) && self.batches < BATCHES
+    }
+
+    /// Whether `uid`'s record is being written.
+    pub fn writing(&self, uid: &str) -> bool {
+        self.writing.contains_key(uid)
+    }
+
+    /// Whether the hub may hold a charged record of `uid`: the last one known to have landed,
+    /// one that may have landed without an answer, or one still out.
+    fn may_hold_charged(&self, uid: &str, e: &Entry, defect: Option<Defect>) -> bool {
+        let unknown = defect != Some(Defect::AnswersTrusted)
+            && (self.unsure.get(uid) == Some(&true) || self.writing.get(uid) == Some(&true));
+        e.written.as_ref().is_some_and(Record::charged) || unknown
+    }
+
+    /// Whether writing `e`'s record frees capacity the hub may still record as held.
+    pub fn frees(&self, uid: &str, e: &Entry, defect: Option<Defect>) -> bool {
+        !e.record.charged() && self.may_hold_charged(uid, e, defect)
+    }
+
+    /// Whether `e`'s record is to be written: it is not what the hub is known to hold, or what
+    /// the hub holds is unsure.
+    pub fn changed(&self, uid: &str, e: &Entry, defect: Option<Defect>) -> bool {
+        e.written.as_ref() != Some(&e.record)
+            || (self.unsure.contains_key(uid) && defect != Some(Defect::AnswersTrusted))
+    }
+
+    /// Batches out.
+    pub fn out(&self) -> usize {
+        self.batches
+    }
+
+    /// The next batch: every changed record not being written already, asked of `candidate`
+    /// (given the job, its record and whether the record changed from what the hub holds; None
+    /// skips the job). Records that free capacity first; the rest ranked admissions first,
+    /// then other changed records, then what changed only for display, at most
+    /// [`REST_PER_BATCH`] of them.
+    pub fn plan<T>(
+        &self,
+        book: &Book,
+        mut candidate: impl FnMut(&str, &Record, bool) -> Option<Candidate<T>>,
+    ) -> Plan<T> {
+        let defect = book.settings.defect;
+        let mut plan = Plan {
+            batch: None,
+            held: Vec::new(),
+            wait: None,
+        };
+        if !self.may_send(defect) {
+            return plan;
+        }
+        let unordered = defect == Some(Defect::WritesUnordered);
+        let (mut frees, mut rest) = (Vec::new(), Vec::new());
+        // A job whose record frees capacity but whose earlier write is still out: its record
+        // goes once that write is back, and nothing that may use what it frees goes before.
+        let mut free_held = false;
+        for (uid, e) in book.iter() {
+            let changed = self.changed(uid, e, defect);
+            let frees_now = changed && self.frees(uid, e, defect);
+            if self.writing(uid) {
+                free_held |= frees_now;
+                continue;
+            }
+            let write = match candidate(uid, &e.record, changed) {
+                None => continue,
+                Some(Candidate::Same) => {
+                    if changed {
+                        plan.held.push((uid.clone(), e.record.clone()));
+                    }
+                    continue;
+                }
+                Some(Candidate::Later(wait)) => {
+                    plan.wait = Some(plan.wait.map_or(wait, |w| w.min(wait)));
+                    continue;
+                }
+                Some(Candidate::Send(w)) => w,
+            };
+            let item = Item {
+                uid: uid.clone(),
+                record: e.record.clone(),
+                write,
+            };
+            if frees_now && !unordered {
+                frees.push(item);
+            } else {
+                let rank = match (changed, e.record.phase) {
+                    (true, Phase::Admitted) => 0,
+                    // The defect: releases among the rest, behind the admissions.
+                    (true, _) if unordered && frees_now => 2,
+                    (true, _) => 1,
+                    (false, _) => 3,
+                };
+                rest.push((rank, item));
+            }
+        }
+        if free_held && !unordered {
+            rest.clear();
+        }
+        rest.sort_by_key(|(rank, _)| *rank);
+        let rest: Vec<Item<T>> = rest
+            .into_iter()
+            .take(REST_PER_BATCH)
+            .map(|(_, i)| i)
+            .collect();
+        if !frees.is_empty() || !rest.is_empty() {
+            plan.batch = Some(Batch { frees, rest });
+        }
+        plan
+    }
+
+    /// `plan` is carried out: its held records are durable, its batch is out.
+    pub fn sending<T>(&mut self, book: &mut Book, plan: Plan<T>) -> Option<Batch<T>> {
+        for (uid, r) in plan.held {
+            book.written(&uid, Some(r));
+        }
+        // Jobs no longer followed need no care.
+        self.unsure.retain(|u, _| book.get(u).is_some());
+        let batch = plan.batch?;
+        self.batches += 1;
+        self.freeing += usize::from(batch.freeing());
+        for i in batch.frees.iter().chain(batch.rest.iter()) {
+            self.writing.insert(i.uid.clone(), i.record.charged());
+        }
+        Some(batch)
+    }
+
+    /// A batch is back (`freeing`: it held records that free capacity): each written record is
+    /// durable, and what the hub holds of its job known again. A record that failed may have
+    /// landed: its job's hub record is unsure until a later write lands.
+    pub fn landed<'a>(
+        &mut self,
+        book: &mut Book,
+        freeing: bool,
+        out: impl IntoIterator<Item = (&'a str, &'a Record, &'a Landed)>,
+    ) {
+        self.batches = self.batches.saturating_sub(1);
+        self.freeing = self.freeing.saturating_sub(usize::from(freeing));
+        for (uid, record, landed) in out {
+            self.writing.remove(uid);
+            match landed {
+                Landed::Written => {
+                    self.unsure.remove(uid);
+                    book.written(uid, Some(record.clone()));
+                }
+                Landed::Failed(_) => {
+                    *self.unsure.entry(uid.to_string()).or_default() |= record.charged();
+                }
+                Landed::NotSent => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::{Phase, Settings, Spec};
+    use crate::scheduler::{Config, Scheduler};
+
+    fn spec() -> Spec {
+        (Err("not read in this test".into()), "d".into())
+    }
+
+    fn running(on: &str) -> Record {
+        Record {
+            phase: Phase::Running,
+            cluster: Some(on.into()),
+            spec: "d".into(),
+            admitted_at: Some(0),
+            ..Record::default()
+        }
+    }
+
+    fn queued() -> Record {
+        Record {
+            spec: "d".into(),
+            ..Record::default()
+        }
+    }
+
+    /// `x` runs on member-a and `y` waits, both durable.
+    fn book(defect: Option<Defect>) -> (Scheduler, Book) {
+        let mut sched = Scheduler::new(Config::default());
+        let mut book = Book::new(Settings {
+            defect,
+            ..Settings::default()
+        });
+        for (uid, r) in [("x", running("member-a")), ("y", queued())] {
+            book.track(&mut sched, uid, uid.into(), &spec(), 0, Some(r))
+                .expect("followed from its record");
+        }
+        (sched, book)
+    }
+
+    /// A pass takes `x` back and admits `y` into what it frees.
+    fn take_back_and_admit(book: &mut Book) {
+        *book.record_mut("x").expect("x") = queued();
+        let mut y = running("member-a");
+        y.phase = Phase::Admitted;
+        *book.record_mut("y").expect("y") = y;
+    }
+
+    fn send_changed(book: &Book, o: &Outbox) -> Plan<()> {
+        o.plan(book, |_, _, changed| changed.then_some(Candidate::Send(())))
+    }
+
+    fn uids(items: &[Item<()>]) -> Vec<&str> {
+        items.iter().map(|i| i.uid.as_str()).collect()
+    }
+
+    fn land(o: &mut Outbox, book: &mut Book, b: &Batch<()>, frees: Landed, rest: Landed) {
+        let out: Vec<(&str, &Record, Landed)> = b
+            .frees
+            .iter()
+            .map(|i| (i.uid.as_str(), &i.record, frees.clone()))
+            .chain(
+                b.rest
+                    .iter()
+                    .map(|i| (i.uid.as_str(), &i.record, rest.clone())),
+            )
+            .collect();
+        o.landed(book, b.freeing(), out.iter().map(|(u, r, l)| (*u, *r, l)));
+    }
+
+    #[test]
+    fn a_release_goes_before_the_admission_into_what_it_frees() {
+        let (_s, mut book) = book(None);
+        let mut o = Outbox::default();
+        take_back_and_admit(&mut book);
+        let p = send_changed(&book, &o);
+        let b = o.sending(&mut book, p).expect("a batch");
+        assert_eq!(uids(&b.frees), ["x"]);
+        assert_eq!(uids(&b.rest), ["y"]);
+        // While it is out, nothing else goes.
+        assert!(!o.may_send(None));
+        assert!(send_changed(&book, &o).batch.is_none());
+        // The release failed: the admission does not go; both are planned again.
+        let failed = Landed::Failed("refused".into());
+        assert!(!rest_goes([&failed], None));
+        land(&mut o, &mut book, &b, failed, Landed::NotSent);
+        assert_ne!(
+            book.get("x").and_then(|e| e.written.clone()),
+            Some(queued())
+        );
+        let again = send_changed(&book, &o).batch.expect("planned again");
+        assert_eq!(
+            (uids(&again.frees), uids(&again.rest)),
+            (vec!["x"], vec!["y"])
+        );
+        // Both landed: nothing left to write.
+        assert!(rest_goes([&Landed::Written], None));
+        land(&mut o, &mut book, &again, Landed::Written, Landed::Written);
+        assert!(
+            book.iter()
+                .all(|(_, e)| e.written.as_ref() == Some(&e.record))
+        );
+        assert!(send_changed(&book, &o).batch.is_none());
+        assert_eq!(o.out(), 0);
+    }
+
+    #[test]
+    fn a_release_decided_while_an_earlier_write_of_its_job_is_out_holds_back_the_rest() {
+        let (_s, mut book) = book(None);
+        let mut o = Outbox::default();
+        // x's record changes for display-relevant reasons (its reason), a batch goes.
+        book.record_mut("x").expect("x").reason = "running: 2/2 pods".into();
+        let p = send_changed(&book, &o);
+        let first = o.sending(&mut book, p).expect("a batch");
+        assert!(!first.freeing());
+        assert!(o.writing("x"));
+        // Then x is taken back and y admitted, with x's earlier write still out.
+        take_back_and_admit(&mut book);
+        let p = send_changed(&book, &o);
+        assert!(
+            p.batch.is_none(),
+            "y's admission must not go before x's release"
+        );
+        land(&mut o, &mut book, &first, Landed::NotSent, Landed::Written);
+        let b = send_changed(&book, &o).batch.expect("now");
+        assert_eq!((uids(&b.frees), uids(&b.rest)), (vec!["x"], vec!["y"]));
+    }
+
+    #[test]
+    fn batches_that_free_nothing_go_together_up_to_the_limit() {
+        let (mut sched, mut book) = book(None);
+        for i in 0..(BATCHES + 2) {
+            let uid = format!("q{i}");
+            book.track(&mut sched, &uid, uid.clone(), &spec(), 0, None)
+                .expect("followed");
+        }
+        let mut o = Outbox::default();
+        let mut sent = 0;
+        for i in 0..(BATCHES + 2) {
+            let only = format!("q{i}");
+            let p = o.plan(&book, |uid, _, changed| {
+                (changed && uid == only).then_some(Candidate::Send(()))
+            });
+            if o.sending(&mut book, p).is_some() {
+                sent += 1;
+            }
+        }
+        assert_eq!(sent, BATCHES);
+        assert_eq!(o.out(), BATCHES);
+    }
+
+    #[test]
+    fn what_the_hub_holds_already_is_durable_and_figures_wait() {
+        let (_s, mut book) = book(None);
+        let o = Outbox::default();
+        take_back_and_admit(&mut book);
+        let p = o.plan(&book, |uid, _, _| {
+            Some(if uid == "x" {
+                Candidate::<()>::Same
+            } else {
+                Candidate::Later(3_000)
+            })
+        });
+        assert!(p.batch.is_none());
+        assert_eq!(p.wait, Some(3_000));
+        assert_eq!(p.held.len(), 1);
+        let mut o = o;
+        assert!(o.sending(&mut book, p).is_none());
+        assert_eq!(
+            book.get("x").and_then(|e| e.written.clone()),
+            Some(queued())
+        );
+    }
+
+    #[test]
+    fn the_defect_puts_the_admission_first_and_ignores_failures() {
+        let d = Some(Defect::WritesUnordered);
+        let (_s, mut book) = book(d);
+        let mut o = Outbox::default();
+        take_back_and_admit(&mut book);
+        let p = send_changed(&book, &o);
+        let b = o.sending(&mut book, p).expect("a batch");
+        assert!(b.frees.is_empty());
+        assert_eq!(uids(&b.rest), ["y", "x"]);
+        assert!(rest_goes([&Landed::Failed("x".into())], d));
+        assert!(o.may_send(d));
+    }
+}
