@@ -197,6 +197,7 @@ async fn an_invalid_tree_and_a_restart_delete_no_running_copy() {
     let mut first = Controller::start("invalid-first", &[]).await;
     let mut second: Option<Controller> = None;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
         fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "keep", 1, 0, "1"))
             .await
             .expect("create");
@@ -261,6 +262,7 @@ async fn an_invalid_tree_and_a_restart_delete_no_running_copy() {
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
             .count();
         assert_eq!(running, 2, "{}", fleet::describe_pods(&pods));
+        dog.assert_clean("an invalid tree and a restart").await;
     }))
     .await;
     let mut controllers = vec![first];

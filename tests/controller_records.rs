@@ -29,6 +29,7 @@ use support::audit::Auditor;
 use support::failures::*;
 use support::fleet::{self, unique_name, wait_for};
 use support::hub::{self, Controller};
+use support::watchdog::Watchdog;
 
 const FINALIZER: &str = "muster.dev/record";
 
@@ -45,6 +46,8 @@ async fn a_queued_job_deleted_while_no_controller_runs_keeps_its_record() {
     let mut first = Controller::start("records-first", &[]).await;
     let mut second: Option<Controller> = None;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        // Every member's pods and the hub's records, watched the whole time.
+        let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
         let st = submitted_and_running(&hub, &ns, "keep", 1).await;
         let member = st.cluster.clone().expect("a member");
         let qj = hub::queued_job(&hub, &ns, "PyTorchJob", "keep")
@@ -132,6 +135,8 @@ async fn a_queued_job_deleted_while_no_controller_runs_keeps_its_record() {
             "the copy is deleted: {}",
             fleet::describe_pods(&pods)
         );
+        dog.assert_clean("a QueuedJob deleted while no controller runs")
+            .await;
     }))
     .await;
     let mut controllers = vec![first];
@@ -151,6 +156,8 @@ async fn a_member_removed_and_registered_again_has_its_old_copy_declared_then_de
     let hub = setup(&[&ns], root(vec![leaf("reregister", &ns)])).await;
     let controller = Controller::start("reregister", &[]).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        // Every member's pods and the hub's records, watched the whole time.
+        let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
         let st = submitted_and_running(&hub, &ns, "moved", 1).await;
         let old = st.cluster.clone().expect("a member");
         let uid = hub::queued_job(&hub, &ns, "PyTorchJob", "moved")
@@ -224,6 +231,8 @@ async fn a_member_removed_and_registered_again_has_its_old_copy_declared_then_de
             deleted.is_empty(),
             "pods of the new copy deleted: {deleted:?}"
         );
+        dog.assert_clean("a member removed and registered again")
+            .await;
     }))
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
@@ -246,6 +255,8 @@ async fn a_copy_held_by_a_finalizer_does_not_stop_other_jobs() {
     let controller = Controller::start("stuckcopy", &[]).await;
     let held: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        // Every member's pods and the hub's records, watched the whole time.
+        let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
         let st = submitted_and_running(&hub, &ns, "first", 1).await;
         let m = st.cluster.clone().expect("a member");
         let member = fleet::client_for(&m).await;
@@ -324,6 +335,7 @@ async fn a_copy_held_by_a_finalizer_does_not_stop_other_jobs() {
             }
         })
         .await;
+        dog.assert_clean("a copy held by a finalizer").await;
     }))
     .await;
     // Let the held copy go (its namespace is deleted next).
@@ -386,6 +398,8 @@ async fn a_job_made_again_under_a_kept_name_waits_for_the_earlier_record() {
     let controller = Controller::start("again", &[]).await;
     let held: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        // Every member's pods and the hub's records, watched the whole time.
+        let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
         let jobs = pytorchjobs(&hub, &ns);
         let st = submitted_and_running(&hub, &ns, "again", 0).await;
         let old_uid = jobs.get("again").await.expect("the hub job").metadata.uid;
@@ -477,6 +491,7 @@ async fn a_job_made_again_under_a_kept_name_waits_for_the_earlier_record() {
             }
         })
         .await;
+        dog.assert_clean("a name reused").await;
     }))
     .await;
     release_hold(&held, &ns, "again").await;

@@ -8,8 +8,9 @@
 //! - **unrecorded delete**: a Running pod of a job that disappears (deleted) from a member while
 //!   the record in force says the job is there (not taken back, placed elsewhere, ended, an
 //!   orphan there, or the QueuedJob deleted with its hub job). The record in force is the last
-//!   one received before that instant, or one received up to `LAG` after it; never an earlier
-//!   one (a Queued record from before the job was placed explains nothing).
+//!   one received before that instant, or one received up to `LAG` after it (`GC_LAG` for the
+//!   QueuedJob marked deleted by the hub's garbage collector when its hub job goes); never an
+//!   earlier one (a Queued record from before the job was placed explains nothing).
 //!
 //! It fails when a watch does not list within 30 s, and when a test saw no pod event at all.
 //!
@@ -36,6 +37,10 @@ use super::fleet::client_for;
 
 /// How far the hub's watch may lag a member's.
 const LAG: Duration = Duration::from_millis(1500);
+/// How far the mark of a hub job's deletion on its QueuedJob may lag the deletion itself:
+/// muster deletes the copies as soon as it sees the hub job gone, while the hub's garbage
+/// collector marks the QueuedJob (its dependent) on its own time.
+const GC_LAG: Duration = Duration::from_secs(5);
 
 /// One version of a job's record, as received.
 #[derive(Clone, Debug)]
@@ -204,6 +209,18 @@ impl Watchdog {
     /// Every broken instant so far (judged once the hub has had `LAG` to catch up).
     pub async fn violations(&self) -> Vec<String> {
         tokio::time::sleep(LAG).await;
+        let recent = {
+            let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if s.judge().is_empty() {
+                return Vec::new();
+            }
+            s.suspects.iter().map(|(at, _, _)| *at).max()
+        };
+        // A delete the garbage collector's mark may still explain: judged once it had time.
+        if let Some(at) = recent {
+            let wait = (at + GC_LAG).saturating_duration_since(Instant::now());
+            tokio::time::sleep(wait).await;
+        }
         let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.judge()
     }
@@ -246,7 +263,8 @@ impl State {
         let Some(st) = &q.status else { return };
         let rec = Rec {
             at: Instant::now(),
-            deleted,
+            // Terminating: the hub's garbage collector marks it once its hub job is deleted.
+            deleted: deleted || q.metadata.deletion_timestamp.is_some(),
             state: st.state,
             cluster: st.cluster.clone(),
             orphans: st
@@ -387,14 +405,17 @@ impl State {
 
 /// The records that may explain an instant `at`: the one in force then (the last received at
 /// or before it) and those received up to `LAG` after it (the hub's watch may lag a
-/// member's). Not the earlier ones: a Queued record before the job was placed says nothing of
-/// a pod deleted while it runs.
+/// member's), or `GC_LAG` for the QueuedJob marked deleted with its hub job. Not the earlier
+/// ones: a Queued record before the job was placed says nothing of a pod deleted while it runs.
 fn in_force(records: &[Rec], at: Instant) -> Vec<&Rec> {
     let last_before = records.iter().rposition(|r| r.at <= at);
     records
         .iter()
         .enumerate()
-        .filter(|(i, r)| Some(*i) == last_before || (r.at > at && r.at <= at + LAG))
+        .filter(|(i, r)| {
+            let lag = if r.deleted { GC_LAG } else { LAG };
+            Some(*i) == last_before || (r.at > at && r.at <= at + lag)
+        })
         .map(|(_, r)| r)
         .collect()
 }
@@ -451,5 +472,41 @@ mod tests {
         );
         s2.suspects.push((at(60), "u".into(), deleted));
         assert!(s2.judge().is_empty(), "{:?}", s2.judge());
+    }
+
+    /// The hub job deleted: muster deletes its copy at once, and the garbage collector marks
+    /// its QueuedJob a few seconds later. That mark explains the delete within `GC_LAG`, not
+    /// later, and a record that is not a deletion still gets only `LAG`.
+    #[test]
+    fn a_delete_is_explained_by_the_garbage_collectors_mark_within_its_lag() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let deleted = Suspect::Deleted {
+            member: "member-a".into(),
+            pod: "ns/p".into(),
+        };
+        let judged = |mark_after: Duration, deletion: bool| {
+            let mut s = State::default();
+            let mut mark = rec(
+                at(60) + mark_after,
+                QueuedJobState::Running,
+                Some("member-a"),
+            );
+            mark.deleted = deletion;
+            if !deletion {
+                mark.state = QueuedJobState::Queued;
+                mark.cluster = None;
+            }
+            s.records.insert(
+                "u".into(),
+                vec![rec(at(10), QueuedJobState::Running, Some("member-a")), mark],
+            );
+            s.suspects.push((at(60), "u".into(), deleted.clone()));
+            s.judge().len()
+        };
+        assert_eq!(judged(Duration::from_secs(3), true), 0);
+        assert_eq!(judged(GC_LAG + Duration::from_secs(1), true), 1);
+        assert_eq!(judged(Duration::from_secs(3), false), 1);
+        assert_eq!(judged(LAG / 2, false), 0);
     }
 }
