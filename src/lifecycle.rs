@@ -29,7 +29,7 @@ pub mod outbox;
 mod step;
 #[cfg(test)]
 mod tests;
-pub use book::{Book, Entry, Spec, spec_of};
+pub use book::{Book, Entry, Finalizer, Held, Spec, spec_of};
 pub use step::{admitted, gone, preempted, step};
 
 /// Defects of earlier controllers, kept so that `muster sim --faults-defect` can put each back

@@ -189,7 +189,7 @@ impl Brain {
         self.sync_usage();
         t.mark("jobs");
         // 2. Every followed job on its members (pods to place, hub status to sync).
-        self.restore_deleted_jobs();
+        self.keep_records();
         let (view, writes) = self.observe();
         // 3. The lifecycle: every job stepped, one scheduling cycle.
         let started = Instant::now();
@@ -202,7 +202,6 @@ impl Brain {
         self.carry_out(writes);
         t.mark("execute+observed");
         self.collect_garbage();
-        self.keep_records();
         self.sync_reasons();
         t.mark("reasons");
         self.write_records();

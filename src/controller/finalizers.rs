@@ -3,9 +3,9 @@
 //! (the job is followed, or deleted but still charged while a copy may run). Without it, a
 //! QueuedJob deleted while no controller runs loses the job's member and orphans, and the next
 //! leader admits the job again beside its old copy. The rule is the core's
-//! ([`Book::keeps`](crate::lifecycle::Book::keeps)), shared with the fault simulation; this file
-//! adds the finalizer to QueuedJobs made before it existed and lets it go once the hub job is
-//! gone and the book keeps nothing of it. Each patch carries the resourceVersion it was made
+//! ([`Book::keep`](crate::lifecycle::Book::keep)), shared with the fault simulation; this file
+//! finds each QueuedJob's facts, and adds the finalizer to QueuedJobs made before it existed or
+//! lets it go once the hub job is gone and the book keeps nothing of it, as the core decides. Each patch carries the resourceVersion it was made
 //! from (a conflict is tried again on a later pass) and is sent off the loop, at most one per
 //! QueuedJob at a time (a shared in-flight table).
 
@@ -21,6 +21,8 @@ use super::MANAGER;
 use super::brain::Brain;
 use super::crd::QueuedJob;
 use super::leader::{self, Fenced};
+use crate::lifecycle::gc::HubJob;
+use crate::lifecycle::{Finalizer, Held};
 use crate::workload::JobKind;
 
 /// The finalizer muster puts on every QueuedJob it writes.
@@ -33,46 +35,57 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) type Finalizing = Arc<DashSet<String>>;
 
 impl Brain {
-    /// Adds the finalizer where a followed job's QueuedJob lacks it, and removes it where the
-    /// hub job is gone and nothing of the job is kept. Only the leader does either, and only
-    /// once the hub's stores are synced.
+    /// Every QueuedJob as the core's `Book::keep` decides it, before the pass steps anything:
+    /// deleted jobs this process never followed (it started since), known from their QueuedJob,
+    /// charged again from the record while a copy may remain (so nothing is admitted into
+    /// capacity such a copy still uses); the finalizer added where a followed job's QueuedJob
+    /// lacks it, and removed where the hub job is gone and nothing of the job is kept. Only once
+    /// the hub's stores are synced; only the leader changes finalizers.
     pub(super) fn keep_records(&mut self) {
-        if !self.leadership.is_leader() || !self.stores.queued.is_ready() {
+        if !self.stores.queued.is_ready() {
             return;
         }
+        let leads = self.leadership.is_leader();
         let mut sent = 0;
         for qj in self.stores.queued.state() {
-            if sent == PER_PASS {
-                break;
-            }
             let uid = qj.spec.job_ref.uid.clone();
             let Some(ns) = qj.namespace() else {
                 continue;
             };
             let key = format!("{ns}/{}", qj.name_any());
-            if self.finalizing.contains(&key) {
+            let held = Held {
+                job: &uid,
+                namespace: &ns,
+                finalizer: qj.finalizers().iter().any(|f| f == RECORD_FINALIZER),
+                terminating: qj.metadata.deletion_timestamp.is_some(),
+                hub: if self.hub_job_gone(&qj, &uid) {
+                    HubJob::Gone
+                } else {
+                    HubJob::Unknown
+                },
+            };
+            let read = || {
+                qj.status
+                    .as_ref()
+                    .map(|st| super::record::from_status(st, ""))
+            };
+            let (restored, change) = self.book.keep(&mut self.sched, &held, read);
+            if restored {
+                tracing::info!(queuedjob = %key, "a deleted job's copy may still run; charged until it is confirmed gone");
+            }
+            let Some(change) = change else {
+                continue;
+            };
+            if !leads || sent == PER_PASS || self.finalizing.contains(&key) {
                 continue;
             }
-            let has = qj.finalizers().iter().any(|f| f == RECORD_FINALIZER);
-            let kept = self.book.keeps(&uid);
-            let want = if kept {
-                // Followed (or charged after its deletion): the record must stay.
-                (!has && qj.metadata.deletion_timestamp.is_none()).then_some(true)
-            } else if has && self.hub_job_gone(&qj, &uid) {
-                Some(false)
-            } else {
-                None
-            };
-            let Some(add) = want else {
-                continue;
-            };
             let mut finalizers: Vec<String> = qj
                 .finalizers()
                 .iter()
                 .filter(|f| *f != RECORD_FINALIZER)
                 .cloned()
                 .collect();
-            if add {
+            if change == Finalizer::Add {
                 finalizers.push(RECORD_FINALIZER.to_string());
             } else {
                 tracing::info!(queuedjob = %key, "the hub job is gone and nothing of it is kept; its QueuedJob is let go");
@@ -117,35 +130,6 @@ impl Brain {
                 }
                 finalizing.remove(&key);
             });
-        }
-    }
-
-    /// Deleted hub jobs this process never followed (it started since), known from their
-    /// QueuedJob: charged again from the record while a copy may remain
-    /// ([`Book::restore_deleted`](crate::lifecycle::Book::restore_deleted)). Before the pass
-    /// steps anything, so nothing is admitted into capacity such a copy still uses.
-    pub(super) fn restore_deleted_jobs(&mut self) {
-        if !self.stores.queued.is_ready() {
-            return;
-        }
-        for qj in self.stores.queued.state() {
-            let uid = &qj.spec.job_ref.uid;
-            if self.book.keeps(uid) || self.jobs.contains_key(uid) {
-                continue;
-            }
-            let (Some(st), Some(ns)) = (&qj.status, qj.namespace()) else {
-                continue;
-            };
-            if !self.hub_job_gone(&qj, uid) {
-                continue;
-            }
-            let record = super::record::from_status(st, "");
-            if self
-                .book
-                .restore_deleted(&mut self.sched, uid, &ns, &record)
-            {
-                tracing::info!(queuedjob = %format!("{ns}/{}", qj.name_any()), cluster = ?record.cluster, "a deleted job's copy may still run; charged until it is confirmed gone");
-            }
         }
     }
 

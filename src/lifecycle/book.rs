@@ -6,6 +6,8 @@
 
 mod deleted;
 
+pub use deleted::{Finalizer, Held};
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{

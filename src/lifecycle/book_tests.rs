@@ -144,3 +144,52 @@ fn a_deleted_job_known_from_its_record_is_kept_until_its_copy_is_gone() {
         "settled once, never restored again"
     );
 }
+
+#[test]
+fn a_queued_job_is_kept_while_the_book_needs_it_and_let_go_after() {
+    use crate::lifecycle::gc::HubJob;
+    use crate::lifecycle::{Finalizer, Held};
+    let mut sched = Scheduler::new(Config::default());
+    let mut book = Book::new(Settings::default());
+    book.track(&mut sched, "x", "x".into(), &spec(), 0, None)
+        .expect("followed");
+    let held = |job: &'static str, finalizer: bool, terminating: bool, hub: HubJob| Held {
+        job,
+        namespace: "ns",
+        finalizer,
+        terminating,
+        hub,
+    };
+    let none = || None;
+    // Followed: the finalizer goes on (not on one being deleted: it cannot take one).
+    let x = held("x", false, false, HubJob::Exists);
+    assert_eq!(
+        book.keep(&mut sched, &x, none),
+        (false, Some(Finalizer::Add))
+    );
+    let x = held("x", false, true, HubJob::Exists);
+    assert_eq!(book.keep(&mut sched, &x, none), (false, None));
+    // A deleted job known only from its record, whose copy may still run on member-a: charged
+    // again, and its finalizer stays.
+    let left = Record {
+        phase: Phase::Queued,
+        spec: D.into(),
+        orphans: [("member-a".to_string(), 0)].into_iter().collect(),
+        ..Record::default()
+    };
+    let y = held("y", true, true, HubJob::Gone);
+    assert_eq!(
+        book.keep(&mut sched, &y, || Some(left.clone())),
+        (true, None)
+    );
+    assert!(book.keeps("y"));
+    // One whose record holds nothing: let go.
+    let z = held("z", true, true, HubJob::Gone);
+    assert_eq!(
+        book.keep(&mut sched, &z, || Some(Record::default())),
+        (false, Some(Finalizer::Remove))
+    );
+    // While the hub job is not known gone, nothing is let go.
+    let w = held("w", true, false, HubJob::Unknown);
+    assert_eq!(book.keep(&mut sched, &w, none), (false, None));
+}

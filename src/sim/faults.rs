@@ -13,7 +13,9 @@ mod world;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::lifecycle::outbox::{self, Batch, Candidate, Landed, Outbox};
-use crate::lifecycle::{Book, Created, Intent, Member, Ms, Partition, Record, Seen, Settings, gc};
+use crate::lifecycle::{
+    Book, Created, Finalizer, Held, Intent, Member, Ms, Partition, Record, Seen, Settings, gc,
+};
 use crate::quota::QuotaTree;
 use crate::scheduler::{Config, Scheduler};
 use check::Checker;
@@ -290,22 +292,38 @@ impl Process {
             w.log(format!("the QueuedJob of {uid} is gone; written again"));
             self.book.written(&uid, None);
         }
-        let held: Vec<String> = w.store.finalized.iter().cloned().collect();
-        for uid in held {
-            let hub_gone = w.jobs.get(&uid).is_none_or(|j| j.deleted);
-            // A deleted job this controller did not follow (it started since): charged again
-            // from its record while a copy may remain.
-            if hub_gone
-                && let (Some(r), Some(j)) = (w.store.records.get(&uid), w.jobs.get(&uid))
-                && self
-                    .book
-                    .restore_deleted(&mut self.sched, &uid, &j.namespace, r)
-            {
-                continue;
+        // Every QueuedJob, as the controller keeps them (`Book::keep`): a deleted job this
+        // controller did not follow (it started since) charged again from its record while a
+        // copy may remain; the finalizer put on while the book keeps the job, taken off once
+        // the hub job is gone and nothing of it is kept.
+        let uids: Vec<String> = w.store.records.keys().cloned().collect();
+        for uid in uids {
+            let job = w.jobs.get(&uid);
+            let held = Held {
+                job: &uid,
+                namespace: job.map_or("", |j| j.namespace.as_str()),
+                finalizer: w.store.finalized.contains(&uid),
+                terminating: w.store.terminating.contains(&uid),
+                hub: if job.is_none_or(|j| j.deleted) {
+                    gc::HubJob::Gone
+                } else {
+                    gc::HubJob::Exists
+                },
+            };
+            let record = || w.store.records.get(&uid).cloned();
+            let (restored, change) = self.book.keep(&mut self.sched, &held, record);
+            if restored {
+                w.log(format!("deleted job {uid} charged again from its record"));
             }
-            if hub_gone && !self.book.keeps(&uid) {
-                w.log(format!("QueuedJob of {uid} let go"));
-                w.store.release(&uid);
+            match change {
+                Some(Finalizer::Add) => {
+                    w.store.finalized.insert(uid.clone());
+                }
+                Some(Finalizer::Remove) => {
+                    w.log(format!("QueuedJob of {uid} let go"));
+                    w.store.release(&uid);
+                }
+                None => {}
             }
         }
         // Copies of jobs not followed that are being deleted and may still run.

@@ -54,7 +54,10 @@ struct Rec {
 }
 
 impl Rec {
-    /// This record says the job is not (or may no longer be) running on `member`.
+    /// This record says the job is not (or may no longer be) running on `member`. Admitted
+    /// says so too: its copy there is yet to be made, so pods running there are an earlier
+    /// copy's (a job taken back for an edit and admitted again to the same member), which go
+    /// before the new copy is made.
     fn releases(&self, member: &str) -> bool {
         let placed = matches!(
             self.state,
@@ -66,7 +69,7 @@ impl Rec {
             || self.orphans.contains(member)
             || matches!(
                 self.state,
-                QueuedJobState::Finished | QueuedJobState::Failed
+                QueuedJobState::Admitted | QueuedJobState::Finished | QueuedJobState::Failed
             )
     }
 }
@@ -470,8 +473,20 @@ mod tests {
                 rec(at(50), QueuedJobState::Queued, None),
             ],
         );
-        s2.suspects.push((at(60), "u".into(), deleted));
+        s2.suspects.push((at(60), "u".into(), deleted.clone()));
         assert!(s2.judge().is_empty(), "{:?}", s2.judge());
+        // So does an admission to the same member (an edit taken back and admitted again: the
+        // earlier copy there goes before the new one is made).
+        let mut s3 = State::default();
+        s3.records.insert(
+            "u".into(),
+            vec![
+                rec(at(10), QueuedJobState::Running, Some("member-a")),
+                rec(at(59), QueuedJobState::Admitted, Some("member-a")),
+            ],
+        );
+        s3.suspects.push((at(60), "u".into(), deleted.clone()));
+        assert!(s3.judge().is_empty(), "{:?}", s3.judge());
     }
 
     /// The hub job deleted: muster deletes its copy at once, and the garbage collector marks

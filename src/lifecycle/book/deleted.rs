@@ -8,10 +8,55 @@ use std::collections::BTreeMap;
 
 use super::Book;
 use crate::lifecycle::Record;
+use crate::lifecycle::gc::HubJob;
 use crate::scheduler::{Scheduler, Submitted};
 use crate::workload::{ClusterRestriction, Component, JobKind, Workload};
 
+/// A QueuedJob as a driver finds it: whose record it is, whether it carries muster's finalizer
+/// or is being deleted, and what the hub says of its job.
+#[derive(Clone, Copy, Debug)]
+pub struct Held<'a> {
+    pub job: &'a str,
+    pub namespace: &'a str,
+    pub finalizer: bool,
+    pub terminating: bool,
+    pub hub: HubJob,
+}
+
+/// What becomes of a QueuedJob's finalizer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finalizer {
+    /// Put it on: the book keeps the job and the record must stay.
+    Add,
+    /// Take it off: the hub job is gone and nothing of it is kept.
+    Remove,
+}
+
 impl Book {
+    /// One QueuedJob, decided once for both drivers (before a pass steps anything): a deleted
+    /// job known only from it is charged again from its record while a copy may remain
+    /// ([`Book::restore_deleted`]); then its finalizer is put on while the book keeps the job,
+    /// and taken off once the hub job is gone and nothing of it is kept.
+    /// `record` reads the record it holds (asked only when needed). Returns whether the job was
+    /// charged again just now, and what becomes of its finalizer.
+    pub fn keep(
+        &mut self,
+        sched: &mut Scheduler,
+        q: &Held,
+        record: impl FnOnce() -> Option<Record>,
+    ) -> (bool, Option<Finalizer>) {
+        let restored = q.hub == HubJob::Gone
+            && !self.keeps(q.job)
+            && record().is_some_and(|r| self.restore_deleted(sched, q.job, q.namespace, &r));
+        let finalizer = if self.keeps(q.job) {
+            let add = self.settings.defect != Some(crate::lifecycle::Defect::NoRecordFinalizer);
+            (add && !q.finalizer && !q.terminating).then_some(Finalizer::Add)
+        } else {
+            (q.finalizer && q.hub == HubJob::Gone).then_some(Finalizer::Remove)
+        };
+        (restored, finalizer)
+    }
+
     /// The hub job `uid` (of `namespace`) is gone, and the hub still holds its `record`: unless
     /// it is followed, already kept, or was settled before, it is kept as deleted (charged
     /// again where its record says it holds capacity) while a member named in the record may
