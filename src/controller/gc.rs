@@ -2,8 +2,9 @@
 //! [`lifecycle::gc`](crate::lifecycle::gc) (the decision, shared with the fault simulation):
 //! this file only finds the copies muster made (its origin and UID labels and its admission
 //! annotation) on members that answer and are in sync, says what the hub knows of each one's
-//! job, and deletes what the decision dooms. It also tells the book which copies of jobs it no
-//! longer follows are still being deleted (they hold back creates for the drain grace).
+//! job, and deletes what the decision dooms. It also tells the core which copies muster made are
+//! being deleted (`gc::deleting`: those of jobs it no longer follows hold back creates for the
+//! drain grace).
 //! Level-triggered, so it also cleans up after a member that was lost and came back, and after a
 //! restart.
 
@@ -11,7 +12,7 @@ use kube::ResourceExt;
 
 use super::brain::Brain;
 use super::members::{JOB_UID_LABEL, ORIGIN_LABEL};
-use crate::lifecycle::gc::{Found, HubJob, doomed};
+use crate::lifecycle::gc::{self, Found, HubJob, doomed};
 
 impl Brain {
     pub(super) fn collect_garbage(&mut self) {
@@ -39,9 +40,8 @@ impl Brain {
                         continue;
                     };
                     if let Some(t) = &copy.metadata.deletion_timestamp {
-                        if self.book.get(uid).is_none() {
-                            deleting.push((cluster.clone(), t.0.as_millisecond().max(0) as u64));
-                        }
+                        let since = t.0.as_millisecond().max(0) as u64;
+                        deleting.push((uid.clone(), cluster.clone(), since));
                         continue;
                     }
                     let (ns, name) = (copy.namespace().unwrap_or_default(), copy.name_any());
@@ -60,7 +60,14 @@ impl Brain {
                 }
             }
         }
-        self.book.deleting = deleting;
+        gc::deleting(
+            &mut self.book,
+            deleting.iter().map(|(job, member, since)| gc::Deleting {
+                job,
+                member,
+                since: *since,
+            }),
+        );
         let doomed = doomed(
             &self.book,
             found.iter().map(|(member, _, _, _, job, hub)| Found {

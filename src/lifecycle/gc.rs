@@ -7,7 +7,7 @@
 //! touched: not a copy of a job muster does not follow whose hub job exists, nor one whose hub
 //! job muster cannot see.
 
-use super::{Book, Defect};
+use super::{Book, Defect, Ms};
 
 /// What the hub says of a copy's job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,4 +68,25 @@ pub fn doomed<'a>(book: &Book, found: impl IntoIterator<Item = Found<'a>>) -> Ve
         }
     }
     out
+}
+
+/// A copy muster made, being deleted since `since` (Terminating), on a member that answers.
+#[derive(Clone, Debug)]
+pub struct Deleting<'a> {
+    pub job: &'a str,
+    pub member: &'a str,
+    pub since: Ms,
+}
+
+/// Tells the book which copies of jobs it does not follow (their hub job deleted) are still
+/// being deleted and may still run: they hold back creates for the drain grace, as the
+/// followed jobs' old copies do ([`Book::deleting`]). A followed job's own copies are its
+/// record's to account for.
+pub fn deleting<'a>(book: &mut Book, found: impl IntoIterator<Item = Deleting<'a>>) {
+    let list = found
+        .into_iter()
+        .filter(|d| book.get(d.job).is_none())
+        .map(|d| (d.member.to_string(), d.since))
+        .collect();
+    book.deleting = list;
 }

@@ -326,19 +326,25 @@ impl Process {
                 None => {}
             }
         }
-        // Copies of jobs not followed that are being deleted and may still run.
-        self.book.deleting = w
+        // Copies being deleted, told to the core (those of jobs not followed may still run).
+        let deleting: Vec<(String, String, Ms)> = w
             .members
             .iter()
             .filter(|(_, m)| m.up())
             .flat_map(|(name, m)| {
                 m.copies
                     .iter()
-                    .filter_map(move |(uid, c)| Some((uid, name, c.deleting?.0)))
+                    .filter_map(move |(uid, c)| Some((uid.clone(), name.clone(), c.deleting?.0)))
             })
-            .filter(|(uid, _, _)| self.book.get(uid).is_none())
-            .map(|(_, name, at)| (name.clone(), at))
             .collect();
+        gc::deleting(
+            &mut self.book,
+            deleting.iter().map(|(job, member, since)| gc::Deleting {
+                job,
+                member,
+                since: *since,
+            }),
+        );
         // Every job stepped, one cycle.
         let intents = {
             let world: &World = w;
