@@ -9,10 +9,11 @@
 mod check;
 mod inject;
 mod world;
+mod writes;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::lifecycle::outbox::{self, Batch, Candidate, Landed, Outbox};
+use crate::lifecycle::outbox::{Batch, Outbox};
 use crate::lifecycle::{
     Book, Created, Finalizer, Held, Intent, Member, Ms, Partition, Record, Seen, Settings, gc,
 };
@@ -437,120 +438,6 @@ impl Process {
             }
             Intent::Ended { .. } | Intent::WakeAt(_) | Intent::Release | Intent::Submit => {}
         }
-    }
-
-    /// The batches due land (while faults last, a batch lands one to three passes after it
-    /// was sent, so batches out together land in any order); then the next batch the outbox
-    /// plans is sent. The outbox is the controller's own (`lifecycle::outbox`).
-    fn write(&mut self, w: &mut World) {
-        let mut due = Vec::new();
-        let mut i = 0;
-        while i < self.sent.len() {
-            if self.sent[i].0 <= w.now {
-                due.push(self.sent.remove(i));
-            } else {
-                i += 1;
-            }
-        }
-        due.sort_by_key(|(at, _)| *at);
-        for (_, batch) in due {
-            self.land(w, batch);
-            if self.crashed {
-                return;
-            }
-        }
-        let plan = self.outbox.plan(&self.book, |_, _, changed| {
-            changed.then_some(Candidate::Send(()))
-        });
-        if let Some(batch) = self.outbox.sending(&mut self.book, plan) {
-            let late = if w.now < w.fault_end {
-                w.rng.below(3)
-            } else {
-                0
-            };
-            self.sent.push((w.now + (1 + late) * TICK, batch));
-        }
-    }
-
-    /// A batch lands: its records that free capacity, then the rest if the outbox lets them
-    /// go; what landed is told to the outbox.
-    fn land(&mut self, w: &mut World, batch: Batch<()>) {
-        let freeing = batch.freeing();
-        let mut out: Vec<(String, Record, Landed)> = Vec::new();
-        for i in batch.frees {
-            let l = self.put(w, &i.uid, &i.record);
-            if self.crashed {
-                return;
-            }
-            out.push((i.uid, i.record, l));
-        }
-        let goes = outbox::rest_goes(out.iter().map(|(_, _, l)| l), self.defect);
-        for i in batch.rest {
-            let l = if goes {
-                self.put(w, &i.uid, &i.record)
-            } else {
-                Landed::NotSent
-            };
-            if self.crashed {
-                return;
-            }
-            out.push((i.uid, i.record, l));
-        }
-        self.outbox.landed(
-            &mut self.book,
-            freeing,
-            out.iter().map(|(u, r, l)| (u.as_str(), r, l)),
-        );
-    }
-
-    /// One record's write: refused to a replica that no longer leads, lost to a crash, failed,
-    /// landed with its answer lost, or written.
-    fn put(&mut self, w: &mut World, uid: &str, r: &Record) -> Landed {
-        if self.fenced(w) {
-            w.log(format!(
-                "write {uid} refused: term {} < {}",
-                self.term, w.store.term
-            ));
-            return Landed::NotSent;
-        }
-        let roll = w.rng.below(1000);
-        let failing = w.now < w.fault_end;
-        if failing && w.rng.chance(4) {
-            w.log(format!("controller crashes before writing {uid}"));
-            self.crashed = true;
-            return Landed::NotSent;
-        }
-        if failing && roll < 40 {
-            w.log(format!("write {uid} {} failed", r.phase.as_str()));
-            return Landed::Failed("refused".into());
-        }
-        if r.pods_done && r.phase.placed() {
-            w.freed_early.insert(uid.to_string());
-        }
-        w.store.records.insert(uid.to_string(), r.clone());
-        // The QueuedJob is made with muster's finalizer (one made without it gets it at this
-        // write; a deleted one cannot, and keeps the one it has).
-        if self.defect != Some(Defect::NoRecordFinalizer) && !w.store.terminating.contains(uid) {
-            w.store.finalized.insert(uid.to_string());
-        }
-        if failing && roll < 70 {
-            w.log(format!(
-                "write {uid} {} applied, answer lost",
-                r.phase.as_str()
-            ));
-            return Landed::Failed("no answer".into());
-        }
-        w.log(format!(
-            "write {uid} {} {}{}",
-            r.phase.as_str(),
-            r.cluster.as_deref().unwrap_or("-"),
-            if r.orphans.is_empty() {
-                String::new()
-            } else {
-                format!(" (old copies: {:?})", r.orphans.keys().collect::<Vec<_>>())
-            }
-        ));
-        Landed::Written
     }
 }
 
