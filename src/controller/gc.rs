@@ -41,7 +41,11 @@ impl Brain {
                     };
                     if let Some(t) = &copy.metadata.deletion_timestamp {
                         let since = t.0.as_millisecond().max(0) as u64;
-                        deleting.push((uid.clone(), cluster.clone(), since));
+                        deleting.push(gc::Deleting {
+                            job: uid.clone(),
+                            member: cluster.clone(),
+                            since,
+                        });
                         continue;
                     }
                     let (ns, name) = (copy.namespace().unwrap_or_default(), copy.name_any());
@@ -60,14 +64,7 @@ impl Brain {
                 }
             }
         }
-        gc::deleting(
-            &mut self.book,
-            deleting.iter().map(|(job, member, since)| gc::Deleting {
-                job,
-                member,
-                since: *since,
-            }),
-        );
+        gc::deleting(&mut self.book, deleting);
         let doomed = doomed(
             &self.book,
             found.iter().map(|(member, _, _, _, job, hub)| Found {

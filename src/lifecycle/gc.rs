@@ -72,9 +72,9 @@ pub fn doomed<'a>(book: &Book, found: impl IntoIterator<Item = Found<'a>>) -> Ve
 
 /// A copy muster made, being deleted since `since` (Terminating), on a member that answers.
 #[derive(Clone, Debug)]
-pub struct Deleting<'a> {
-    pub job: &'a str,
-    pub member: &'a str,
+pub struct Deleting {
+    pub job: String,
+    pub member: String,
     pub since: Ms,
 }
 
@@ -82,11 +82,11 @@ pub struct Deleting<'a> {
 /// being deleted and may still run: they hold back creates for the drain grace, as the
 /// followed jobs' old copies do ([`Book::deleting`]). A followed job's own copies are its
 /// record's to account for.
-pub fn deleting<'a>(book: &mut Book, found: impl IntoIterator<Item = Deleting<'a>>) {
+pub fn deleting(book: &mut Book, found: impl IntoIterator<Item = Deleting>) {
     let list = found
         .into_iter()
-        .filter(|d| book.get(d.job).is_none())
-        .map(|d| (d.member.to_string(), d.since))
+        .filter(|d| book.get(&d.job).is_none())
+        .map(|d| (d.member, d.since))
         .collect();
     book.deleting = list;
 }

@@ -328,24 +328,21 @@ impl Process {
             }
         }
         // Copies being deleted, told to the core (those of jobs not followed may still run).
-        let deleting: Vec<(String, String, Ms)> = w
+        let deleting: Vec<gc::Deleting> = w
             .members
             .iter()
             .filter(|(_, m)| m.up())
             .flat_map(|(name, m)| {
-                m.copies
-                    .iter()
-                    .filter_map(move |(uid, c)| Some((uid.clone(), name.clone(), c.deleting?.0)))
+                m.copies.iter().filter_map(move |(uid, c)| {
+                    Some(gc::Deleting {
+                        job: uid.clone(),
+                        member: name.clone(),
+                        since: c.deleting?.0,
+                    })
+                })
             })
             .collect();
-        gc::deleting(
-            &mut self.book,
-            deleting.iter().map(|(job, member, since)| gc::Deleting {
-                job,
-                member,
-                since: *since,
-            }),
-        );
+        gc::deleting(&mut self.book, deleting);
         // Every job stepped, one cycle.
         let intents = {
             let world: &World = w;
