@@ -462,21 +462,7 @@ async fn standby_takes_over_when_the_leader_dies() {
     let b = Controller::start("replica-b", &lease).await;
     let mut replicas = vec![a, b];
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
-        let leader = wait_for("one leader", Duration::from_secs(30), || async {
-            let acting: Vec<usize> = (0..2)
-                .filter(|&i| {
-                    std::fs::read_to_string(&replicas[i].log)
-                        .unwrap_or_default()
-                        .contains("acting as leader")
-                })
-                .collect();
-            if acting.len() == 1 {
-                Ok(acting[0])
-            } else {
-                Err(format!("acting: {acting:?}"))
-            }
-        })
-        .await;
+        let leader = Controller::one_leader(&replicas).await;
         let standby = 1 - leader;
         fleet::create_json(&hub, "pytorchjobs", pytorchjob(&ns, "first", 0, 0, "100m"))
             .await

@@ -50,16 +50,7 @@ async fn a_member_stopped_during_a_burst_with_a_forced_lease_change_loses_and_du
         Controller::start(tags[1], &flags).await,
     ];
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
-        let leader = wait_for("one leader", Duration::from_secs(30), || async {
-            let acting: Vec<usize> = (0..2)
-                .filter(|&i| replicas[i].log_text().contains("acting as leader"))
-                .collect();
-            match acting.as_slice() {
-                [one] => Ok(*one),
-                other => Err(format!("acting: {other:?}")),
-            }
-        })
-        .await;
+        let leader = Controller::one_leader(&replicas).await;
         let standby = 1 - leader;
         for i in 0..JOBS {
             fleet::create_json(&hub, "jobs", batch_job(&ns, &format!("burst-{i}"), 1, 1, 8))

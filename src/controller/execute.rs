@@ -39,7 +39,10 @@ pub(super) enum Done {
     /// A batch of QueuedJob status writes (whether it held records that free capacity).
     Records {
         freeing: bool,
-        out: Vec<(super::writes::Put, crate::lifecycle::outbox::Landed)>,
+        out: Vec<(
+            crate::lifecycle::outbox::Item<super::writes::Put>,
+            crate::lifecycle::outbox::Landed,
+        )>,
     },
     /// A write observing asked for.
     Observed {

@@ -603,8 +603,6 @@ pub(super) fn typed(v: &mut Value, kind: JobKind) {
     }
 }
 
-/// Not placed: queued or rejected (or not followed yet), so the hub's verdict on its pod
-/// templates still decides whether it may run.
 /// The reference to hub job `uid` that its Events name.
 fn object_ref(
     api_version: &str,
@@ -623,6 +621,8 @@ fn object_ref(
     }
 }
 
+/// Not placed: queued or rejected (or not followed yet), so the hub's verdict on its pod
+/// templates still decides whether it may run.
 fn waiting(book: &crate::lifecycle::Book, uid: &str) -> bool {
     book.get(uid)
         .is_none_or(|e| matches!(e.record.phase, Phase::Queued | Phase::Rejected))

@@ -300,7 +300,7 @@ impl Brain {
                     return Some(Candidate::Later(wait));
                 }
             }
-            self.put(uid, record.clone(), st).map(Candidate::Send)
+            self.put(uid, st).map(Candidate::Send)
         });
         if let Some(wait) = plan.wait {
             let at = super::now_ms() + wait;
@@ -314,7 +314,7 @@ impl Brain {
     /// The write of `status` for `uid`: a merge patch from what the hub holds (the status last
     /// written, or the one the hub's QueuedJob has), and the QueuedJob itself first when none
     /// is known.
-    fn put(&self, uid: &str, record: Record, status: QueuedJobStatus) -> Option<Put> {
+    fn put(&self, uid: &str, status: QueuedJobStatus) -> Option<Put> {
         let t = self.jobs.get(uid)?;
         let name = queued_job_name(t.kind, &t.name);
         let key = kube::runtime::reflector::ObjectRef::<QueuedJob>::new(&name).within(&t.namespace);
@@ -351,8 +351,6 @@ impl Brain {
             qj
         });
         Some(Put::new(
-            uid,
-            record,
             status,
             (held.as_ref(), t.unsure.as_ref()),
             (t.namespace.clone(), name),

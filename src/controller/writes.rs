@@ -25,7 +25,6 @@ use super::execute::Done;
 use super::leader::{self, Fenced};
 use super::observe::Write;
 use super::{MANAGER, gates, kinds};
-use crate::lifecycle::Record;
 use crate::lifecycle::outbox::{self, Batch, Item, Landed};
 
 /// Writes in flight at once: QueuedJob statuses of every batch together, and observed writes.
@@ -36,10 +35,9 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// release yet).
 const RELEASED_FOR: Duration = Duration::from_secs(5);
 
-/// One QueuedJob status write, with all it needs, made on the loop and sent off it.
+/// One QueuedJob status write, with all it needs, made on the loop and sent off it (the job and
+/// its record travel beside it in the outbox's `Item`).
 pub(super) struct Put {
-    pub uid: String,
-    pub record: Record,
     pub status: QueuedJobStatus,
     namespace: String,
     name: String,
@@ -100,13 +98,11 @@ pub(super) fn covering_patch(keys: &Value, new: &Value) -> Value {
 }
 
 impl Put {
-    /// The put of `status` for `uid`; `held` is the status the hub holds (None: no QueuedJob
+    /// The put of `status`; `held` is the status the hub holds (None: no QueuedJob
     /// is known, `create` is made first), and `unsure` the keys of statuses sent since whose
     /// outcome is unknown ([`unsure_keys`]): then the whole status goes, with null for every
     /// key that may be there and should not.
     pub(super) fn new(
-        uid: &str,
-        record: Record,
         status: QueuedJobStatus,
         (held, unsure): (Option<&QueuedJobStatus>, Option<&Value>),
         (namespace, name): (String, String),
@@ -121,8 +117,6 @@ impl Put {
             None => merge_diff(&old, &new),
         };
         Put {
-            uid: uid.to_string(),
-            record,
             status,
             namespace,
             name,
@@ -184,7 +178,9 @@ async fn put(hub: &kube::Client, p: &Put) -> Result<(), kube::Error> {
             // keeps an earlier job's record: the intake lets this job wait until it goes).
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 let there = api.get(&p.name).await?;
-                if there.metadata.deletion_timestamp.is_some() && there.spec.job_ref.uid != p.uid {
+                if there.metadata.deletion_timestamp.is_some()
+                    && there.spec.job_ref.uid != qj.spec.job_ref.uid
+                {
                     let message = format!(
                         "QueuedJob {}/{} is being deleted and holds the record of an earlier job (uid {}); written once it is gone",
                         p.namespace, p.name, there.spec.job_ref.uid
@@ -238,20 +234,20 @@ async fn put_all(
     hub: &kube::Client,
     leadership: &leader::Leadership,
     permits: &tokio::sync::Semaphore,
-    batch: Vec<Put>,
-) -> Vec<(Put, Landed)> {
+    batch: Vec<Item<Put>>,
+) -> Vec<(Item<Put>, Landed)> {
     futures::stream::iter(batch)
-        .map(|p| async move {
+        .map(|i| async move {
             // Never closed: a permit always comes.
             let _permit = permits.acquire().await;
             // Fenced where it leaves: a replica that does not lead writes nothing.
-            let landed = match leader::fenced(leadership, WRITE_TIMEOUT, put(hub, &p)).await {
+            let landed = match leader::fenced(leadership, WRITE_TIMEOUT, put(hub, &i.write)).await {
                 Fenced::NotSent => Landed::NotSent,
                 Fenced::Answered(Ok(())) => Landed::Written,
                 Fenced::Answered(Err(e)) => Landed::Failed(e.to_string()),
                 no_answer => Landed::Failed(no_answer.answer().err().unwrap_or_default()),
             };
-            (p, landed)
+            (i, landed)
         })
         .buffer_unordered(WRITES_IN_FLIGHT)
         .collect()
@@ -307,14 +303,13 @@ impl Brain {
             self.done_tx.clone(),
             self.wake.clone(),
         );
-        let writes = |items: Vec<Item<Put>>| items.into_iter().map(|i| i.write).collect();
-        let (frees, rest): (Vec<Put>, Vec<Put>) = (writes(batch.frees), writes(batch.rest));
+        let Batch { frees, rest } = batch;
         tokio::spawn(async move {
             let mut out = put_all(&hub, &leadership, &permits, frees).await;
             if outbox::rest_goes(out.iter().map(|(_, l)| l), defect) {
                 out.extend(put_all(&hub, &leadership, &permits, rest).await);
             } else {
-                out.extend(rest.into_iter().map(|p| (p, Landed::NotSent)));
+                out.extend(rest.into_iter().map(|i| (i, Landed::NotSent)));
             }
             let _ = tx.send(Done::Records { freeing, out });
             wake.notify_one();
@@ -322,27 +317,27 @@ impl Brain {
     }
 
     /// What the hub now holds of a batch's records.
-    pub(super) fn records_landed(&mut self, freeing: bool, out: Vec<(Put, Landed)>) {
+    pub(super) fn records_landed(&mut self, freeing: bool, out: Vec<(Item<Put>, Landed)>) {
         self.outbox.landed(
             &mut self.book,
             freeing,
-            out.iter().map(|(p, l)| (p.uid.as_str(), &p.record, l)),
+            out.iter().map(|(i, l)| (i.uid.as_str(), &i.record, l)),
         );
-        for (p, landed) in out {
+        for (Item { uid, write: p, .. }, landed) in out {
             match landed {
                 Landed::Written => {
                     let was = self
                         .jobs
-                        .get(&p.uid)
+                        .get(&uid)
                         .and_then(|j| j.written.as_ref().map(|w| w.state));
                     // A rejected job that became admissible (a tree or PriorityClass change).
                     if was == Some(QueuedJobState::Rejected)
                         && p.status.state == QueuedJobState::Queued
                     {
                         let note = p.status.reason.clone().unwrap_or_default();
-                        self.event(&p.uid, false, "Queued", note);
+                        self.event(&uid, false, "Queued", note);
                     }
-                    if let Some(j) = self.jobs.get_mut(&p.uid) {
+                    if let Some(j) = self.jobs.get_mut(&uid) {
                         j.written = Some(p.status);
                         j.written_at = Some(Instant::now());
                         // The patch covered every key in doubt: the hub holds this status.
@@ -350,10 +345,10 @@ impl Brain {
                     }
                 }
                 Landed::Failed(e) => {
-                    tracing::warn!(job = %p.uid, error = %e, "could not write QueuedJob status");
+                    tracing::warn!(job = %uid, error = %e, "could not write QueuedJob status");
                     // It may have landed all the same (an answer lost): the next write covers
                     // what it would have left.
-                    if let Some(j) = self.jobs.get_mut(&p.uid) {
+                    if let Some(j) = self.jobs.get_mut(&uid) {
                         j.unsure = Some(unsure_keys(j.unsure.as_ref(), &p.sent()));
                     }
                 }

@@ -116,19 +116,20 @@ impl Outbox {
     }
 
     /// Whether writing `e`'s record frees capacity the hub may still record as held.
-    pub fn frees(&self, uid: &str, e: &Entry, defect: Option<Defect>) -> bool {
+    fn frees(&self, uid: &str, e: &Entry, defect: Option<Defect>) -> bool {
         !e.record.charged() && self.may_hold_charged(uid, e, defect)
     }
 
     /// Whether `e`'s record is to be written: it is not what the hub is known to hold, or what
     /// the hub holds is unsure.
-    pub fn changed(&self, uid: &str, e: &Entry, defect: Option<Defect>) -> bool {
+    fn changed(&self, uid: &str, e: &Entry, defect: Option<Defect>) -> bool {
         e.written.as_ref() != Some(&e.record)
             || (self.unsure.contains_key(uid) && defect != Some(Defect::AnswersTrusted))
     }
 
     /// Batches out.
-    pub fn out(&self) -> usize {
+    #[cfg(test)]
+    fn out(&self) -> usize {
         self.batches
     }
 

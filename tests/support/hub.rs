@@ -346,6 +346,20 @@ impl Controller {
         .await;
     }
 
+    /// Waits until exactly one of `replicas` acts as leader; its index.
+    pub async fn one_leader(replicas: &[Controller]) -> usize {
+        wait_for("one leader", Duration::from_secs(30), || async {
+            let acting: Vec<usize> = (0..replicas.len())
+                .filter(|&i| replicas[i].log_text().contains("acting as leader"))
+                .collect();
+            match acting.as_slice() {
+                [one] => Ok(*one),
+                other => Err(format!("acting: {other:?}")),
+            }
+        })
+        .await
+    }
+
     /// The whole log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

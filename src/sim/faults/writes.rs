@@ -12,15 +12,10 @@ impl Process {
     /// was sent, so batches out together land in any order); then the next batch the outbox
     /// plans is sent. The outbox is the controller's own (`lifecycle::outbox`).
     pub(super) fn write(&mut self, w: &mut World) {
-        let mut due = Vec::new();
-        let mut i = 0;
-        while i < self.sent.len() {
-            if self.sent[i].0 <= w.now {
-                due.push(self.sent.remove(i));
-            } else {
-                i += 1;
-            }
-        }
+        let (mut due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.sent)
+            .into_iter()
+            .partition(|(at, _)| *at <= w.now);
+        self.sent = later;
         due.sort_by_key(|(at, _)| *at);
         for (_, batch) in due {
             self.land(w, batch);
