@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject};
 use kube::runtime::watcher::{self, Event};
 use muster::controller::crd::{QueuedJob, QueuedJobState};
 use tokio::task::JoinHandle;
@@ -88,6 +88,8 @@ struct State {
     events: usize,
     /// Every pod seen, as `member: namespace/name`.
     seen: BTreeSet<String>,
+    /// Per hub job UID: when its deletion was first seen.
+    hub_deleted: BTreeMap<String, Instant>,
     /// Every state of each job's record received, by `namespace/job name`, in order.
     states: BTreeMap<String, Vec<QueuedJobState>>,
 }
@@ -198,8 +200,49 @@ impl Watchdog {
                 }
             }));
         }
+        // The hub jobs of every kind the hub serves: when each was deleted (muster deletes the
+        // copies of a deleted hub job at once; the QueuedJob goes later, with the garbage
+        // collector, which may lag by tens of seconds right after the hub starts).
+        let kinds = muster::controller::kinds::served(hub)
+            .await
+            .expect("watchdog: the hub's job kinds");
+        let mut watched = Vec::new();
+        for kind in kinds {
+            let ar = muster::controller::kinds::api_resource(kind);
+            let api: Api<DynamicObject> = Api::all_with(hub.clone(), &ar);
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            ready.push(rx);
+            watched.push(format!("the hub's {}s", kind.as_str()));
+            let state = state.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut tx = Some(tx);
+                let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+                while let Some(ev) = stream.next().await {
+                    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+                    match ev {
+                        Ok(Event::Apply(j) | Event::InitApply(j))
+                            if j.metadata.deletion_timestamp.is_some() =>
+                        {
+                            s.hub_job_deleted(&j)
+                        }
+                        Ok(Event::Delete(j)) => s.hub_job_deleted(&j),
+                        Ok(Event::InitDone) => {
+                            if let Some(t) = tx.take() {
+                                let _ = t.send(());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }));
+        }
         for (i, r) in ready.into_iter().enumerate() {
-            let what = members.get(i).copied().unwrap_or("the hub's QueuedJobs");
+            let what = members
+                .get(i)
+                .map(|m| m.to_string())
+                .or_else(|| (i == members.len()).then(|| "the hub's QueuedJobs".to_string()))
+                .or_else(|| watched.get(i - members.len() - 1).cloned())
+                .unwrap_or_default();
             match tokio::time::timeout(Duration::from_secs(30), r).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => panic!("watchdog: the watch of {what} ended before it listed"),
@@ -259,6 +302,15 @@ impl Watchdog {
 }
 
 impl State {
+    fn hub_job_deleted(&mut self, j: &DynamicObject) {
+        if !self.namespaces.contains(&j.namespace().unwrap_or_default()) {
+            return;
+        }
+        if let Some(uid) = j.uid() {
+            self.hub_deleted.entry(uid).or_insert_with(Instant::now);
+        }
+    }
+
     fn record(&mut self, q: &QueuedJob, deleted: bool) {
         if !self.namespaces.contains(&q.namespace().unwrap_or_default()) {
             return;
@@ -393,7 +445,9 @@ impl State {
                     }
                 }
                 Suspect::Deleted { member, pod } => {
-                    if !known.iter().any(|r| r.releases(member)) {
+                    // The hub job deleted before (or, as the hub's watch may lag, just after).
+                    let hub_gone = self.hub_deleted.get(uid).is_some_and(|t| *t <= *at + LAG);
+                    if !hub_gone && !known.iter().any(|r| r.releases(member)) {
                         out.push(format!(
                             "job {uid}: running pod {pod} deleted on {member} while no record said the job was not there (records: {:?})",
                             known.iter().map(|r| (r.state, r.cluster.clone())).collect::<Vec<_>>()
@@ -487,6 +541,31 @@ mod tests {
         );
         s3.suspects.push((at(60), "u".into(), deleted.clone()));
         assert!(s3.judge().is_empty(), "{:?}", s3.judge());
+    }
+
+    /// The hub job seen deleted before the pod went (or within `LAG` after) explains the
+    /// delete whatever the records say; seen deleted later, it does not.
+    #[test]
+    fn a_delete_after_the_hub_job_was_deleted_is_explained() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let judged = |hub_deleted: Instant| {
+            let mut s = State::default();
+            s.records.insert(
+                "u".into(),
+                vec![rec(at(10), QueuedJobState::Running, Some("member-a"))],
+            );
+            s.hub_deleted.insert("u".into(), hub_deleted);
+            let deleted = Suspect::Deleted {
+                member: "member-a".into(),
+                pod: "ns/p".into(),
+            };
+            s.suspects.push((at(60), "u".into(), deleted));
+            s.judge().len()
+        };
+        assert_eq!(judged(at(59)), 0);
+        assert_eq!(judged(at(60) + LAG / 2), 0);
+        assert_eq!(judged(at(60) + LAG * 2), 1);
     }
 
     /// The hub job deleted: muster deletes its copy at once, and the garbage collector marks
