@@ -29,6 +29,7 @@ pub mod outbox;
 mod step;
 #[cfg(test)]
 mod tests;
+pub mod tidy;
 pub use book::{Book, Entry, Finalizer, Held, Spec, spec_of};
 pub use step::{admitted, gone, preempted, step};
 
@@ -188,6 +189,9 @@ pub struct Settings {
     /// by a finalizer, its operator not acting) is called stuck and holds back only its own
     /// job, never every dispatch.
     pub drain_grace: Ms,
+    /// A followed job's QueuedJob missing this long was deleted by someone (not a write the
+    /// driver's view has yet to see) and is written again.
+    pub record_settle: Ms,
     pub partition: Partition,
     /// An earlier controller's defect put back (`muster sim --faults-defect` only).
     pub defect: Option<Defect>,
@@ -205,6 +209,7 @@ impl Default for Settings {
             backoff: 10_000,
             backoff_max: 600_000,
             drain_grace: 60_000,
+            record_settle: 5_000,
             defect: None,
             partition: Partition::Replace,
         }

@@ -97,7 +97,7 @@ fn checker_catches_record_writes_in_any_order() {
     // The outbox without its order: a take-back's record fails (or a crash comes) while an
     // admission into the quota it frees lands; a new leader finds both jobs in place.
     let (seed, v) =
-        caught(Defect::WritesUnordered, Partition::Replace, 559..560).expect("not caught");
+        caught(Defect::WritesUnordered, Partition::Replace, 636..637).expect("not caught");
     assert!(v.starts_with("invariant 2"), "seed {seed}: {v}");
 }
 
@@ -124,7 +124,7 @@ fn checker_catches_queued_jobs_deleted_without_a_finalizer() {
     // A QueuedJob deleted while no controller runs: the job is admitted again as new while its
     // old copy still runs.
     let (seed, v) =
-        caught(Defect::NoRecordFinalizer, Partition::Replace, 285..286).expect("not caught");
+        caught(Defect::NoRecordFinalizer, Partition::Replace, 268..269).expect("not caught");
     assert!(v.starts_with("invariant 1"), "seed {seed}: {v}");
 }
 

@@ -3,8 +3,9 @@
 //! members; one pass of the lifecycle book (every job stepped, one scheduling cycle); carry out
 //! the intents, then the writes observing asked for (pod releases, hub statuses); send the
 //! records; report. No step waits for a hub or member write: they go off the loop (`execute`,
-//! `writes`) and their outcomes are read at the start of the next pass. Each step lives in the module named after what it
-//! owns (`tree`, `membership`, `jobs`, `observe`, `execute`, `record`, `gc`).
+//! `writes`) and their outcomes are read at the start of the next pass. Each step lives in the
+//! module named after what it owns (`tree`, `membership`, `jobs`, `gc`, `observe`, `execute`,
+//! `record`); what each decides is the core's.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -185,11 +186,13 @@ impl Brain {
         }
         self.collect_done();
         self.discover_kinds().await;
-        self.sync_jobs().await;
+        let gone = self.sync_jobs().await;
         self.sync_usage();
         t.mark("jobs");
-        // 2. Every followed job on its members (pods to place, hub status to sync).
-        self.keep_records();
+        // 2. The housekeeping (the core's `tidy`): gone hub jobs, copies to collect, QueuedJobs
+        // deleted or to keep. Then every followed job on its members (pods to place, hub status
+        // to sync).
+        self.tidy(gone);
         let (view, writes) = self.observe();
         // 3. The lifecycle: every job stepped, one scheduling cycle.
         let started = Instant::now();
@@ -201,7 +204,6 @@ impl Brain {
         self.execute_all(intents).await;
         self.carry_out(writes);
         t.mark("execute+observed");
-        self.collect_garbage();
         self.sync_reasons();
         t.mark("reasons");
         self.write_records();
@@ -327,6 +329,7 @@ pub(super) fn settings(o: &Options) -> Settings {
         backoff: ms(o.requeue_backoff),
         backoff_max: ms(o.requeue_backoff_max),
         drain_grace: Settings::default().drain_grace,
+        record_settle: Settings::default().record_settle,
         defect: None,
         partition: o.partition,
     }

@@ -3,11 +3,12 @@
 //! (the job is followed, or deleted but still charged while a copy may run). Without it, a
 //! QueuedJob deleted while no controller runs loses the job's member and orphans, and the next
 //! leader admits the job again beside its old copy. The rule is the core's
-//! ([`Book::keep`](crate::lifecycle::Book::keep)), shared with the fault simulation; this file
-//! finds each QueuedJob's facts, and adds the finalizer to QueuedJobs made before it existed or
-//! lets it go once the hub job is gone and the book keeps nothing of it, as the core decides. Each patch carries the resourceVersion it was made
-//! from (a conflict is tried again on a later pass) and is sent off the loop, at most one per
-//! QueuedJob at a time (a shared in-flight table).
+//! ([`Book::keep`](crate::lifecycle::Book::keep), run by `lifecycle::tidy` before each pass),
+//! shared with the fault simulation; `gc` finds each QueuedJob's facts, and this file adds the
+//! finalizer to QueuedJobs made before it existed or lets it go once the hub job is gone and the
+//! book keeps nothing of it, as the core decides. Each patch carries the resourceVersion it was
+//! made from (a conflict is tried again on a later pass) and is sent off the loop, at most one
+//! per QueuedJob at a time (a shared in-flight table).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +22,7 @@ use super::MANAGER;
 use super::brain::Brain;
 use super::crd::QueuedJob;
 use super::leader::{self, Fenced};
-use crate::lifecycle::gc::HubJob;
-use crate::lifecycle::{Finalizer, Held};
+use crate::lifecycle::Finalizer;
 use crate::workload::JobKind;
 
 /// The finalizer muster puts on every QueuedJob it writes.
@@ -35,48 +35,20 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) type Finalizing = Arc<DashSet<String>>;
 
 impl Brain {
-    /// Every QueuedJob as the core's `Book::keep` decides it, before the pass steps anything:
-    /// deleted jobs this process never followed (it started since), known from their QueuedJob,
-    /// charged again from the record while a copy may remain (so nothing is admitted into
-    /// capacity such a copy still uses); the finalizer added where a followed job's QueuedJob
-    /// lacks it, and removed where the hub job is gone and nothing of the job is kept. Only once
-    /// the hub's stores are synced; only the leader changes finalizers.
-    pub(super) fn keep_records(&mut self) {
-        if !self.stores.queued.is_ready() {
+    /// Puts muster's finalizer on, or takes it off, each QueuedJob as the core decided
+    /// (`lifecycle::tidy`, `Book::keep`): at most [`PER_PASS`] patches per pass, one per
+    /// QueuedJob at a time; only the leader changes finalizers.
+    pub(super) fn change_finalizers(&mut self, changes: Vec<(Arc<QueuedJob>, Finalizer)>) {
+        if !self.leadership.is_leader() {
             return;
         }
-        let leads = self.leadership.is_leader();
         let mut sent = 0;
-        for qj in self.stores.queued.state() {
-            let uid = qj.spec.job_ref.uid.clone();
+        for (qj, change) in changes {
             let Some(ns) = qj.namespace() else {
                 continue;
             };
             let key = format!("{ns}/{}", qj.name_any());
-            let held = Held {
-                job: &uid,
-                namespace: &ns,
-                finalizer: qj.finalizers().iter().any(|f| f == RECORD_FINALIZER),
-                terminating: qj.metadata.deletion_timestamp.is_some(),
-                hub: if self.hub_job_gone(&qj, &uid) {
-                    HubJob::Gone
-                } else {
-                    HubJob::Unknown
-                },
-            };
-            let read = || {
-                qj.status
-                    .as_ref()
-                    .map(|st| super::record::from_status(st, ""))
-            };
-            let (restored, change) = self.book.keep(&mut self.sched, &held, read);
-            if restored {
-                tracing::info!(queuedjob = %key, "a deleted job's copy may still run; charged until it is confirmed gone");
-            }
-            let Some(change) = change else {
-                continue;
-            };
-            if !leads || sent == PER_PASS || self.finalizing.contains(&key) {
+            if sent == PER_PASS || self.finalizing.contains(&key) {
                 continue;
             }
             let mut finalizers: Vec<String> = qj
@@ -135,7 +107,7 @@ impl Brain {
 
     /// Whether the QueuedJob's hub job is known gone: its kind is watched and synced, and the
     /// job is absent, there under another UID, or being deleted.
-    fn hub_job_gone(&self, qj: &QueuedJob, uid: &str) -> bool {
+    pub(super) fn hub_job_gone(&self, qj: &QueuedJob, uid: &str) -> bool {
         let r = &qj.spec.job_ref;
         let Some(kind) = JobKind::from_type(&r.api_version, &r.kind) else {
             return false;

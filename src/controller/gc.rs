@@ -1,25 +1,30 @@
-//! Garbage collection of member copies, as the controller's adapter of
-//! [`lifecycle::gc`](crate::lifecycle::gc) (the decision, shared with the fault simulation):
-//! this file only finds the copies muster made (its origin and UID labels and its admission
-//! annotation) on members that answer and are in sync, says what the hub knows of each one's
-//! job, and deletes what the decision dooms. It also tells the core which copies muster made are
-//! being deleted (`gc::deleting`: those of jobs it no longer follows hold back creates for the
-//! drain grace).
+//! The housekeeping before each pass, as the controller's adapter of
+//! [`lifecycle::tidy`](crate::lifecycle::tidy) (the decisions and their order, shared with the
+//! fault simulation): this file finds the facts (followed jobs whose hub job is gone, the copies
+//! muster made on members that answer and are in sync, with what the hub knows of each one's
+//! job, the QueuedJobs once their store is listed) and carries out what comes back: copies
+//! deleted, records written again, finalizers put on or taken off (`finalizers`).
 //! Level-triggered, so it also cleans up after a member that was lost and came back, and after a
 //! restart.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use kube::ResourceExt;
 
 use super::brain::Brain;
+use super::crd::QueuedJob;
 use super::members::{JOB_UID_LABEL, ORIGIN_LABEL};
-use crate::lifecycle::gc::{self, Found, HubJob, doomed};
+use crate::lifecycle::gc::{self, Found, HubJob};
+use crate::lifecycle::{Held, tidy};
+
+/// A QueuedJob, its namespace, and what the hub says of its job.
+type Listed = (Arc<QueuedJob>, String, HubJob);
 
 impl Brain {
-    pub(super) fn collect_garbage(&mut self) {
-        if !self.leadership.is_leader() {
-            return;
-        }
-        // (member, kind, namespace, name, job UID, what the hub knows of the job)
+    /// Tidies before the pass; `gone` are the followed jobs intake no longer saw.
+    pub(super) fn tidy(&mut self, gone: Vec<String>) {
+        // Copies: (member, kind, namespace, name, job UID, what the hub knows of the job).
         let mut found = Vec::new();
         let mut deleting = Vec::new();
         for (cluster, m) in &self.members {
@@ -64,27 +69,118 @@ impl Brain {
                 }
             }
         }
-        gc::deleting(&mut self.book, deleting);
-        let doomed = doomed(
-            &self.book,
-            found.iter().map(|(member, _, _, _, job, hub)| Found {
-                job,
-                member,
-                hub: *hub,
-            }),
+        // QueuedJobs, once listed, with their namespace and what the hub says of their job.
+        let queued: Option<Vec<Listed>> = self.stores.queued.is_ready().then(|| {
+            self.stores
+                .queued
+                .state()
+                .into_iter()
+                .filter_map(|qj| {
+                    let ns = qj.namespace()?;
+                    let hub = if self.hub_job_gone(&qj, &qj.spec.job_ref.uid) {
+                        HubJob::Gone
+                    } else {
+                        HubJob::Unknown
+                    };
+                    Some((qj, ns, hub))
+                })
+                .collect()
+        });
+        let by_uid: HashMap<&str, &Arc<QueuedJob>> = queued
+            .iter()
+            .flatten()
+            .map(|(qj, _, _)| (qj.spec.job_ref.uid.as_str(), qj))
+            .collect();
+        let record = |uid: &str| {
+            by_uid
+                .get(uid)
+                .and_then(|qj| qj.status.as_ref())
+                .map(|st| super::record::from_status(st, ""))
+        };
+        let held = queued.as_ref().map(|qs| {
+            qs.iter()
+                .map(|(qj, namespace, hub)| Held {
+                    job: &qj.spec.job_ref.uid,
+                    namespace,
+                    finalizer: qj
+                        .finalizers()
+                        .iter()
+                        .any(|f| f == super::finalizers::RECORD_FINALIZER),
+                    terminating: qj.metadata.deletion_timestamp.is_some(),
+                    hub: *hub,
+                })
+                .collect()
+        });
+        let done = tidy::tidy(
+            &mut self.book,
+            &mut self.sched,
+            tidy::Facts {
+                gone,
+                copies: found
+                    .iter()
+                    .map(|(member, _, _, _, job, hub)| Found {
+                        job,
+                        member,
+                        hub: *hub,
+                    })
+                    .collect(),
+                deleting,
+                queued: held,
+                record: &record,
+            },
+            super::now_ms(),
         );
-        for d in doomed {
+        // Carried out: jobs no longer followed are forgotten once nothing of them is charged.
+        for uid in &done.untracked {
+            if let Some(j) = self.jobs.get_mut(uid) {
+                j.gone = true;
+                tracing::info!(job = %j.label(), "hub job gone; its copies are deleted");
+            }
+        }
+        let charged: BTreeSet<String> = self.book.deleted().map(|(u, _)| u.clone()).collect();
+        let book = &self.book;
+        self.jobs
+            .retain(|u, j| !j.gone || book.get(u).is_some() || charged.contains(u));
+        for d in done.deletes {
             if self.in_flight.contains(&(d.job.clone(), d.member.clone())) {
                 continue;
             }
-            let Some((_, kind, ns, name, _, _)) = found
+            let target = found
                 .iter()
                 .find(|(m, _, _, _, j, _)| *m == d.member && *j == d.job)
-            else {
+                .map(|(_, kind, ns, name, _, _)| (*kind, ns.clone(), name.clone()))
+                .or_else(|| {
+                    // A gone job's copy on a member not listed here: by the job's own name,
+                    // unless it is already being deleted there.
+                    let j = self.jobs.get(&d.job)?;
+                    let going = self
+                        .members
+                        .get(&d.member)
+                        .and_then(|m| m.copy_of(j.kind, &d.job))
+                        .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+                    (!going).then(|| (j.kind, j.namespace.clone(), j.name.clone()))
+                });
+            let Some((kind, ns, name)) = target else {
                 continue;
             };
             tracing::info!(cluster = %d.member, job = %format!("{kind} {ns}/{name}"), why = %d.why, "deleting a copy");
-            self.spawn_delete(&d.job, &d.member, *kind, ns, name);
+            self.spawn_delete(&d.job, &d.member, kind, &ns, &name);
         }
+        for uid in done.rewrite {
+            if let Some(j) = self.jobs.get_mut(&uid) {
+                tracing::warn!(job = %j.label(), "its QueuedJob was deleted; writing it again");
+                j.written = None;
+                j.written_at = None;
+            }
+        }
+        for uid in done.restored {
+            tracing::info!(job = %uid, "a deleted job's copy may still run; charged until it is confirmed gone");
+        }
+        let changes: Vec<_> = done
+            .finalizers
+            .into_iter()
+            .filter_map(|(uid, change)| Some((Arc::clone(by_uid.get(uid.as_str())?), change)))
+            .collect();
+        self.change_finalizers(changes);
     }
 }

@@ -302,8 +302,9 @@ impl Brain {
         self.hub_checks.policies = now;
     }
 
-    /// Intake: follows the hub jobs muster is responsible for, forgets those that are gone.
-    pub(super) async fn sync_jobs(&mut self) {
+    /// Intake: follows the hub jobs muster is responsible for (as `lifecycle::tidy::follows`
+    /// says). Returns the followed jobs it no longer saw (gone: `tidy` stops following them).
+    pub(super) async fn sync_jobs(&mut self) -> Vec<String> {
         if self.opts.hub_pod_admission {
             self.namespace_policies_changed();
             self.hub_judgements_due();
@@ -353,7 +354,13 @@ impl Brain {
             };
             // Without a tree covering it, only a job muster already has a record for is
             // followed (its copy may run); nothing else is touched.
-            if !followed && recorded.is_none() && !self.covered(&ns) {
+            if !followed
+                && !crate::lifecycle::tidy::follows(
+                    recorded.is_some(),
+                    self.covered(&ns),
+                    self.book.settings.defect,
+                )
+            {
                 continue;
             }
             seen.insert(uid.clone());
@@ -462,73 +469,13 @@ impl Brain {
             }
         }
         self.execute_all(intake_events).await;
-        self.forget_gone(&seen);
         self.ignored.retain(|u, _| exists.contains(u));
         self.name_waits.retain(|u, _| exists.contains(u));
-        self.rewrite_deleted_queued_jobs();
-    }
-
-    /// Hub jobs gone (deleted, or being deleted): forgotten, every copy deleted.
-    fn forget_gone(&mut self, seen: &HashSet<String>) {
-        let gone: Vec<String> = self
-            .book
+        self.book
             .iter()
             .filter(|(u, _)| !seen.contains(*u))
             .map(|(u, _)| u.clone())
-            .collect();
-        for uid in gone {
-            let deletes = self.book.untrack(&mut self.sched, &uid);
-            if let Some(j) = self.jobs.get_mut(&uid) {
-                j.gone = true;
-                tracing::info!(job = %j.label(), "hub job gone; its copies are deleted");
-            }
-            for i in deletes {
-                if let Intent::Delete { cluster, why } = i {
-                    self.delete_copy(&uid, &cluster, &why);
-                }
-            }
-        }
-        // Forgotten once no longer followed nor charged.
-        let charged: BTreeSet<String> = self.book.deleted().map(|(u, _)| u.clone()).collect();
-        let book = &self.book;
-        self.jobs
-            .retain(|u, j| !j.gone || book.get(u).is_some() || charged.contains(u));
-    }
-
-    /// A QueuedJob someone deleted is written again (what the controller knows of the job is
-    /// its record); until then the hub holds no record of it, so nothing is created or deleted
-    /// on its behalf.
-    fn rewrite_deleted_queued_jobs(&mut self) {
-        let settle = Duration::from_secs(5);
-        let lost: Vec<String> = self
-            .jobs
-            .iter()
-            .filter(|(u, j)| {
-                !j.gone
-                    && j.written.is_some()
-                    && j.written_at.is_some_and(|at| at.elapsed() > settle)
-                    && self.book.get(u).is_some()
-                    && {
-                        let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(
-                            j.kind, &j.name,
-                        ))
-                        .within(&j.namespace);
-                        self.stores
-                            .queued
-                            .get(&key)
-                            .is_none_or(|q| q.spec.job_ref.uid != **u)
-                    }
-            })
-            .map(|(u, _)| u.clone())
-            .collect();
-        for uid in lost {
-            if let Some(j) = self.jobs.get_mut(&uid) {
-                tracing::warn!(job = %j.label(), "its QueuedJob was deleted; writing it again");
-                j.written = None;
-                j.written_at = None;
-            }
-            self.book.written(&uid, None);
-        }
+            .collect()
     }
 
     /// Job kinds whose CRD was installed on the hub after the start are watched from then on

@@ -84,7 +84,7 @@ impl Brain {
         let (Some(t), Some(m)) = (self.jobs.get(uid), self.members.get(cluster)) else {
             return out;
         };
-        let (Ok(w), Some(id)) = (t.spec.0.as_ref(), self.book.get(uid).and_then(|e| e.id)) else {
+        let (Ok(w), Some(plan)) = (t.spec.0.as_ref(), self.book.plan(&self.sched, uid)) else {
             return out;
         };
         // Components whose pods muster can see and gate (their templates carry its labels).
@@ -109,11 +109,7 @@ impl Brain {
             })
             .map(|c| c.name.clone())
             .collect();
-        let plan: Plan = self
-            .sched
-            .plan(id)
-            .map(|(_, p)| p)
-            .unwrap_or_default()
+        let plan: Plan = plan
             .into_iter()
             .filter(|(c, _)| managed.contains(c))
             .collect();

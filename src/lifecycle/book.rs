@@ -75,6 +75,8 @@ pub struct Book {
     /// Deleted jobs whose copies were confirmed gone: never restored again (their QueuedJob may
     /// linger until the driver lets it go).
     settled: BTreeSet<String>,
+    /// Followed jobs whose record the hub held and is not seen to hold now, since when.
+    missing: BTreeMap<String, Ms>,
 }
 
 impl Book {
@@ -278,6 +280,18 @@ impl Book {
         deletes
     }
 
+    /// The plan a placed job's pods go by: the scheduler's while it holds the job, else the
+    /// one its record reserved (a job followed from its record outside the tree in force has no
+    /// scheduler entry, and its gated pods must still be released onto their nodes).
+    pub fn plan(&self, sched: &Scheduler, uid: &str) -> Option<super::Plan> {
+        let e = self.jobs.get(uid)?;
+        if let Some((_, p)) = e.id.and_then(|id| sched.plan(id)) {
+            return Some(p);
+        }
+        (e.record.phase.placed() && !e.record.placement.is_empty())
+            .then(|| e.record.placement.clone())
+    }
+
     /// Whether the job's QueuedJob must stay (its finalizer kept): the job is followed, or
     /// deleted but still charged while a copy may remain. Otherwise the driver lets it go.
     pub fn keeps(&self, uid: &str) -> bool {
@@ -287,12 +301,28 @@ impl Book {
     /// Followed jobs whose record the hub held and holds no more (`held` says whether the hub
     /// holds a QueuedJob for a job): someone deleted it. The driver writes it again; until then
     /// the hub holds no record of the job, so nothing is created or deleted on its behalf.
-    pub fn lost_records(&self, held: impl Fn(&str) -> bool) -> Vec<String> {
-        self.jobs
+    /// A record counts as lost once it has been missing for the settle time (the driver's
+    /// view of the QueuedJobs lags behind a write that landed).
+    pub fn lost_records(&mut self, held: impl Fn(&str) -> bool, now: Ms) -> Vec<String> {
+        let settle = self.settings.record_settle;
+        let jobs = &self.jobs;
+        let missing: Vec<&String> = jobs
             .iter()
             .filter(|(u, e)| e.written.is_some() && !held(u))
-            .map(|(u, _)| u.clone())
-            .collect()
+            .map(|(u, _)| u)
+            .collect();
+        self.missing.retain(|u, _| missing.contains(&u));
+        let mut lost = Vec::new();
+        for u in missing {
+            let since = *self.missing.entry(u.clone()).or_insert(now);
+            if now.saturating_sub(since) >= settle {
+                lost.push(u.clone());
+            }
+        }
+        for u in &lost {
+            self.missing.remove(u);
+        }
+        lost
     }
 
     /// Deleted jobs still charged (see [`Book::untrack`]).
@@ -381,10 +411,16 @@ impl Book {
                     now.saturating_sub(*since) < grace
                         || self.settings.defect == Some(super::Defect::DrainForever)
                 });
-                if matches!(m, Member::Answering(Some(_)))
-                    && fresh
-                    && e.record.cluster.as_deref() != Some(c)
-                {
+                // Any copy but the job's own current one: an old copy on the member the job
+                // was placed on again (its spec edited, say) uses capacity too.
+                let old = match m {
+                    Member::Answering(Some(copy)) => {
+                        e.record.cluster.as_deref() != Some(c)
+                            || e.record.copy_uid.as_deref() != Some(&copy.uid)
+                    }
+                    _ => false,
+                };
+                if old && fresh {
                     draining.insert(c.clone());
                 }
             }

@@ -26,10 +26,22 @@ fn copy(uid: &str) -> Copy {
 /// Job `x` left member-a at 0 and its copy there is still being deleted; job `y` is admitted to
 /// member-b, its admission durable. What does a pass at `now` ask for `y`?
 fn creates_of_y(now: Ms) -> Vec<Intent> {
+    creates_beside(now, false)
+}
+
+/// As [`creates_of_y`]; with `again`, `x` was admitted to member-a again at once (its spec
+/// edited), its old copy still there.
+fn creates_beside(now: Ms, again: bool) -> Vec<Intent> {
     let mut sched = Scheduler::new(Config::default());
     let mut book = Book::new(Settings::default());
     let x = Record {
-        phase: Phase::Queued,
+        phase: if again {
+            Phase::Admitted
+        } else {
+            Phase::Queued
+        },
+        cluster: again.then(|| "member-a".to_string()),
+        admitted_at: again.then_some(0),
         spec: D.into(),
         orphans: [("member-a".to_string(), 0)].into_iter().collect(),
         ..Record::default()
@@ -90,6 +102,19 @@ fn a_copy_being_deleted_holds_back_other_creates_only_for_the_drain_grace() {
         }),
         "after the grace the stuck copy holds back only its own job: {late:?}"
     );
+}
+
+#[test]
+fn an_old_copy_on_the_member_a_job_is_placed_on_again_holds_back_creates() {
+    // Fault seed 7572: a job whose spec was edited while it ran is taken back and admitted
+    // again to the same member; its old copy there was taken for the job's own, so another
+    // job was created into the capacity that copy still used (invariant 2).
+    let early = creates_beside(1_000, true);
+    assert!(
+        !early.iter().any(|i| matches!(i, Intent::Create { .. })),
+        "the old copy on the job's own member holds back creates: {early:?}"
+    );
+    assert!(early.contains(&Intent::WakeAt(2_000)));
 }
 
 /// A hub job deleted while its copy ran on a member that did not answer, known to a new driver
@@ -192,4 +217,48 @@ fn a_queued_job_is_kept_while_the_book_needs_it_and_let_go_after() {
     // While the hub job is not known gone, nothing is let go.
     let w = held("w", true, false, HubJob::Unknown);
     assert_eq!(book.keep(&mut sched, &w, none), (false, None));
+}
+
+#[test]
+fn a_placed_job_followed_outside_the_tree_keeps_its_recorded_plan() {
+    // No tree covers the job's namespace: the scheduler does not take it, yet its copy runs on
+    // member-a with gated pods that must still go to their planned nodes.
+    let mut sched = Scheduler::new(Config::default());
+    let tree = crate::quota::QuotaTree::parse(&serde_json::json!({"spec": {"root": {
+        "name": "root", "max": {"cpu": "8"},
+        "children": [{"name": "team-a", "namespaces": ["team-a"], "max": {"cpu": "8"}}]}}}))
+    .expect("a tree");
+    sched.set_quota_tree(Some(tree));
+    let w = crate::workload::interpret(&serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "j", "namespace": "outside"},
+        "spec": {"parallelism": 2, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "x",
+                "resources": {"limits": {"cpu": "1"}}}]}}}
+    }))
+    .expect("interprets");
+    let spec = spec_of(Ok(w));
+    let plan: Plan = [("main".to_string(), [("node-1".to_string(), 2)].into())].into();
+    let durable = Record {
+        phase: Phase::Running,
+        cluster: Some("member-a".into()),
+        placement: plan.clone(),
+        spec: spec.1.clone(),
+        admitted_at: Some(0),
+        copy_uid: Some("c1".into()),
+        ..Record::default()
+    };
+    let mut book = Book::new(Settings::default());
+    book.track(&mut sched, "u", "outside/j".into(), &spec, 0, Some(durable))
+        .expect("followed from its record");
+    assert!(
+        book.get("u").is_some_and(|e| e.id.is_none()),
+        "outside the tree: no scheduler entry"
+    );
+    assert_eq!(book.plan(&sched, "u"), Some(plan));
+    // Not placed any more: no plan.
+    if let Some(r) = book.record_mut("u") {
+        r.phase = Phase::Queued;
+    }
+    assert_eq!(book.plan(&sched, "u"), None);
 }

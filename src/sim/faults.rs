@@ -11,11 +11,11 @@ mod inject;
 mod world;
 mod writes;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::lifecycle::outbox::{Batch, Outbox};
 use crate::lifecycle::{
-    Book, Created, Finalizer, Held, Intent, Member, Ms, Partition, Record, Seen, Settings, gc,
+    Book, Created, Finalizer, Held, Intent, Member, Ms, Partition, Record, Seen, Settings, gc, tidy,
 };
 use crate::quota::QuotaTree;
 use crate::scheduler::{Config, Scheduler};
@@ -105,6 +105,7 @@ pub fn settings(partition: Partition, defect: Option<Defect>) -> Settings {
         backoff: 5_000,
         backoff_max: 40_000,
         drain_grace: 15_000,
+        record_settle: 3_000,
         defect,
         partition,
     }
@@ -117,8 +118,6 @@ struct Process {
     term: u64,
     /// The tree in force (None: none valid seen since the start).
     tree: Option<u64>,
-    /// Copies of deleted hub jobs still to delete: (job, member).
-    doomed: BTreeSet<(String, String)>,
     defect: Option<Defect>,
     /// Crashed in the middle of its writes.
     crashed: bool,
@@ -181,7 +180,6 @@ impl Process {
             book: Book::new(w.settings.clone()),
             term,
             tree: None,
-            doomed: BTreeSet::new(),
             defect,
             crashed: false,
             outbox: Outbox::default(),
@@ -212,7 +210,8 @@ impl Process {
             self.sched.set_reachable(name, m.up());
             m.back_unseen &= !m.up();
         }
-        // Intake: jobs of covered namespaces, from their durable records if any.
+        // Intake: a job not followed yet is taken in as the core says (`tidy::follows`), from
+        // its durable record if any.
         let visible: Vec<String> = w
             .jobs
             .values()
@@ -220,11 +219,10 @@ impl Process {
             .map(|j| j.uid.clone())
             .collect();
         for uid in visible {
-            // Without a tree in force only the jobs muster already knows (a QueuedJob) are
-            // followed, and nothing is admitted.
-            let known =
-                w.store.records.contains_key(&uid) && self.defect != Some(Defect::CollectUnknown);
-            if (self.tree.is_none() && !known) || self.book.get(&uid).is_some() {
+            let recorded = w.store.records.contains_key(&uid);
+            if self.book.get(&uid).is_some()
+                || !tidy::follows(recorded, self.tree.is_some(), self.defect)
+            {
                 continue;
             }
             let Some(j) = w.jobs.get(&uid) else { continue };
@@ -240,109 +238,77 @@ impl Process {
                 w.log(format!("track {uid}"));
             }
         }
-        // Deleted hub jobs: every copy goes.
+        // The housekeeping (the core's `tidy`, in its order): gone hub jobs, copies on members
+        // that answer, QueuedJobs deleted or to keep.
+        let hub = |uid: &str| match w.jobs.get(uid) {
+            Some(j) if !j.deleted => gc::HubJob::Exists,
+            _ => gc::HubJob::Gone,
+        };
         let gone: Vec<String> = self
             .book
             .iter()
-            .filter(|(u, _)| w.jobs.get(*u).is_none_or(|j| j.deleted))
+            .filter(|(u, _)| hub(u) == gc::HubJob::Gone)
             .map(|(u, _)| u.clone())
             .collect();
-        for uid in gone {
-            for i in self.book.untrack(&mut self.sched, &uid) {
-                if let Intent::Delete { cluster, .. } = i {
-                    self.doomed.insert((uid.clone(), cluster));
+        let mut copies = Vec::new();
+        let mut deleting = Vec::new();
+        for (name, m) in w.members.iter().filter(|(_, m)| m.up()) {
+            for (uid, c) in &m.copies {
+                match c.deleting {
+                    Some((since, _)) => deleting.push(gc::Deleting {
+                        job: uid.clone(),
+                        member: name.clone(),
+                        since,
+                    }),
+                    None => copies.push(gc::Found {
+                        job: uid,
+                        member: name,
+                        hub: hub(uid),
+                    }),
                 }
             }
         }
-        // The garbage collection (the controller's rule: `lifecycle::gc`), over the copies
-        // found on members that answer and not being deleted already.
-        let found: Vec<gc::Found> = w
-            .members
-            .iter()
-            .filter(|(_, m)| m.up())
-            .flat_map(|(name, m)| {
-                m.copies
-                    .iter()
-                    .filter(|(_, c)| c.deleting.is_none())
-                    .map(move |(uid, _)| (uid, name))
-            })
-            .map(|(uid, name)| gc::Found {
+        let queued: Vec<Held> = w
+            .store
+            .records
+            .keys()
+            .map(|uid| Held {
                 job: uid,
-                member: name,
-                hub: match w.jobs.get(uid) {
-                    Some(j) if !j.deleted => gc::HubJob::Exists,
-                    _ => gc::HubJob::Gone,
-                },
+                namespace: w.jobs.get(uid).map_or("", |j| j.namespace.as_str()),
+                finalizer: w.store.finalized.contains(uid),
+                terminating: w.store.terminating.contains(uid),
+                hub: hub(uid),
             })
             .collect();
-        let collected = gc::doomed(&self.book, found);
-        for d in collected {
-            if !delete(w, ck, &d.job, &d.member, &d.why) {
-                self.doomed.insert((d.job, d.member));
-            }
+        let record = |uid: &str| w.store.records.get(uid).cloned();
+        let facts = tidy::Facts {
+            gone,
+            copies,
+            deleting,
+            queued: Some(queued),
+            record: &record,
+        };
+        let done = tidy::tidy(&mut self.book, &mut self.sched, facts, w.now);
+        for d in done.deletes {
+            delete(w, ck, &d.job, &d.member, &d.why);
         }
-        for (uid, c) in std::mem::take(&mut self.doomed) {
-            if !delete(w, ck, &uid, &c, "the hub job was deleted") {
-                self.doomed.insert((uid, c));
-            }
-        }
-        // QueuedJobs: one deleted while this controller leads is written again (what it knows
-        // of the job is its record); one whose hub job is gone and that no longer charges
-        // anything is let go (its finalizer removed).
-        for uid in self.book.lost_records(|u| w.store.records.contains_key(u)) {
+        for uid in done.rewrite {
             w.log(format!("the QueuedJob of {uid} is gone; written again"));
-            self.book.written(&uid, None);
         }
-        // Every QueuedJob, as the controller keeps them (`Book::keep`): a deleted job this
-        // controller did not follow (it started since) charged again from its record while a
-        // copy may remain; the finalizer put on while the book keeps the job, taken off once
-        // the hub job is gone and nothing of it is kept.
-        let uids: Vec<String> = w.store.records.keys().cloned().collect();
-        for uid in uids {
-            let job = w.jobs.get(&uid);
-            let held = Held {
-                job: &uid,
-                namespace: job.map_or("", |j| j.namespace.as_str()),
-                finalizer: w.store.finalized.contains(&uid),
-                terminating: w.store.terminating.contains(&uid),
-                hub: if job.is_none_or(|j| j.deleted) {
-                    gc::HubJob::Gone
-                } else {
-                    gc::HubJob::Exists
-                },
-            };
-            let record = || w.store.records.get(&uid).cloned();
-            let (restored, change) = self.book.keep(&mut self.sched, &held, record);
-            if restored {
-                w.log(format!("deleted job {uid} charged again from its record"));
-            }
+        for uid in done.restored {
+            w.log(format!("deleted job {uid} charged again from its record"));
+        }
+        for (uid, change) in done.finalizers {
             match change {
-                Some(Finalizer::Add) => {
-                    w.store.finalized.insert(uid.clone());
+                Finalizer::Add => {
+                    w.store.finalized.insert(uid);
                 }
-                Some(Finalizer::Remove) => {
+                Finalizer::Remove => {
                     w.log(format!("QueuedJob of {uid} let go"));
                     w.store.release(&uid);
                 }
-                None => {}
             }
         }
-        // Copies being deleted, told to the core (those of jobs not followed may still run).
-        let deleting: Vec<gc::Deleting> = w
-            .members
-            .iter()
-            .filter(|(_, m)| m.up())
-            .flat_map(|(name, m)| {
-                m.copies.iter().filter_map(move |(uid, c)| {
-                    Some(gc::Deleting {
-                        job: uid.clone(),
-                        member: name.clone(),
-                        since: c.deleting?.0,
-                    })
-                })
-            })
-            .collect();
-        gc::deleting(&mut self.book, deleting);
         // Every job stepped, one cycle.
         let intents = {
             let world: &World = w;
@@ -438,24 +404,25 @@ impl Process {
     }
 }
 
-/// Deletes a job's copy on a member that answers; false when it does not. While faults last,
+/// Deletes a job's copy on a member that answers (one that does not keeps it: the garbage
+/// collector finds it once the member answers again). While faults last,
 /// a copy may be held by a finalizer (its operator not acting) for up to two minutes: it stays,
 /// Terminating, its pods running.
-fn delete(w: &mut World, ck: &mut Checker, uid: &str, cluster: &str, why: &str) -> bool {
+fn delete(w: &mut World, ck: &mut Checker, uid: &str, cluster: &str, why: &str) {
     let now = w.now;
     let held = ck.faulty(now) && w.rng.chance(150);
     let hold = 20_000 + w.rng.below(100) * 1_000;
     let Some(m) = w.members.get_mut(cluster) else {
-        return true;
+        return;
     };
     if !m.up() {
-        return false;
+        return;
     }
     let Some(c) = m.copies.get_mut(uid) else {
-        return true;
+        return;
     };
     if c.deleting.is_some() {
-        return true;
+        return;
     }
     let live = world::cpu_used(c) > 0 && c.outcome.is_none();
     let line = if held {
@@ -470,7 +437,6 @@ fn delete(w: &mut World, ck: &mut Checker, uid: &str, cluster: &str, why: &str) 
     };
     w.log(line);
     ck.deleted(w, uid, cluster, live);
-    true
 }
 
 /// Runs one seed.

@@ -1,0 +1,247 @@
+//! Before every pass, what becomes of the hub's jobs, QueuedJobs and member copies outside the
+//! lifecycle's own steps, decided once for both drivers (the hub controller's `controller::gc`
+//! and the fault simulation) and always in this order:
+//! 1. who is followed: [`follows`] says whether a hub job not followed yet is taken in (called
+//!    at intake, per job);
+//! 2. followed jobs whose hub job is gone stop being followed ([`Book::untrack`]): their copies
+//!    go;
+//! 3. copies muster made on members that answer, judged by [`gc::doomed`];
+//! 4. records someone deleted on the hub, missing for longer than the settle time (the
+//!    QueuedJob watch lags behind a write that landed), are written again;
+//! 5. every QueuedJob as [`Book::keep`] decides it (charged again while a deleted job's copy
+//!    may run; the finalizer on or off);
+//! 6. copies being deleted of jobs not followed hold back creates ([`gc::deleting`]).
+//!
+//! The driver finds the facts and carries out what comes back; it decides none of it.
+
+use std::collections::BTreeSet;
+
+use super::gc::{self, Doomed, Found};
+use super::{Book, Defect, Finalizer, Held, Ms, Record};
+use crate::scheduler::Scheduler;
+
+/// Whether a driver starts following a hub job it does not follow yet. One whose record the
+/// hub holds is followed whatever the tree says (a copy of it may run; muster stays
+/// responsible for it until it ends). Any other only while a quota tree covering its namespace
+/// is in force: without one, nothing new is touched.
+pub fn follows(recorded: bool, covered: bool, defect: Option<Defect>) -> bool {
+    covered || (recorded && defect != Some(Defect::CollectUnknown))
+}
+
+/// What a driver found on the hub and the members before a pass.
+pub struct Facts<'a> {
+    /// Followed jobs whose hub job is gone: absent from a listed store, there under another
+    /// UID, or being deleted.
+    pub gone: Vec<String>,
+    /// Copies muster made on members that answer and are in sync, not being deleted.
+    pub copies: Vec<Found<'a>>,
+    /// Copies muster made being deleted (Terminating) on members that answer.
+    pub deleting: Vec<gc::Deleting>,
+    /// Every QueuedJob on the hub, or None while the driver has not listed them.
+    pub queued: Option<Vec<Held<'a>>>,
+    /// The record a QueuedJob holds (asked only when needed).
+    pub record: &'a dyn Fn(&str) -> Option<Record>,
+}
+
+/// What the driver carries out.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Tidied {
+    /// Copies to delete (each once), the garbage collector's first.
+    pub deletes: Vec<Doomed>,
+    /// QueuedJobs whose finalizer goes on or off, by job UID.
+    pub finalizers: Vec<(String, Finalizer)>,
+    /// Followed jobs whose QueuedJob was deleted: written again (the book already counts them
+    /// as not on the hub).
+    pub rewrite: Vec<String>,
+    /// Deleted jobs charged again from their record just now.
+    pub restored: Vec<String>,
+    /// Followed jobs that stopped being followed (their hub job gone).
+    pub untracked: Vec<String>,
+}
+
+/// The housekeeping before a pass at `now` (see the module's comment for the order).
+pub fn tidy(book: &mut Book, sched: &mut Scheduler, found: Facts, now: Ms) -> Tidied {
+    let mut out = Tidied::default();
+    // 2. Gone hub jobs: not followed any more; their copies go.
+    let mut untracked_deletes = Vec::new();
+    for uid in found.gone {
+        if book.get(&uid).is_none() {
+            continue;
+        }
+        for i in book.untrack(sched, &uid) {
+            if let super::Intent::Delete { cluster, .. } = i {
+                untracked_deletes.push(Doomed {
+                    job: uid.clone(),
+                    member: cluster,
+                    why: "the hub job was deleted".into(),
+                });
+            }
+        }
+        out.untracked.push(uid);
+    }
+    // 3. The garbage collector, over the copies found (after step 2: a gone job's copies are
+    //    those of a job not followed whose hub job is gone).
+    out.deletes = gc::doomed(book, found.copies);
+    let mut seen: BTreeSet<(String, String)> = out
+        .deletes
+        .iter()
+        .map(|d| (d.job.clone(), d.member.clone()))
+        .collect();
+    for d in untracked_deletes {
+        if seen.insert((d.job.clone(), d.member.clone())) {
+            out.deletes.push(d);
+        }
+    }
+    if let Some(queued) = found.queued {
+        // 4. Records deleted on the hub.
+        let held: BTreeSet<&str> = queued.iter().map(|q| q.job).collect();
+        for uid in book.lost_records(|u| held.contains(u), now) {
+            book.written(&uid, None);
+            out.rewrite.push(uid);
+        }
+        // 5. Every QueuedJob.
+        for q in &queued {
+            let (restored, change) = book.keep(sched, q, || (found.record)(q.job));
+            if restored {
+                out.restored.push(q.job.to_string());
+            }
+            if let Some(c) = change {
+                out.finalizers.push((q.job.to_string(), c));
+            }
+        }
+    }
+    // 6. Copies being deleted of jobs not followed.
+    gc::deleting(book, found.deleting);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::gc::HubJob;
+    use crate::lifecycle::{Phase, Settings};
+    use crate::scheduler::Config;
+
+    fn spec() -> super::super::Spec {
+        (Err("not read in this test".into()), "spec-1".into())
+    }
+
+    /// `x` runs on member-a, its record on the hub.
+    fn running() -> (Scheduler, Book) {
+        let mut sched = Scheduler::new(Config::default());
+        let mut book = Book::new(Settings::default());
+        let r = Record {
+            phase: Phase::Running,
+            cluster: Some("member-a".into()),
+            spec: "spec-1".into(),
+            admitted_at: Some(0),
+            copy_uid: Some("c1".into()),
+            ..Record::default()
+        };
+        book.track(&mut sched, "x", "x".into(), &spec(), 0, Some(r.clone()))
+            .expect("followed");
+        book.written("x", Some(r));
+        (sched, book)
+    }
+
+    fn held(job: &str) -> Held<'_> {
+        Held {
+            job,
+            namespace: "team-a",
+            finalizer: true,
+            terminating: false,
+            hub: HubJob::Exists,
+        }
+    }
+
+    #[test]
+    fn a_job_is_followed_when_recorded_or_covered() {
+        assert!(follows(true, false, None));
+        assert!(follows(false, true, None));
+        assert!(follows(true, true, None));
+        assert!(!follows(false, false, None));
+        assert!(!follows(true, false, Some(Defect::CollectUnknown)));
+    }
+
+    #[test]
+    fn a_deleted_record_is_written_again_only_after_the_settle_time() {
+        let (mut sched, mut book) = running();
+        let settle = book.settings.record_settle;
+        let none = |_: &str| None;
+        let facts = |queued: Vec<Held<'static>>| Facts {
+            gone: Vec::new(),
+            copies: Vec::new(),
+            deleting: Vec::new(),
+            queued: Some(queued),
+            record: &none,
+        };
+        // Held: nothing to do.
+        let t = tidy(&mut book, &mut sched, facts(vec![held("x")]), 1_000);
+        assert!(t.rewrite.is_empty(), "{t:?}");
+        // Missing from 2 s: not yet lost while the view may lag.
+        for now in [2_000, 2_000 + settle - 1] {
+            let t = tidy(&mut book, &mut sched, facts(Vec::new()), now);
+            assert!(t.rewrite.is_empty(), "at {now}: {t:?}");
+        }
+        assert!(book.get("x").is_some_and(|e| e.written.is_some()));
+        // Seen again: the clock starts over.
+        tidy(
+            &mut book,
+            &mut sched,
+            facts(vec![held("x")]),
+            2_000 + settle,
+        );
+        let t = tidy(&mut book, &mut sched, facts(Vec::new()), 3_000 + settle);
+        assert!(t.rewrite.is_empty(), "{t:?}");
+        let t = tidy(&mut book, &mut sched, facts(Vec::new()), 3_000 + 2 * settle);
+        assert_eq!(t.rewrite, vec!["x".to_string()]);
+        assert!(book.get("x").is_some_and(|e| e.written.is_none()));
+        // Not listed yet: nothing is judged.
+        let facts = Facts {
+            gone: Vec::new(),
+            copies: Vec::new(),
+            deleting: Vec::new(),
+            queued: None,
+            record: &none,
+        };
+        assert_eq!(
+            tidy(&mut book, &mut sched, facts, 10 * settle),
+            Tidied::default()
+        );
+    }
+
+    #[test]
+    fn a_gone_jobs_copy_is_deleted_once_and_its_queued_job_kept_while_charged() {
+        let (mut sched, mut book) = running();
+        let on_hub = book.get("x").and_then(|e| e.written.clone());
+        let record = move |_: &str| on_hub.clone();
+        let q = Held {
+            hub: HubJob::Gone,
+            finalizer: false,
+            ..held("x")
+        };
+        let t = tidy(
+            &mut book,
+            &mut sched,
+            Facts {
+                gone: vec!["x".into()],
+                copies: vec![Found {
+                    job: "x",
+                    member: "member-a",
+                    hub: HubJob::Gone,
+                }],
+                deleting: Vec::new(),
+                queued: Some(vec![q]),
+                record: &record,
+            },
+            1_000,
+        );
+        assert_eq!(t.untracked, vec!["x".to_string()]);
+        assert_eq!(t.deletes.len(), 1, "{t:?}");
+        assert_eq!(t.deletes[0].member, "member-a");
+        // Kept while its copy may run (known again from the record its QueuedJob holds), so
+        // the QueuedJob keeps the record.
+        assert!(book.keeps("x"));
+        assert_eq!(t.finalizers, vec![("x".to_string(), Finalizer::Add)]);
+    }
+}
