@@ -8,22 +8,22 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject};
 use kube::config::KubeConfigOptions;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, Config, ResourceExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::kinds;
 use super::owned;
+pub(super) use super::watches::optional_watch;
+pub use super::watches::{Watched, watch, watch_trimmed};
 use crate::fleet::{ClusterInfo, NodeInfo, Serves};
 use crate::workload::JobKind;
 
@@ -348,143 +348,6 @@ impl Member {
             .into_iter()
             .find(|o| o.labels().get(JOB_UID_LABEL).map(String::as_str) == Some(uid))
     }
-}
-
-/// A reflector's store plus whether its first list completed.
-pub struct Watched<K: kube::Resource + 'static>
-where
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    store: Store<K>,
-    ready: Arc<AtomicBool>,
-}
-
-impl<K: kube::Resource + 'static> Watched<K>
-where
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    /// The store and its readiness flag, for a task of its own.
-    pub fn clone_store(&self) -> (Store<K>, Arc<AtomicBool>) {
-        (self.store.clone(), self.ready.clone())
-    }
-
-    /// Whether the first list completed (a view one may trust, though never complete).
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
-    }
-}
-
-impl<K: kube::Resource + 'static> std::ops::Deref for Watched<K>
-where
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    type Target = Store<K>;
-    fn deref(&self) -> &Store<K> {
-        &self.store
-    }
-}
-
-/// A watch of something muster can do without: `None`, logged once with what is lost, when the
-/// member does not let muster list it (HTTP 403) or does not serve it (404); other errors fail
-/// the connection.
-pub(super) async fn optional_watch<K>(
-    member: &str,
-    api: Api<K>,
-    dyntype: K::DynamicType,
-    fields: Option<&str>,
-    without: &str,
-    wake: &Arc<Notify>,
-    tasks: &mut Vec<JoinHandle<()>>,
-) -> anyhow::Result<Option<Watched<K>>>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    let mut lp = ListParams::default().limit(1);
-    let mut cfg = watcher::Config::default();
-    if let Some(f) = fields {
-        lp = lp.fields(f);
-        cfg = cfg.fields(f);
-    }
-    let plural = K::plural(&dyntype).to_string();
-    match tokio::time::timeout(Duration::from_secs(10), api.list_metadata(&lp))
-        .await
-        .map_err(|_| anyhow::anyhow!("member {member}: listing {plural} timed out"))?
-    {
-        Ok(_) => Ok(Some(watch(api, cfg, dyntype, wake.clone(), tasks))),
-        Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 => {
-            tracing::warn!(member = %member, error = %e, "cannot list {plural}: {without}");
-            Ok(None)
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Starts a reflector over `api`; `wake` is notified on every event.
-pub fn watch<K>(
-    api: Api<K>,
-    cfg: watcher::Config,
-    dyntype: K::DynamicType,
-    wake: Arc<Notify>,
-    tasks: &mut Vec<JoinHandle<()>>,
-) -> Watched<K>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    watch_trimmed(api, cfg, dyntype, wake, tasks, |o: &mut K| {
-        o.managed_fields_mut().clear()
-    })
-}
-
-/// [`watch`], keeping of each object only what `trim` leaves of it.
-pub fn watch_trimmed<K>(
-    api: Api<K>,
-    cfg: watcher::Config,
-    dyntype: K::DynamicType,
-    wake: Arc<Notify>,
-    tasks: &mut Vec<JoinHandle<()>>,
-    trim: impl FnMut(&mut K) + Send + 'static,
-) -> Watched<K>
-where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    let writer = reflector::store::Writer::new(dyntype);
-    let store = writer.as_reader();
-    let ready = Arc::new(AtomicBool::new(false));
-    let flag = ready.clone();
-    tasks.push(tokio::spawn(async move {
-        let stream = watcher::watcher(api, cfg).default_backoff().modify(trim);
-        reflector::reflector(writer, stream)
-            .for_each(|ev| {
-                if matches!(ev, Ok(watcher::Event::InitDone)) {
-                    flag.store(true, Ordering::Relaxed);
-                }
-                wake.notify_one();
-                async {}
-            })
-            .await;
-    }));
-    Watched { store, ready }
 }
 
 /// The newest refusal about `copy` among `events` (see [`Member::refusal`]).

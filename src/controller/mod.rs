@@ -55,6 +55,7 @@ mod snapshot_fetch;
 pub mod status;
 pub mod tls;
 mod tree;
+pub mod watches;
 mod writes;
 
 use std::collections::BTreeMap;

@@ -12,7 +12,8 @@
 //!   QueuedJob marked deleted by the hub's garbage collector when its hub job goes); never an
 //!   earlier one (a Queued record from before the job was placed explains nothing).
 //!
-//! It fails when a watch does not list within 30 s, and when a test saw no pod event at all.
+//! It fails when a watch does not list within 30 s, when a watch reports an error (events may
+//! have been missed while it reconnected), and when a test saw no pod event at all.
 //!
 //! A job's pod is one labelled with its UID *and* made by a controller (an owner reference with
 //! `controller: true`): a label alone is what a tenant can put on a pod of its own.
@@ -92,6 +93,8 @@ struct State {
     hub_deleted: BTreeMap<String, Instant>,
     /// Every state of each job's record received, by `namespace/job name`, in order.
     states: BTreeMap<String, Vec<QueuedJobState>>,
+    /// Errors the watches reported (each a gap in what the watchdog saw).
+    errors: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -166,7 +169,7 @@ impl Watchdog {
                                 let _ = t.send(());
                             }
                         }
-                        Err(_) => {}
+                        Err(e) => s.errors.push(format!("{member}'s pods: {e}")),
                     }
                 }
             }));
@@ -195,6 +198,10 @@ impl Watchdog {
                                 let _ = t.send(());
                             }
                         }
+                        Err(e) => {
+                            let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+                            s.errors.push(format!("the hub's QueuedJobs: {e}"));
+                        }
                         _ => {}
                     }
                 }
@@ -213,7 +220,7 @@ impl Watchdog {
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             ready.push(rx);
             watched.push(format!("the hub's {}s", kind.as_str()));
-            let state = state.clone();
+            let (state, what) = (state.clone(), format!("the hub's {}s", kind.as_str()));
             tasks.push(tokio::spawn(async move {
                 let mut tx = Some(tx);
                 let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
@@ -231,6 +238,7 @@ impl Watchdog {
                                 let _ = t.send(());
                             }
                         }
+                        Err(e) => s.errors.push(format!("{what}: {e}")),
                         _ => {}
                     }
                 }
@@ -428,7 +436,11 @@ impl State {
     }
 
     fn judge(&self) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut out: Vec<String> = self
+            .errors
+            .iter()
+            .map(|e| format!("the watch of {e}: what came meanwhile may be unseen"))
+            .collect();
         for (at, uid, s) in &self.suspects {
             let known = in_force(self.records.get(uid).map(Vec::as_slice).unwrap_or(&[]), *at);
             match s {
@@ -602,5 +614,16 @@ mod tests {
         assert_eq!(judged(GC_LAG + Duration::from_secs(1), true), 1);
         assert_eq!(judged(Duration::from_secs(3), false), 1);
         assert_eq!(judged(LAG / 2, false), 0);
+    }
+
+    #[test]
+    fn a_watch_error_is_a_failure() {
+        let mut s = State::default();
+        assert!(s.judge().is_empty());
+        s.errors
+            .push("member-a's pods: connection reset by peer".into());
+        let v = s.judge();
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("member-a's pods"), "{v:?}");
     }
 }
