@@ -28,6 +28,20 @@ pub fn follows(recorded: bool, covered: bool, defect: Option<Defect>) -> bool {
     covered || (recorded && defect != Some(Defect::CollectUnknown))
 }
 
+/// The quota tree a driver sees on the hub, applied by the core's rule: a valid one replaces
+/// the tree in force (returned: the namespaces it covers); an invalid one leaves the tree in
+/// force as it is (returned: its problems). With no tree in force, nothing new is followed
+/// ([`follows`]) and nothing is admitted.
+pub fn apply_tree(
+    sched: &mut Scheduler,
+    manifest: &serde_json::Value,
+) -> Result<BTreeSet<String>, Vec<crate::quota::Problem>> {
+    let t = crate::quota::QuotaTree::parse(manifest)?;
+    let covered = t.namespaces();
+    sched.set_quota_tree(Some(t));
+    Ok(covered)
+}
+
 /// What a driver found on the hub and the members before a pass.
 pub struct Facts<'a> {
     /// Followed jobs whose hub job is gone: absent from a listed store, there under another

@@ -17,7 +17,6 @@ use crate::lifecycle::outbox::{Batch, Outbox};
 use crate::lifecycle::{
     Book, Created, Finalizer, Held, Intent, Member, Ms, Partition, Record, Seen, Settings, gc, tidy,
 };
-use crate::quota::QuotaTree;
 use crate::scheduler::{Config, Scheduler};
 use check::Checker;
 pub use world::Rng;
@@ -118,6 +117,8 @@ struct Process {
     term: u64,
     /// The tree in force (None: none valid seen since the start).
     tree: Option<u64>,
+    /// The hub's tree last applied or refused.
+    tried: Option<(u64, bool)>,
     defect: Option<Defect>,
     /// Crashed in the middle of its writes.
     crashed: bool,
@@ -180,6 +181,7 @@ impl Process {
             book: Book::new(w.settings.clone()),
             term,
             tree: None,
+            tried: None,
             defect,
             crashed: false,
             outbox: Outbox::default(),
@@ -199,12 +201,13 @@ impl Process {
             return;
         }
         // The tree in force: a valid one replaces it; an invalid one leaves it.
-        if w.tree.1
-            && self.tree != Some(w.tree.0)
-            && let Ok(t) = QuotaTree::parse(&tree(w.tree.0))
-        {
-            self.sched.set_quota_tree(Some(t));
-            self.tree = Some(w.tree.0);
+        // The tree on the hub, as the core applies it (`tidy::apply_tree`: a valid one replaces
+        // the one in force; an invalid one leaves it).
+        if self.tried != Some(w.tree) {
+            self.tried = Some(w.tree);
+            if tidy::apply_tree(&mut self.sched, &tree(w.tree)).is_ok() {
+                self.tree = Some(w.tree.0);
+            }
         }
         for (name, m) in w.members.iter_mut() {
             self.sched.set_reachable(name, m.up());

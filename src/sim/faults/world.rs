@@ -394,9 +394,11 @@ impl Store {
 }
 
 /// The quota tree of a run: two leaves of min 6 and max 12 cpu under a root of `root_max`.
-pub fn tree(root_max: u64) -> serde_json::Value {
+pub fn tree((root_max, valid): (u64, bool)) -> serde_json::Value {
+    // Invalid: a negative min, an edit the core refuses.
+    let min = if valid { "6" } else { "-6" };
     let leaf = |name: &str| {
-        json!({"name": name, "namespaces": [name], "min": {"cpu": "6"},
+        json!({"name": name, "namespaces": [name], "min": {"cpu": min},
             "max": {"cpu": TREE_MAX.1.to_string()}})
     };
     json!({"spec": {"root": {"name": "root", "max": {"cpu": root_max.to_string()},
