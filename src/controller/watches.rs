@@ -14,6 +14,23 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+/// What a reflector can hold.
+pub trait Object:
+    kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K> Object for K where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// A reflector's store plus whether its first list completed.
 pub struct Watched<K: kube::Resource + 'static>
 where
@@ -61,13 +78,7 @@ pub(super) async fn optional_watch<K>(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<Option<Watched<K>>>
 where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Object,
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let mut lp = ListParams::default().limit(1);
@@ -99,13 +110,7 @@ pub fn watch<K>(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> Watched<K>
 where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Object,
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
 {
     watch_trimmed(api, cfg, dyntype, wake, tasks, |o: &mut K| {
@@ -123,13 +128,7 @@ pub fn watch_trimmed<K>(
     trim: impl FnMut(&mut K) + Send + 'static,
 ) -> Watched<K>
 where
-    K: kube::Resource
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+    K: Object,
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let writer = reflector::store::Writer::new(dyntype);
