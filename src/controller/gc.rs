@@ -130,7 +130,24 @@ impl Brain {
             },
             super::now_ms(),
         );
-        // Carried out: jobs no longer followed are forgotten once nothing of them is charged.
+        // Carried out: copies deleted (those found here by their own names, a gone job's other
+        // copies by its job's, unless already going), then jobs no longer followed forgotten
+        // once nothing of them is charged.
+        for d in done.deletes {
+            match found
+                .iter()
+                .find(|(m, _, _, _, j, _)| *m == d.member && *j == d.job)
+            {
+                Some((_, kind, ns, name, _, _)) => {
+                    if self.in_flight.contains(&(d.job.clone(), d.member.clone())) {
+                        continue;
+                    }
+                    tracing::info!(cluster = %d.member, job = %format!("{kind} {ns}/{name}"), why = %d.why, "deleting a copy");
+                    self.spawn_delete(&d.job, &d.member, *kind, ns, name);
+                }
+                None => self.delete_copy(&d.job, &d.member, &d.why),
+            }
+        }
         for uid in &done.untracked {
             if let Some(j) = self.jobs.get_mut(uid) {
                 j.gone = true;
@@ -141,31 +158,6 @@ impl Brain {
         let book = &self.book;
         self.jobs
             .retain(|u, j| !j.gone || book.get(u).is_some() || charged.contains(u));
-        for d in done.deletes {
-            if self.in_flight.contains(&(d.job.clone(), d.member.clone())) {
-                continue;
-            }
-            let target = found
-                .iter()
-                .find(|(m, _, _, _, j, _)| *m == d.member && *j == d.job)
-                .map(|(_, kind, ns, name, _, _)| (*kind, ns.clone(), name.clone()))
-                .or_else(|| {
-                    // A gone job's copy on a member not listed here: by the job's own name,
-                    // unless it is already being deleted there.
-                    let j = self.jobs.get(&d.job)?;
-                    let going = self
-                        .members
-                        .get(&d.member)
-                        .and_then(|m| m.copy_of(j.kind, &d.job))
-                        .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
-                    (!going).then(|| (j.kind, j.namespace.clone(), j.name.clone()))
-                });
-            let Some((kind, ns, name)) = target else {
-                continue;
-            };
-            tracing::info!(cluster = %d.member, job = %format!("{kind} {ns}/{name}"), why = %d.why, "deleting a copy");
-            self.spawn_delete(&d.job, &d.member, kind, &ns, &name);
-        }
         for uid in done.rewrite {
             if let Some(j) = self.jobs.get_mut(&uid) {
                 tracing::warn!(job = %j.label(), "its QueuedJob was deleted; writing it again");

@@ -306,12 +306,12 @@ impl Book {
     pub fn lost_records(&mut self, held: impl Fn(&str) -> bool, now: Ms) -> Vec<String> {
         let settle = self.settings.record_settle;
         let jobs = &self.jobs;
-        let missing: Vec<&String> = jobs
+        let missing: BTreeSet<&String> = jobs
             .iter()
             .filter(|(u, e)| e.written.is_some() && !held(u))
             .map(|(u, _)| u)
             .collect();
-        self.missing.retain(|u, _| missing.contains(&u));
+        self.missing.retain(|u, _| missing.contains(u));
         let mut lost = Vec::new();
         for u in missing {
             let since = *self.missing.entry(u.clone()).or_insert(now);
