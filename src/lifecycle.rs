@@ -26,6 +26,7 @@ mod book;
 mod book_tests;
 pub mod gc;
 pub mod outbox;
+pub mod sent;
 mod step;
 #[cfg(test)]
 mod tests;
@@ -62,6 +63,9 @@ pub enum Defect {
     /// A deleted hub job's charge lives only in memory: a driver that restarts while its copy
     /// may still run does not charge it again (issue 28).
     ChargeInMemory,
+    /// A copy absent from the driver's view of a member counts as gone even when the view may
+    /// not show muster's create yet (a lagging watch; issue 28).
+    AbsenceTrusted,
 }
 
 /// How a spec the hub's own admission refuses begins (the driver checks each pod template on
@@ -434,6 +438,9 @@ pub struct Copy {
 pub enum Member {
     /// Connected and in sync: the job's copy there, if any.
     Answering(Option<Copy>),
+    /// Answers, but the view of it does not show the job's copy and has not reached muster's
+    /// create of it there (sent at `since`): the copy may be there or not ([`sent`]).
+    Behind { since: Ms },
     /// Was connected; has not answered since.
     Silent { since: Ms },
     /// Known but never connected (credentials missing or refused), since.
@@ -465,6 +472,10 @@ pub struct Seen {
     pub orphans: BTreeMap<String, Member>,
     /// The outcome of a create on `here` since the last step.
     pub created: Option<Created>,
+    /// The version (a resourceVersion) each member's view named above has reached, where the
+    /// driver knows it: a job's copy absent from a view is believed gone only once the view
+    /// has reached muster's create of it ([`sent`]).
+    pub versions: BTreeMap<String, u64>,
 }
 
 /// Named transitions (each Event's reason).

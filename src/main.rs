@@ -266,6 +266,7 @@ enum DefectArg {
     NoRecordFinalizer,
     DrainForever,
     ChargeInMemory,
+    AbsenceTrusted,
 }
 
 impl DefectArg {
@@ -280,6 +281,7 @@ impl DefectArg {
             DefectArg::NoRecordFinalizer => Defect::NoRecordFinalizer,
             DefectArg::DrainForever => Defect::DrainForever,
             DefectArg::ChargeInMemory => Defect::ChargeInMemory,
+            DefectArg::AbsenceTrusted => Defect::AbsenceTrusted,
         }
     }
 }

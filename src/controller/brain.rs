@@ -54,6 +54,8 @@ pub(super) struct Brain {
     pub done_rx: mpsc::UnboundedReceiver<Done>,
     /// Member writes under way: (job, member).
     pub in_flight: std::collections::BTreeSet<(String, String)>,
+    /// Fresh reads of members under way: (job, member) ([`super::reads`]).
+    pub reading: std::collections::BTreeSet<(String, String)>,
     /// QueuedJob status batches out (which go, and when: the core's).
     pub outbox: crate::lifecycle::outbox::Outbox,
     /// Permits and observed writes under way.
@@ -136,6 +138,7 @@ impl Brain {
             done_tx,
             done_rx,
             in_flight: Default::default(),
+            reading: Default::default(),
             outbox: Default::default(),
             in_flight_writes: Default::default(),
             reports: Default::default(),
@@ -193,6 +196,7 @@ impl Brain {
         // deleted or to keep. Then every followed job on its members (pods to place, hub status
         // to sync).
         self.tidy(gone);
+        self.settle_sent();
         let (view, writes) = self.observe();
         // 3. The lifecycle: every job stepped, one scheduling cycle.
         let started = Instant::now();

@@ -29,7 +29,17 @@ pub(super) enum Done {
         cluster: String,
         /// The admission it was made for (the record's `admitted_at`).
         admitted_at: Option<u64>,
-        result: Result<String, (String, DispatchFailure, bool)>,
+        /// The copy's UID and the resourceVersion it landed at, or why not (with whether an
+        /// earlier admission's copy holds the name).
+        result: Result<(String, u64), (String, DispatchFailure, bool)>,
+    },
+    /// A fresh read of a member for a create its view has not shown ([`super::reads`]).
+    Read {
+        uid: String,
+        cluster: String,
+        /// The version the copy was found at, None when there is none; Err when the member
+        /// could not be read.
+        found: Result<Option<u64>, String>,
     },
     Deleted {
         uid: String,
@@ -87,6 +97,12 @@ impl Brain {
                     result,
                 } => {
                     self.in_flight.remove(&(uid.clone(), cluster.clone()));
+                    if let Ok((_, version)) = &result {
+                        // Absence counts only from a view that has reached it.
+                        self.book
+                            .sent
+                            .landed(&uid, &cluster, *version, super::now_ms());
+                    }
                     let label = self.jobs.get(&uid).map(|j| j.label()).unwrap_or_default();
                     // Only for the admission it was made for: the job may have been taken
                     // back and admitted again (another plan) while the create was out.
@@ -99,7 +115,7 @@ impl Brain {
                     let trusted =
                         |copy: &str| record.is_some_and(|r| r.copy_uid.as_deref() == Some(copy));
                     let created = match result {
-                        Ok(copy_uid) if !current && !trusted(&copy_uid) => {
+                        Ok((copy_uid, _)) if !current && !trusted(&copy_uid) => {
                             // Made for an earlier admission: it goes (the record that took
                             // the job back is durable, or the job is admitted again).
                             tracing::info!(job = %label, %cluster, "copy created for an earlier admission; deleting it");
@@ -110,7 +126,7 @@ impl Brain {
                             );
                             continue;
                         }
-                        Ok(copy_uid) => {
+                        Ok((copy_uid, _)) => {
                             tracing::info!(job = %label, %cluster, "copy created");
                             Created::Ok { uid: copy_uid }
                         }
@@ -144,6 +160,11 @@ impl Brain {
                     report,
                     result,
                 } => self.reported(key, report, result),
+                Done::Read {
+                    uid,
+                    cluster,
+                    found,
+                } => self.read_done(uid, cluster, found),
                 Done::Deleted {
                     uid,
                     cluster,
@@ -329,6 +350,8 @@ impl Brain {
             self.leadership.clone(),
         );
         self.in_flight.insert(key);
+        // Until its answer says where it landed, no view proves the copy absent.
+        self.book.sent.sending(uid, cluster, super::now_ms());
         let (uid, cluster) = (uid.to_string(), cluster.to_string());
         tokio::spawn(async move {
             // Never closed: a permit always comes.
@@ -337,10 +360,12 @@ impl Brain {
             // a replica that lost the lease meanwhile, and is given up before the lease ends.
             let create = dispatch::create(&client, &cluster, kind, &copy, &ns_labels);
             let result = match leader::fenced(&leadership, MEMBER_WRITE_TIMEOUT, create).await {
-                Fenced::Answered(r) => r.map(|o| o.uid().unwrap_or_default()).map_err(|e| {
-                    let earlier = matches!(e, dispatch::DispatchError::Earlier { .. });
-                    (e.to_string(), e.failure(), earlier)
-                }),
+                Fenced::Answered(r) => r
+                    .map(|o| (o.uid().unwrap_or_default(), super::watches::version_of(&o)))
+                    .map_err(|e| {
+                        let earlier = matches!(e, dispatch::DispatchError::Earlier { .. });
+                        (e.to_string(), e.failure(), earlier)
+                    }),
                 other => Err((
                     other.answer().err().unwrap_or_default(),
                     DispatchFailure::Unreachable,

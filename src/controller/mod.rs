@@ -44,6 +44,7 @@ mod observe;
 mod operators;
 mod owned;
 mod placing;
+mod reads;
 mod record;
 pub mod registration;
 mod reports;

@@ -76,10 +76,12 @@ fn made_for_admission(copy: &DynamicObject, admitted_at: Option<Ms>) -> bool {
 
 /// One member in this pass.
 pub(super) enum MemberView {
-    /// Connected and in sync: muster's copies (by kind and hub job UID) and pods (by UID).
+    /// Connected and in sync: muster's copies (by kind and hub job UID) and pods (by UID), and
+    /// the resourceVersion each kind's watch had reached when its copies were read.
     Answering {
         copies: HashMap<(JobKind, String), Arc<DynamicObject>>,
         pods: HashMap<String, Vec<Arc<Pod>>>,
+        versions: HashMap<JobKind, u64>,
     },
     /// Not answering, never connected, or removed.
     Not(Member),
@@ -109,7 +111,7 @@ impl View {
         uid: &str,
         j: &Job,
     ) -> Option<(&'a Arc<DynamicObject>, Vec<&'a Arc<Pod>>)> {
-        let MemberView::Answering { copies, pods } = self.member(cluster) else {
+        let MemberView::Answering { copies, pods, .. } = self.member(cluster) else {
             return None;
         };
         let copy = copies.get(&(j.kind, uid.to_string()))?;
@@ -148,7 +150,7 @@ impl View {
             MemberView::Not(m) => m.clone(),
             // A deleted job known only from its record (restored after a restart): any
             // copy of it there, or any pod of it still running, is a copy not yet gone.
-            MemberView::Answering { copies, pods } if j.is_none() => {
+            MemberView::Answering { copies, pods, .. } if j.is_none() => {
                 let live_pods = pods.get(uid).map_or(0, |v| {
                     v.iter()
                         .filter(|p| p.metadata.deletion_timestamp.is_none() || running(p))
@@ -207,6 +209,24 @@ impl View {
                 .map(|c| (c.clone(), self.seen_on(c, uid, j, None)))
                 .collect(),
             created: None,
+            versions: r
+                .cluster
+                .iter()
+                .chain(r.orphans.keys())
+                .filter_map(|c| Some((c.clone(), self.version_on(c, j)?)))
+                .collect(),
+        }
+    }
+
+    /// How far the view of `cluster` has reached for the job's kind (for a job known only from
+    /// its record, of any kind: the least of them).
+    fn version_on(&self, cluster: &str, j: Option<&Job>) -> Option<u64> {
+        let MemberView::Answering { versions, .. } = self.member(cluster) else {
+            return None;
+        };
+        match j {
+            Some(j) => versions.get(&j.kind).copied(),
+            None => versions.values().min().copied(),
         }
     }
 }
@@ -234,7 +254,10 @@ impl Brain {
             let v = match self.members.get(&name) {
                 Some(m) if m.synced() && m.health.failures() == 0 => {
                     let mut copies = HashMap::new();
+                    let mut versions = HashMap::new();
                     for (&kind, store) in &m.jobs {
+                        // Before the state: it shows every change up to this version.
+                        versions.insert(kind, store.version());
                         for o in store.state() {
                             let labels = o.labels();
                             if labels.get(ORIGIN_LABEL) != Some(&self.opts.origin) {
@@ -258,7 +281,11 @@ impl Brain {
                             self.wake.notify_one();
                         }
                     }
-                    MemberView::Answering { copies, pods }
+                    MemberView::Answering {
+                        copies,
+                        pods,
+                        versions,
+                    }
                 }
                 Some(m) if m.health.failures() > 0 => {
                     let silent = m.health.silent_for().unwrap_or_default().as_millis() as u64;
@@ -429,6 +456,7 @@ mod tests {
                 MemberView::Answering {
                     copies,
                     pods: HashMap::new(),
+                    versions: HashMap::from([(JobKind::PyTorchJob, 41), (JobKind::TFJob, 7)]),
                 },
             )]),
         };
@@ -471,6 +499,10 @@ mod tests {
         let (view, job, r) = admitted_with(object(json!({})));
         let seen = view.seen("U1", &r, Some(&job));
         assert_eq!(seen.here, Some(Member::Answering(None)));
+        // The version is the job's kind's watch's (the least of all for a job known only from
+        // its record).
+        assert_eq!(seen.versions.get("member-a"), Some(&41));
+        assert_eq!(view.seen("U1", &r, None).versions.get("member-a"), Some(&7));
         let (n, _) = crate::lifecycle::step(&r, &seen, &s);
         assert_eq!(n.copy_uid, None);
         assert_eq!(n.phase, crate::lifecycle::Phase::Admitted);

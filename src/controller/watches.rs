@@ -1,9 +1,10 @@
 //! Watches of hub and member objects as the controller keeps them: a reflector's store with
-//! whether its first list completed ([`Watched`]), started with its objects trimmed, and a watch
-//! of something muster can do without on a member that may not allow it. Decides nothing.
+//! whether its first list completed and the resourceVersion it has reached ([`Watched`]),
+//! started with its objects trimmed, and a watch of something muster can do without on a member
+//! that may not allow it. Decides nothing.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -38,6 +39,7 @@ where
 {
     store: Store<K>,
     ready: Arc<AtomicBool>,
+    version: Arc<AtomicU64>,
 }
 
 impl<K: kube::Resource + 'static> Watched<K>
@@ -52,6 +54,16 @@ where
     /// Whether the first list completed (a view one may trust, though never complete).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
+    }
+
+    /// The highest resourceVersion the store holds every change up to (0: none known): the
+    /// largest of the objects' versions the watch has delivered, published only once the
+    /// store holds them (a relist's objects once the whole list is in). Read it before the
+    /// store's state, and that state shows every change up to it. (Kubernetes calls
+    /// resourceVersions opaque; the API servers muster talks to keep etcd's revisions, which
+    /// are integers that grow.)
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 }
 
@@ -134,18 +146,44 @@ where
     let writer = reflector::store::Writer::new(dyntype);
     let store = writer.as_reader();
     let ready = Arc::new(AtomicBool::new(false));
-    let flag = ready.clone();
+    let version = Arc::new(AtomicU64::new(0));
+    let (flag, reached) = (ready.clone(), version.clone());
     tasks.push(tokio::spawn(async move {
         let stream = watcher::watcher(api, cfg).default_backoff().modify(trim);
+        // The reflector applies each event to the store before it passes it on; a relist's
+        // objects go into the store together, at its end.
+        let mut listing = 0u64;
         reflector::reflector(writer, stream)
             .for_each(|ev| {
-                if matches!(ev, Ok(watcher::Event::InitDone)) {
-                    flag.store(true, Ordering::Relaxed);
+                match &ev {
+                    Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                        reached.fetch_max(version_of(o), Ordering::AcqRel);
+                    }
+                    Ok(watcher::Event::Init) => listing = 0,
+                    Ok(watcher::Event::InitApply(o)) => listing = listing.max(version_of(o)),
+                    Ok(watcher::Event::InitDone) => {
+                        reached.fetch_max(listing, Ordering::AcqRel);
+                        flag.store(true, Ordering::Relaxed);
+                    }
+                    Err(_) => {}
                 }
                 wake.notify_one();
                 async {}
             })
             .await;
     }));
-    Watched { store, ready }
+    Watched {
+        store,
+        ready,
+        version,
+    }
+}
+
+/// An object's resourceVersion as an integer (0 when it has none, or not a number).
+pub fn version_of<K: kube::Resource>(o: &K) -> u64 {
+    o.meta()
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }

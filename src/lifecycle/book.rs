@@ -77,11 +77,15 @@ pub struct Book {
     settled: BTreeSet<String>,
     /// Followed jobs whose record the hub held and is not seen to hold now, since when.
     missing: BTreeMap<String, Ms>,
+    /// Creates the driver's views may not show yet: the driver marks each create it sends and
+    /// reports where it landed; each pass judges what it saw by them.
+    pub sent: super::sent::Marks,
 }
 
 impl Book {
     pub fn new(settings: Settings) -> Book {
         Book {
+            sent: super::sent::Marks::new(settings.defect),
             settings,
             ..Book::default()
         }
@@ -274,8 +278,9 @@ impl Book {
             Some(id) => {
                 done(sched, id);
                 self.by_id.remove(&id);
+                self.sent.forget(uid);
             }
-            None => {}
+            None => self.sent.forget(uid),
         }
         deletes
     }
@@ -341,7 +346,8 @@ impl Book {
             let Some((id, r)) = self.deleted.get(&uid) else {
                 continue;
             };
-            let s = seen(&uid, r);
+            let mut s = seen(&uid, r);
+            self.sent.judge(&uid, r.cluster.as_deref(), &mut s);
             let gone = |m: Option<&Member>| {
                 matches!(m, None | Some(Member::Removed | Member::Answering(None)))
             };
@@ -351,6 +357,7 @@ impl Book {
                     self.by_id.remove(id);
                 }
                 self.deleted.remove(&uid);
+                self.sent.forget(&uid);
                 self.settled.insert(uid);
             }
         }
@@ -364,6 +371,7 @@ impl Book {
         if self.deleted.remove(&uid).is_none() {
             return false;
         }
+        self.sent.forget(&uid);
         done(sched, job);
         self.by_id.remove(&job);
         true
@@ -403,6 +411,7 @@ impl Book {
                 continue;
             };
             let mut s = seen(uid, &e.record);
+            self.sent.judge(uid, e.record.cluster.as_deref(), &mut s);
             s.now = now;
             s.hub = e.written.clone();
             s.created = e.created.take();
@@ -418,6 +427,8 @@ impl Book {
                         e.record.cluster.as_deref() != Some(c)
                             || e.record.copy_uid.as_deref() != Some(&copy.uid)
                     }
+                    // A copy created there that the view does not show yet.
+                    Member::Behind { .. } => true,
                     _ => false,
                 };
                 if old && fresh {

@@ -76,6 +76,7 @@ fn creates_beside(now: Ms, again: bool) -> Vec<Intent> {
             })
             .collect(),
         created: None,
+        versions: Default::default(),
     };
     book.pass(&mut sched, &mut specs, &mut seen, now, false)
         .into_iter()
@@ -154,6 +155,7 @@ fn a_deleted_job_known_from_its_record_is_kept_until_its_copy_is_gone() {
             here: Some(here.clone()),
             orphans: Default::default(),
             created: None,
+            versions: Default::default(),
         };
         book.pass(&mut sched, &mut specs, &mut seen, 1_000, false);
     };

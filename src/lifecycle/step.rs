@@ -237,6 +237,12 @@ fn orphans(
                     );
                 }
             }
+            // Created there, and the view does not show it yet: it may run.
+            Some(Member::Behind { .. }) => {
+                blocked.get_or_insert(format!(
+                    "its copy on {c} may be there (muster created it; its view of {c} does not show it yet)"
+                ));
+            }
             Some(Member::Silent { .. } | Member::Unconnected { .. }) => {
                 if s.partition == Partition::Wait || n.cluster.as_deref() == Some(c) {
                     blocked.get_or_insert(format!(
@@ -372,6 +378,7 @@ fn admitted_step(
             let since = (*since).max(n.admitted_at.unwrap_or(0));
             lost(n, since, seen, s, out)
         }
+        Some(Member::Behind { since }) => behind(n, *since, seen, s, out),
         Some(Member::Removed) | None => {
             let text = format!("member {c} was removed");
             take_back(&n, RequeueReason::MemberLost, text, false, now, s, out)
@@ -450,6 +457,32 @@ fn lost(mut n: Record, since: Ms, seen: &Seen, s: &Settings, out: &mut Vec<Inten
     }
 }
 
+/// A member that answers, but whose view has not reached muster's create of the job's copy
+/// there (sent at `since`): the copy is neither created again nor called missing while the view
+/// catches up. A view still behind after the lost grace is a member muster cannot see: as one
+/// that does not answer, the job is placed elsewhere ([`Partition::Replace`]), its copy there an
+/// orphan until the view shows it gone, or waits ([`Partition::Wait`]).
+fn behind(n: Record, since: Ms, seen: &Seen, s: &Settings, out: &mut Vec<Intent>) -> Record {
+    let deadline = since.saturating_add(s.member_lost_grace);
+    if seen.now < deadline {
+        out.push(Intent::WakeAt(
+            seen.now.saturating_add(s.create_retry).min(deadline),
+        ));
+        return n;
+    }
+    let c = cluster_of(&n);
+    match s.partition {
+        Partition::Replace => {
+            let text = format!(
+                "muster's view of member {c} has not shown the copy it created there for over {}s",
+                s.member_lost_grace / 1000
+            );
+            take_back(&n, RequeueReason::MemberLost, text, false, seen.now, s, out)
+        }
+        Partition::Wait => lost(n, since, seen, s, out),
+    }
+}
+
 /// Dispatched or Running: follow the copy and its pods; take the job back when they cannot run.
 fn placed(mut n: Record, seen: &Seen, s: &Settings, out: &mut Vec<Intent>) -> Record {
     let c = cluster_of(&n);
@@ -480,6 +513,7 @@ fn placed(mut n: Record, seen: &Seen, s: &Settings, out: &mut Vec<Intent>) -> Re
         Some(Member::Silent { since } | Member::Unconnected { since }) => {
             lost(n, *since, seen, s, out)
         }
+        Some(Member::Behind { since }) => behind(n, *since, seen, s, out),
         Some(Member::Removed) | None => {
             let text = format!("member {c} was removed");
             take_back(&n, RequeueReason::MemberLost, text, false, now, s, out)
@@ -605,7 +639,9 @@ fn ended(mut n: Record, seen: &Seen, s: &Settings, out: &mut Vec<Intent>) -> Rec
     }
     let live = match &seen.here {
         Some(Member::Answering(Some(copy))) => copy.live_pods,
-        Some(Member::Silent { .. } | Member::Unconnected { .. }) => return n,
+        Some(Member::Silent { .. } | Member::Unconnected { .. } | Member::Behind { .. }) => {
+            return n;
+        }
         Some(Member::Answering(None)) => 0,
         // Its member was removed, its pods perhaps still running there: out of muster's
         // fleet and quota, but declared (an unconfirmed old copy, deleted if the member is

@@ -44,6 +44,7 @@ impl Obs {
                 .map(|c| (c.clone(), Member::Answering(None)))
                 .collect(),
             created: None,
+            versions: Default::default(),
         })
     }
     fn hub(mut self, h: Option<Record>) -> Obs {

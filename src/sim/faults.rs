@@ -162,6 +162,12 @@ impl World {
                 .get(c)
                 .map_or(Member::Removed, |m| m.seen(uid, expected))
         };
+        let versions = r
+            .cluster
+            .iter()
+            .chain(r.orphans.keys())
+            .filter_map(|c| Some((c.clone(), self.members.get(c)?.watched_version)))
+            .collect();
         Seen {
             now: self.now,
             spec: String::new(),
@@ -169,6 +175,7 @@ impl World {
             here: r.cluster.as_deref().map(member),
             orphans: r.orphans.keys().map(|c| (c.clone(), member(c))).collect(),
             created: None,
+            versions,
         }
     }
 }
@@ -191,6 +198,10 @@ impl Process {
             p.sched.set_cluster(&cluster_info(name));
         }
         w.store.term = w.store.term.max(term);
+        // Its watches start with a list: they show each member as it is now.
+        for m in w.members.values_mut() {
+            m.relist();
+        }
         w.log(format!("controller starts (term {term})"));
         p
     }
@@ -256,7 +267,7 @@ impl Process {
         let mut copies = Vec::new();
         let mut deleting = Vec::new();
         for (name, m) in w.members.iter().filter(|(_, m)| m.up()) {
-            for (uid, c) in &m.copies {
+            for (uid, c) in &m.watched {
                 match c.deleting {
                     Some((since, _)) => deleting.push(gc::Deleting {
                         job: uid.clone(),
@@ -312,6 +323,21 @@ impl Process {
                 }
             }
         }
+        // Creates whose answer was lost or refused, or that the view has not shown for a
+        // while: a fresh read of each member that answers (the controller gets the copy by
+        // name) finds the copy, at the store's version, or not.
+        let unsettled: Vec<(String, String)> = self
+            .book
+            .sent
+            .unsettled(w.now)
+            .map(|(u, c)| (u.to_string(), c.to_string()))
+            .collect();
+        for (u, c) in unsettled {
+            if let Some(m) = w.members.get(&c).filter(|m| m.up()) {
+                let found = m.copies.contains_key(&u).then_some(m.version);
+                self.book.sent.read(&u, &c, found, w.now);
+            }
+        }
         // Every job stepped, one cycle.
         let intents = {
             let world: &World = w;
@@ -361,6 +387,7 @@ impl Process {
                 let Some(m) = w.members.get_mut(&cluster) else {
                     return;
                 };
+                self.book.sent.sending(uid, &cluster, w.now);
                 let result = if !m.up() {
                     Created::Failed {
                         message: format!("{cluster} does not answer"),
@@ -384,14 +411,24 @@ impl Process {
                     let copy = j.start(copy_uid.clone(), now, &mut w.rng);
                     if let Some(m) = w.members.get_mut(&cluster) {
                         m.copies.insert(uid.to_string(), copy);
+                        m.version += 1;
                     }
                     Created::Ok { uid: copy_uid }
                 };
                 w.log(format!("create {uid} on {cluster}: {result:?}"));
-                // A lost answer: created, but the controller never hears of it.
+                // A lost answer: created, but the controller never hears of it (it reads the
+                // member afresh before it believes the copy absent: `settle_sent`).
                 if matches!(result, Created::Ok { .. }) && w.rng.chance(30) && ck.faulty(w.now) {
                     w.log(format!("create answer for {uid} lost"));
                     return;
+                }
+                // The answer carries the store's version: what landed is at or below it. (A
+                // refusal is settled the same way the controller settles every failure: by a
+                // fresh read.)
+                if matches!(result, Created::Ok { .. })
+                    && let Some(m) = w.members.get(&cluster)
+                {
+                    self.book.sent.landed(uid, &cluster, m.version, w.now);
                 }
                 self.book.created(uid, result);
             }
@@ -428,6 +465,7 @@ fn delete(w: &mut World, ck: &mut Checker, uid: &str, cluster: &str, why: &str) 
         return;
     }
     let live = world::cpu_used(c) > 0 && c.outcome.is_none();
+    m.version += 1;
     let line = if held {
         c.deleting = Some((now, now + hold));
         format!(
@@ -545,6 +583,7 @@ pub fn run(o: &Options) -> Outcome {
         let mut rng = Rng::new(o.seed ^ now);
         for m in w.members.values_mut() {
             m.advance(now, &mut rng);
+            m.watch(now);
         }
         if let Some((old, until)) = stale.as_mut() {
             if w.now < *until {

@@ -19,6 +19,7 @@ pub(super) fn heal(w: &mut World) {
         }
         m.stuck_until = 0;
         m.fail_creates = 0;
+        m.lag_until = 0;
     }
     w.tree.1 = true;
     w.log("every fault heals".into());
@@ -75,6 +76,14 @@ pub(super) fn faults(
             m.removed = true;
             m.removed_since = now;
             Some(format!("{name} removed from the fleet"))
+        } else if (27..33).contains(&r) {
+            // The controller's watch of the member lags (a slow API server, a watch being
+            // re-established): what it shows is up to 8 s old.
+            m.lag_until = now + (2 + (r as Ms) % 7) * 1_000;
+            Some(format!(
+                "{name}: the controller's watch lags until {}s",
+                m.lag_until / 1000
+            ))
         } else {
             None
         };

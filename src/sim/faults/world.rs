@@ -221,6 +221,16 @@ pub struct SimMember {
     /// The next creates fail (no such kind, forbidden).
     pub fail_creates: u32,
     pub copies: BTreeMap<String, SimCopy>,
+    /// The copies as the controller's watch of the member shows them: refreshed at the start of
+    /// every step, except while the watch lags (until `lag_until`), when it shows an older
+    /// state.
+    pub watched: BTreeMap<String, SimCopy>,
+    pub lag_until: Ms,
+    /// The member store's version (its resourceVersion): raised by every create and delete of
+    /// a copy. A create's answer carries it.
+    pub version: u64,
+    /// The version the controller's watch has reached (what `watched` shows).
+    pub watched_version: u64,
     pub next_uid: u64,
 }
 
@@ -229,11 +239,30 @@ impl SimMember {
         self.down_since.is_none() && !self.removed
     }
 
+    /// The controller's watch catches up with the member, unless it lags.
+    pub fn watch(&mut self, now: Ms) {
+        if now >= self.lag_until {
+            self.watched = self.copies.clone();
+            self.watched_version = self.version;
+        }
+    }
+
+    /// A fresh list (a controller that starts, or relists): the watch shows the member now.
+    pub fn relist(&mut self) {
+        self.lag_until = 0;
+        self.watched = self.copies.clone();
+        self.watched_version = self.version;
+    }
+
     /// Moves its pods to `now`: starts, ends, the next waves, the job's outcome.
     pub fn advance(&mut self, now: Ms, rng: &mut Rng) {
         // Finalizers let go.
+        let before = self.copies.len();
         self.copies
             .retain(|_, c| c.deleting.is_none_or(|(_, until)| until > now));
+        if self.copies.len() != before {
+            self.version += 1;
+        }
         let stuck = self.stuck_until > now;
         for c in self.copies.values_mut() {
             // Once the job ended, its operator starts no pod any more.
@@ -319,7 +348,7 @@ impl SimMember {
         if let Some(since) = self.down_since {
             return Seen::Silent { since };
         }
-        Seen::Answering(self.copies.get(job).map(|c| view(c, expected)))
+        Seen::Answering(self.watched.get(job).map(|c| view(c, expected)))
     }
 }
 
