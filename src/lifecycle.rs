@@ -66,6 +66,9 @@ pub enum Defect {
     /// A copy absent from the driver's view of a member counts as gone even when the view may
     /// not show muster's create yet (a lagging watch; issue 28).
     AbsenceTrusted,
+    /// A replica dates its records by its own clock, so the next leader, its clock off, reads
+    /// every deadline as long past or far off (issue 28). Set by a driver, not by the core.
+    ClockTrusted,
 }
 
 /// How a spec the hub's own admission refuses begins (the driver checks each pod template on

@@ -267,6 +267,7 @@ enum DefectArg {
     DrainForever,
     ChargeInMemory,
     AbsenceTrusted,
+    ClockTrusted,
 }
 
 impl DefectArg {
@@ -282,6 +283,7 @@ impl DefectArg {
             DefectArg::DrainForever => Defect::DrainForever,
             DefectArg::ChargeInMemory => Defect::ChargeInMemory,
             DefectArg::AbsenceTrusted => Defect::AbsenceTrusted,
+            DefectArg::ClockTrusted => Defect::ClockTrusted,
         }
     }
 }

@@ -99,6 +99,19 @@ async fn running_pods(member: &str, ns: &str, uid: &str) -> Result<usize, String
     }
 }
 
+#[tokio::test]
+async fn the_hubs_clock_is_read_from_its_date_header() {
+    // Every replica dates its records by the hub API server's clock. Here the hub runs on this
+    // machine, so the offset measured from its Date header is zero within what one-second
+    // resolution and the round trip allow.
+    ensure_fleet_up();
+    let hub = client_for("hub").await;
+    let offset = muster::controller::clock::measure(&hub)
+        .await
+        .expect("the hub's Date header read");
+    assert!(offset.abs() <= 1_500, "offset {offset} ms on one machine");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn controller_end_to_end() {
     ensure_fleet_up();

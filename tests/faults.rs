@@ -161,3 +161,11 @@ fn checker_catches_absence_in_a_lagging_view_taken_for_gone() {
     });
     assert_eq!(fixed.violation, None, "seed {seed} without the defect");
 }
+
+#[test]
+fn checker_catches_a_replica_that_dates_by_its_own_clock() {
+    // A replica whose clock runs minutes behind the last leader's reads that leader's
+    // deadlines as far off: a job whose pods never start holds its quota past every timeout.
+    let (seed, v) = caught(Defect::ClockTrusted, Partition::Replace, 0..50).expect("not caught");
+    assert!(v.starts_with("invariant 5"), "seed {seed}: {v}");
+}

@@ -372,9 +372,9 @@ impl Brain {
                 .get(&name)
                 .and_then(|m| m.health.silent_for())
                 .map(|d| {
-                    jiff::Timestamp::now()
+                    super::clock::now()
                         .checked_sub(jiff::SignedDuration::from_secs(d.as_secs() as i64))
-                        .unwrap_or_else(|_| jiff::Timestamp::now())
+                        .unwrap_or_else(|_| super::clock::now())
                 });
             st.conditions = vec![Condition {
                 type_: "Ready".into(),
@@ -383,7 +383,7 @@ impl Brain {
                 message,
                 last_transition_time: match prev_cond {
                     Some(c) if same_cond => c.last_transition_time.clone(),
-                    _ => Time(jiff::Timestamp::now()),
+                    _ => Time(super::clock::now()),
                 },
                 observed_generation: None,
             }];
@@ -392,7 +392,7 @@ impl Brain {
                 .last_contact
                 .as_deref()
                 .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-                .is_none_or(|t| jiff::Timestamp::now().duration_since(t).as_secs() > 30);
+                .is_none_or(|t| super::clock::now().duration_since(t).as_secs() > 30);
             st.last_contact = if stale_contact {
                 last_contact.map(|t| t.to_string())
             } else {

@@ -21,6 +21,7 @@
 //! new leader) rebuilds the core's queues, quota usage and reservations from it.
 
 mod brain;
+pub mod clock;
 pub mod crd;
 pub mod dispatch;
 mod events;
@@ -197,6 +198,9 @@ async fn hub_client(opts: &Options) -> anyhow::Result<Client> {
 
 async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
     let hub = hub_client(&opts).await?;
+    // Records are dated by the hub's clock, measured before anything is dated.
+    clock::set(&hub).await;
+    tokio::spawn(clock::keep(hub.clone()));
     let token = stop.token.clone();
     {
         let token = token.clone();
@@ -438,8 +442,9 @@ async fn shutdown_signal() {
 }
 
 /// Now, in the lifecycle's milliseconds since the Unix epoch.
+/// Now on the hub's clock (see [`clock`]): what every replica dates its records by.
 pub(crate) fn now_ms() -> crate::lifecycle::Ms {
-    jiff::Timestamp::now().as_millisecond().max(0) as u64
+    clock::now_ms()
 }
 
 /// Name of the QueuedJob of a job: `<kind>-<name>`, lower-case.

@@ -271,7 +271,7 @@ impl Brain {
         }
         st.last_transition = match &j.written {
             Some(w) if w.state == st.state => w.last_transition.clone(),
-            _ => Some(jiff::Timestamp::now().to_string()),
+            _ => Some(super::clock::now().to_string()),
         };
         Some(st)
     }

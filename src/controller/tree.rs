@@ -30,7 +30,7 @@ impl Brain {
         self.tree_seen = Some(key);
         self.tree_ref = Some((tree.namespace().unwrap_or_default(), tree.name_any()));
         let oref = tree.object_ref(&());
-        let now = Time(jiff::Timestamp::now());
+        let now = Time(super::clock::now());
         let manifest = tree.manifest();
         match QuotaTree::parse(&manifest) {
             Ok(t) => {

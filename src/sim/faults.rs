@@ -127,6 +127,26 @@ struct Process {
     /// Batches sent and not landed yet, with the time each lands (known durable only once
     /// landed, as the controller's writer knows them).
     sent: Vec<(Ms, Batch<()>)>,
+    /// What its clock says minus the hub's (the world's): what it dates its records by.
+    clock: i64,
+}
+
+/// The clock of the replica that starts as `term`, minus the hub's. While faults last, one in
+/// three replicas runs on a machine whose clock is 1–10 minutes off either way; it dates its
+/// records by the hub's clock, measured to within half a second (the controller's `clock`), or
+/// by its own with the defect `clock-trusted`. Drawn apart from the run's randomness.
+fn clock(w: &World, term: u64, defect: Option<Defect>) -> i64 {
+    let mut r = Rng::new(w.now ^ term.rotate_left(29) ^ 0xC10C);
+    if w.now >= w.fault_end || !r.chance(333) {
+        return 0;
+    }
+    let off = (60_000 + r.below(540_000)) as i64;
+    let skew = if r.chance(500) { off } else { -off };
+    if defect == Some(Defect::ClockTrusted) {
+        skew
+    } else {
+        r.below(1_000) as i64 - 500
+    }
 }
 
 /// The whole simulated world.
@@ -193,6 +213,7 @@ impl Process {
             crashed: false,
             outbox: Outbox::default(),
             sent: Vec::new(),
+            clock: clock(w, term, defect),
         };
         for name in MEMBERS {
             p.sched.set_cluster(&cluster_info(name));
@@ -203,7 +224,15 @@ impl Process {
             m.relist();
         }
         w.log(format!("controller starts (term {term})"));
+        if p.clock != 0 {
+            w.log(format!("its clock is {} ms off the hub's", p.clock));
+        }
         p
+    }
+
+    /// Now, as this replica dates things.
+    fn now(&self, w: &World) -> Ms {
+        (w.now as i64).saturating_add(self.clock).max(0) as Ms
     }
 
     /// One pass of the controller, as `controller::Brain::sync` does it.
@@ -211,6 +240,7 @@ impl Process {
         if self.fenced(w) {
             return;
         }
+        let now = self.now(w);
         // The tree in force: a valid one replaces it; an invalid one leaves it.
         // The tree on the hub, as the core applies it (`tidy::apply_tree`: a valid one replaces
         // the one in force; an invalid one leaves it).
@@ -302,7 +332,7 @@ impl Process {
             queued: Some(queued),
             record: &record,
         };
-        let done = tidy::tidy(&mut self.book, &mut self.sched, facts, w.now);
+        let done = tidy::tidy(&mut self.book, &mut self.sched, facts, now);
         for d in done.deletes {
             delete(w, ck, &d.job, &d.member, &d.why);
         }
@@ -329,21 +359,28 @@ impl Process {
         let unsettled: Vec<(String, String)> = self
             .book
             .sent
-            .unsettled(w.now)
+            .unsettled(now)
             .map(|(u, c)| (u.to_string(), c.to_string()))
             .collect();
         for (u, c) in unsettled {
             if let Some(m) = w.members.get(&c).filter(|m| m.up()) {
                 let found = m.copies.contains_key(&u).then_some(m.version);
-                self.book.sent.read(&u, &c, found, w.now);
+                self.book.sent.read(&u, &c, found, now);
             }
         }
         // Every job stepped, one cycle.
         let intents = {
             let world: &World = w;
             let spec = |uid: &str| world.jobs.get(uid).map(|j| j.spec.clone());
+            let clock = self.clock;
             let mut seen = |uid: &str, r: &Record| {
                 let mut s = world.seen(uid, r);
+                // How long a member has been silent, dated by this replica's clock.
+                for m in s.here.iter_mut().chain(s.orphans.values_mut()) {
+                    if let Member::Silent { since } = m {
+                        *since = (*since as i64).saturating_add(clock).max(0) as Ms;
+                    }
+                }
                 s.spec = world
                     .jobs
                     .get(uid)
@@ -354,7 +391,7 @@ impl Process {
             let mut specs = spec;
             let admit = self.tree.is_some();
             self.book
-                .pass(&mut self.sched, &mut specs, &mut seen, world.now, admit)
+                .pass(&mut self.sched, &mut specs, &mut seen, now, admit)
         };
         for (uid, i) in intents {
             self.execute(w, ck, &uid, i);
@@ -384,10 +421,11 @@ impl Process {
                 if self.book.get(uid).is_none_or(|e| e.record.spec != spec) {
                     return;
                 }
+                let sent_at = self.now(w);
                 let Some(m) = w.members.get_mut(&cluster) else {
                     return;
                 };
-                self.book.sent.sending(uid, &cluster, w.now);
+                self.book.sent.sending(uid, &cluster, sent_at);
                 let result = if !m.up() {
                     Created::Failed {
                         message: format!("{cluster} does not answer"),
@@ -428,7 +466,7 @@ impl Process {
                 if matches!(result, Created::Ok { .. })
                     && let Some(m) = w.members.get(&cluster)
                 {
-                    self.book.sent.landed(uid, &cluster, m.version, w.now);
+                    self.book.sent.landed(uid, &cluster, m.version, self.now(w));
                 }
                 self.book.created(uid, result);
             }
