@@ -69,6 +69,10 @@ pub enum Defect {
     /// A replica dates its records by its own clock, so the next leader, its clock off, reads
     /// every deadline as long past or far off (issue 28). Set by a driver, not by the core.
     ClockTrusted,
+    /// A replica takes the lease over (or a restarted one takes it again) while writes the
+    /// last one sent are still on their way, so they land after it has read the hub (issue 28).
+    /// Set by a driver, not by the core.
+    ReleaseEarly,
 }
 
 /// How a spec the hub's own admission refuses begins (the driver checks each pod template on

@@ -268,6 +268,7 @@ enum DefectArg {
     ChargeInMemory,
     AbsenceTrusted,
     ClockTrusted,
+    ReleaseEarly,
 }
 
 impl DefectArg {
@@ -284,6 +285,7 @@ impl DefectArg {
             DefectArg::ChargeInMemory => Defect::ChargeInMemory,
             DefectArg::AbsenceTrusted => Defect::AbsenceTrusted,
             DefectArg::ClockTrusted => Defect::ClockTrusted,
+            DefectArg::ReleaseEarly => Defect::ReleaseEarly,
         }
     }
 }

@@ -88,7 +88,7 @@ fn checker_catches_garbage_collection_of_unknown_copies() {
 #[test]
 fn checker_catches_a_replaced_leader_that_goes_on_acting() {
     // Rare since records land a pass or more after they are sent (3 of 1,000 seeds).
-    let (seed, v) = caught(Defect::Unfenced, Partition::Replace, 309..310).expect("not caught");
+    let (seed, v) = caught(Defect::Unfenced, Partition::Replace, 114..115).expect("not caught");
     assert!(v.starts_with("invariant 3"), "seed {seed}: {v}");
 }
 
@@ -97,7 +97,7 @@ fn checker_catches_record_writes_in_any_order() {
     // The outbox without its order: a take-back's record fails (or a crash comes) while an
     // admission into the quota it frees lands; a new leader finds both jobs in place.
     let (seed, v) =
-        caught(Defect::WritesUnordered, Partition::Replace, 636..637).expect("not caught");
+        caught(Defect::WritesUnordered, Partition::Replace, 426..427).expect("not caught");
     assert!(v.starts_with("invariant 2"), "seed {seed}: {v}");
 }
 
@@ -131,7 +131,7 @@ fn checker_catches_queued_jobs_deleted_without_a_finalizer() {
 #[test]
 fn checker_catches_a_stuck_copy_that_stops_every_dispatch() {
     // A copy held by a finalizer while it is deleted: without the drain grace, no job starts.
-    let (seed, v) = caught(Defect::DrainForever, Partition::Replace, 58..59).expect("not caught");
+    let (seed, v) = caught(Defect::DrainForever, Partition::Replace, 1..2).expect("not caught");
     assert!(v.starts_with("invariant 5"), "seed {seed}: {v}");
     assert!(v.contains("copies muster deletes"), "seed {seed}: {v}");
 }
@@ -142,7 +142,7 @@ fn checker_catches_a_deleted_jobs_charge_kept_only_in_memory() {
     // runs: only its record (kept by the finalizer) says that copy may run; without charging it
     // again from the record, the QueuedJob is let go and its capacity given to others.
     let (seed, v) =
-        caught(Defect::ChargeInMemory, Partition::Replace, 23301..23302).expect("not caught");
+        caught(Defect::ChargeInMemory, Partition::Replace, 2742..2743).expect("not caught");
     assert!(v.starts_with("invariant 2"), "seed {seed}: {v}");
 }
 
@@ -152,7 +152,7 @@ fn checker_catches_absence_in_a_lagging_view_taken_for_gone() {
     // in the view has that orphan "confirmed gone", and once the member is removed the job runs
     // twice. Absence counts only from a view that has reached muster's create.
     let (seed, v) =
-        caught(Defect::AbsenceTrusted, Partition::Replace, 1963..1964).expect("not caught");
+        caught(Defect::AbsenceTrusted, Partition::Replace, 2029..2030).expect("not caught");
     assert!(v.starts_with("invariant 1"), "seed {seed}: {v}");
     let fixed = run(&Options {
         seed,
@@ -168,4 +168,13 @@ fn checker_catches_a_replica_that_dates_by_its_own_clock() {
     // deadlines as far off: a job whose pods never start holds its quota past every timeout.
     let (seed, v) = caught(Defect::ClockTrusted, Partition::Replace, 0..50).expect("not caught");
     assert!(v.starts_with("invariant 5"), "seed {seed}: {v}");
+}
+
+#[test]
+fn checker_catches_a_lease_handed_over_while_writes_are_out() {
+    // The hub has no fence: a record the replaced leader sent lands after the next leader
+    // wrote its own (here an old Running over Finished), so the hub's record goes back. A
+    // replica hands its lease over only once every write sent under it is answered or given up.
+    let (seed, v) = caught(Defect::ReleaseEarly, Partition::Replace, 542..543).expect("not caught");
+    assert!(v.starts_with("invariant 4"), "seed {seed}: {v}");
 }

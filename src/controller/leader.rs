@@ -34,6 +34,9 @@ pub struct Leadership {
     held: AtomicBool,
     /// Until when the last successful renewal lets us act.
     deadline: Mutex<Option<Instant>>,
+    /// Writes sent under the lease and not answered or given up yet: the lease is handed over
+    /// only once there are none, so none lands after the next leader has read the hub.
+    out: std::sync::atomic::AtomicUsize,
 }
 
 impl Leadership {
@@ -80,6 +83,35 @@ impl Leadership {
     fn lost(&self) {
         self.held.store(false, Ordering::Relaxed);
     }
+
+    /// Writes sent under the lease not answered or given up yet.
+    pub fn writes_out(&self) -> usize {
+        self.out.load(Ordering::Acquire)
+    }
+
+    /// Waits, at most `max`, until no write sent under the lease is out.
+    async fn writes_settled(&self, max: Duration) {
+        let until = Instant::now() + max;
+        while self.writes_out() > 0 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Counts one write out while it lives.
+struct Out<'a>(&'a Leadership);
+
+impl<'a> Out<'a> {
+    fn new(l: &'a Leadership) -> Out<'a> {
+        l.out.fetch_add(1, Ordering::AcqRel);
+        Out(l)
+    }
+}
+
+impl Drop for Out<'_> {
+    fn drop(&mut self) {
+        self.0.out.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// How a write fenced by leadership ended.
@@ -108,6 +140,7 @@ pub async fn fenced<T>(
         return Fenced::NotSent;
     };
     let bound = limit.min(left);
+    let _out = Out::new(leadership);
     match tokio::time::timeout(bound, write).await {
         Ok(t) => Fenced::Answered(t),
         Err(_) => Fenced::NoAnswer(bound),
@@ -143,11 +176,14 @@ pub async fn run(
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     // The lease as last seen, and when (monotonic) its resourceVersion last changed.
     let mut seen: Option<(String, Instant)> = None;
+    // Whether this process holds the lease (a lease naming this identity that an earlier
+    // process of it held, killed with writes still on their way, is waited out like anyone's).
+    let mut ours = false;
     // Stop acting a little before the lease can expire for others.
     let margin = cfg.duration / 5;
     loop {
         let attempt_started = Instant::now();
-        match step(&api, &cfg, &mut seen).await {
+        match step(&api, &cfg, &mut seen, &mut ours).await {
             Ok(true) => {
                 if !state.held.load(Ordering::Relaxed) {
                     tracing::info!(identity = %cfg.identity, lease = %cfg.name, "became leader");
@@ -173,7 +209,14 @@ pub async fn run(
             _ = token.cancelled() => break,
         }
     }
-    if state.held.load(Ordering::Relaxed)
+    // Hand the lease over only once no write sent under it is out (each is given up by the
+    // lease's deadline at the latest): none of them lands after the next leader read the hub.
+    let held = state.held.load(Ordering::Relaxed);
+    state.lost();
+    if held {
+        state.writes_settled(cfg.duration - margin).await;
+    }
+    if held
         && let Ok(mut lease) = api.get(&cfg.name).await
         && lease
             .spec
@@ -185,7 +228,6 @@ pub async fn run(
             spec.holder_identity = None;
             spec.renew_time = None;
         }
-        state.lost();
         match api.replace(&cfg.name, &PostParams::default(), &lease).await {
             Ok(_) => tracing::info!("lease released"),
             Err(e) => tracing::warn!(error = %e, "could not release the lease"),
@@ -198,6 +240,20 @@ async fn step(
     api: &Api<Lease>,
     cfg: &LeaseConfig,
     seen: &mut Option<(String, Instant)>,
+    ours: &mut bool,
+) -> Result<bool, kube::Error> {
+    let held = step_once(api, cfg, seen, *ours).await;
+    if let Ok(h) = held {
+        *ours = h;
+    }
+    held
+}
+
+async fn step_once(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    seen: &mut Option<(String, Instant)>,
+    ours: bool,
 ) -> Result<bool, kube::Error> {
     let secs = cfg.duration.as_secs().max(1) as i32;
     let Some(mut lease) = api.get_opt(&cfg.name).await? else {
@@ -225,7 +281,7 @@ async fn step(
     let holder = spec.holder_identity.clone().unwrap_or_default();
     let their_duration =
         Duration::from_secs(spec.lease_duration_seconds.unwrap_or(secs).max(1) as u64);
-    let mine = holder == cfg.identity;
+    let mine = holder == cfg.identity && ours;
     let free = holder.is_empty() || changed_at.elapsed() > their_duration;
     if !mine && !free {
         return Ok(false);
@@ -261,6 +317,34 @@ mod tests {
         let l = Arc::new(Leadership::default());
         l.renewed(Instant::now() + d);
         l
+    }
+
+    #[tokio::test]
+    async fn the_lease_waits_for_every_write_sent_under_it() {
+        let l = leading_until(Duration::from_secs(60));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let write = {
+            let l = l.clone();
+            tokio::spawn(async move { fenced(&l, Duration::from_secs(30), rx).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(l.writes_out(), 1);
+        // Still out: the wait before handing the lease over does not end on its own.
+        let waited = tokio::time::timeout(
+            Duration::from_millis(200),
+            l.writes_settled(Duration::from_secs(30)),
+        )
+        .await;
+        assert!(waited.is_err(), "settled while a write was out");
+        tx.send(()).expect("the write waits");
+        assert!(matches!(write.await, Ok(Fenced::Answered(Ok(())))));
+        assert_eq!(l.writes_out(), 0);
+        tokio::time::timeout(
+            Duration::from_millis(200),
+            l.writes_settled(Duration::from_secs(30)),
+        )
+        .await
+        .expect("settled once answered");
     }
 
     #[tokio::test]

@@ -129,6 +129,8 @@ struct Process {
     sent: Vec<(Ms, Batch<()>)>,
     /// What its clock says minus the hub's (the world's): what it dates its records by.
     clock: i64,
+    /// Crashed or replaced: it only lands what it sent before.
+    retired: bool,
 }
 
 /// The clock of the replica that starts as `term`, minus the hub's. While faults last, one in
@@ -147,6 +149,23 @@ fn clock(w: &World, term: u64, defect: Option<Defect>) -> i64 {
     } else {
         r.below(1_000) as i64 - 500
     }
+}
+
+/// A controller process ends (crashed, or replaced by another replica): it sends nothing more,
+/// but the batches it sent are on their way and land (or were given up) on schedule, among the
+/// `retired`. Returns when the next process may start, given that it would start at `at`: not
+/// before the last of those batches settled, since a replica takes the lease over only once the
+/// last one's lease ran out or was handed over, which happens only after every write sent under
+/// it was answered or given up (a restarted process has a new identity, so it too waits for
+/// its old lease). With the defect `release-early` the next one starts at `at`.
+fn retire(mut old: Process, w: &World, at: Ms, retired: &mut Vec<Process>) -> Ms {
+    old.retired = true;
+    let settled = old.sent.iter().map(|(t, _)| *t).max().unwrap_or(w.now);
+    let early = old.defect == Some(Defect::ReleaseEarly);
+    if !old.sent.is_empty() {
+        retired.push(old);
+    }
+    if early { at } else { at.max(settled + TICK) }
 }
 
 /// The whole simulated world.
@@ -214,6 +233,7 @@ impl Process {
             outbox: Outbox::default(),
             sent: Vec::new(),
             clock: clock(w, term, defect),
+            retired: false,
         };
         for name in MEMBERS {
             p.sched.set_cluster(&cluster_info(name));
@@ -237,7 +257,8 @@ impl Process {
 
     /// One pass of the controller, as `controller::Brain::sync` does it.
     fn pass(&mut self, w: &mut World, ck: &mut Checker) {
-        if self.fenced(w) {
+        if self.retired || self.fenced(w) {
+            self.land_late(w);
             return;
         }
         let now = self.now(w);
@@ -593,6 +614,7 @@ pub fn run(o: &Options) -> Outcome {
     let mut proc = Some(Process::start(&mut w, term, o.defect));
     let mut restart_at: Option<Ms> = None;
     let mut stale: Option<(Process, Ms)> = None;
+    let mut retired: Vec<Process> = Vec::new();
     let limit = fault_end + 1_200 * TICK;
     let mut out = Outcome {
         seed: o.seed,
@@ -608,6 +630,7 @@ pub fn run(o: &Options) -> Outcome {
                 &mut out.crashes,
                 &mut term,
                 &mut stale,
+                &mut retired,
             );
         } else if w.now == fault_end {
             inject::heal(&mut w);
@@ -630,12 +653,19 @@ pub fn run(o: &Options) -> Outcome {
                 stale = None;
             }
         }
+        for old in retired.iter_mut() {
+            old.pass(&mut w, &mut ck);
+        }
+        retired.retain(|p| !p.sent.is_empty());
         if let Some(p) = proc.as_mut() {
             p.pass(&mut w, &mut ck);
             if p.crashed {
-                proc = None;
                 out.crashes += 1;
                 let back = w.now + (1 + w.rng.below(8)) * TICK;
+                let back = match proc.take() {
+                    Some(old) => retire(old, &w, back, &mut retired),
+                    None => back,
+                };
                 restart_at = Some(back);
                 w.log(format!("controller crashed; back at {}s", back / 1000));
             }

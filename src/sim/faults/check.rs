@@ -20,8 +20,9 @@ use crate::scheduler::{JobState, Scheduler};
 
 pub struct Checker {
     fault_end: Ms,
-    /// Per job: on which member, and how long, it has held quota with nothing running (a
-    /// job placed on another member starts counting again: each placement has its timeouts).
+    /// Per job: on which member and admission, and how long, it has held quota with nothing
+    /// running (a job placed again, elsewhere or on the same member after its spec was edited,
+    /// starts counting again: each placement has its timeouts).
     idle: BTreeMap<String, (String, Ms)>,
     broken: Option<String>,
     pub requeues: u32,
@@ -177,7 +178,12 @@ impl Checker {
                 self.idle.remove(uid);
                 continue;
             }
-            let on = e.record.cluster.clone().unwrap_or_default();
+            // Per placement: a job admitted again (its spec edited) starts its timeouts anew.
+            let on = format!(
+                "{}@{}",
+                e.record.cluster.as_deref().unwrap_or_default(),
+                e.record.admitted_at.unwrap_or_default()
+            );
             let (at, idle) = self.idle.entry(uid.clone()).or_default();
             if *at != on {
                 (*at, *idle) = (on, 0);

@@ -3,7 +3,7 @@
 
 use super::world::Rng;
 use super::{MEMBERS, Process, TICK, World};
-use crate::lifecycle::Ms;
+use crate::lifecycle::{Defect, Ms};
 
 /// Every fault heals: members answer and run pods again, the tree is valid.
 pub(super) fn heal(w: &mut World) {
@@ -33,6 +33,7 @@ pub(super) fn faults(
     crashes: &mut u32,
     term: &mut u64,
     stale: &mut Option<(Process, Ms)>,
+    retired: &mut Vec<Process>,
 ) -> u32 {
     let mut n = 0;
     let now = w.now;
@@ -94,26 +95,46 @@ pub(super) fn faults(
     }
     let r = w.rng.below(1000);
     if proc.is_some() && r < 8 {
-        *proc = None;
         *crashes += 1;
         let back = now + (1 + w.rng.below(8)) * TICK;
+        let back = match proc.take() {
+            Some(old) => super::retire(old, w, back, retired),
+            None => back,
+        };
         *restart_at = Some(back);
         w.log(format!("controller crashes; back at {}s", back / 1000));
         n += 1;
     } else if proc.is_some() && r < 12 {
-        // A leader change: a new leader takes over while the old one goes on for a few
-        // steps (its sync not over yet); fenced, it neither writes nor acts.
         *term += 1;
         w.store.term = *term;
-        let old = proc.take();
-        let defect = old.as_ref().and_then(|p| p.defect);
-        let until = now + (1 + w.rng.below(5)) * TICK;
-        *stale = old.map(|p| (p, until));
-        *proc = Some(Process::start(w, *term, defect));
-        w.log(format!(
-            "leader changes; the old leader goes on until {}s",
-            until / 1000
-        ));
+        let Some(old) = proc.take() else {
+            return n;
+        };
+        let defect = old.defect;
+        if defect == Some(Defect::Unfenced) {
+            // The defect: a new leader takes over while the old one goes on acting for a few
+            // steps.
+            let until = now + (1 + w.rng.below(5)) * TICK;
+            *stale = Some((old, until));
+            *proc = Some(Process::start(w, *term, defect));
+            w.log(format!(
+                "leader changes; the old leader goes on until {}s",
+                until / 1000
+            ));
+        } else {
+            // The old leader's lease runs out (or it hands it over): it acts no more, what it
+            // sent lands or was given up, and then the next one takes over.
+            let at = super::retire(old, w, now, retired);
+            if at <= now {
+                *proc = Some(Process::start(w, *term, defect));
+            } else {
+                *restart_at = Some(at);
+            }
+            w.log(format!(
+                "leader changes; the next one leads from {}s",
+                at / 1000
+            ));
+        }
         n += 1;
     } else if r < 16 {
         let k = w.rng.below(w.jobs.len() as u64) as usize;

@@ -1,7 +1,9 @@
 //! The simulated controller's record writes: the batches the controller's own outbox
 //! (`lifecycle::outbox`) plans, sent at the end of a pass and landing one to three passes later
-//! while faults last (so batches out together land in any order), each write refused to a
-//! replica that no longer leads, lost to a crash, failed, or landed with or without its answer.
+//! while faults last (so batches out together land in any order), each write lost to a crash,
+//! failed, or landed with or without its answer. The hub has no fence: a batch a replica sent
+//! while it led lands after another replica took over, unless the replica gave it up before
+//! it reached the API server ([`Process::land_late`]).
 
 use super::{Process, TICK, World};
 use crate::lifecycle::outbox::{self, Batch, Candidate, Landed};
@@ -67,16 +69,37 @@ impl Process {
         );
     }
 
-    /// One record's write: refused to a replica that no longer leads, lost to a crash, failed,
-    /// landed with its answer lost, or written.
-    fn put(&mut self, w: &mut World, uid: &str, r: &Record) -> Landed {
-        if self.fenced(w) {
+    /// A replica that no longer leads sends nothing more, but what it sent while it led is on
+    /// its way: each batch due lands as any other (the API server does not know who leads),
+    /// unless the replica gave it up before it reached the API server (half of them: the
+    /// controller cancels every write when the lease it was sent under runs out).
+    pub(super) fn land_late(&mut self, w: &mut World) {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.sent)
+            .into_iter()
+            .partition(|(at, _)| *at <= w.now);
+        self.sent = later;
+        for (_, batch) in due {
+            if w.rng.chance(500) {
+                w.log(format!(
+                    "a batch of {} records of the replaced leader (term {}) given up before it left",
+                    batch.frees.len() + batch.rest.len(),
+                    self.term
+                ));
+                continue;
+            }
             w.log(format!(
-                "write {uid} refused: term {} < {}",
-                self.term, w.store.term
+                "a batch of the replaced leader (term {}) lands late",
+                self.term
             ));
-            return Landed::NotSent;
+            self.land(w, batch);
+            if self.crashed {
+                return;
+            }
         }
+    }
+
+    /// One record's write: lost to a crash, failed, landed with its answer lost, or written.
+    fn put(&mut self, w: &mut World, uid: &str, r: &Record) -> Landed {
         let roll = w.rng.below(1000);
         let failing = w.now < w.fault_end;
         if failing && w.rng.chance(4) {
