@@ -203,6 +203,9 @@ pub struct Settings {
     /// A followed job's QueuedJob missing this long was deleted by someone (not a write the
     /// driver's view has yet to see) and is written again.
     pub record_settle: Ms,
+    /// Creates out at once on one member (sent and not known to have landed, [`sent`]): a burst
+    /// of admissions to one member goes out this many at a time, the rest on later passes.
+    pub creates_per_member: usize,
     pub partition: Partition,
     /// An earlier controller's defect put back (`muster sim --faults-defect` only).
     pub defect: Option<Defect>,
@@ -221,6 +224,7 @@ impl Default for Settings {
             backoff_max: 600_000,
             drain_grace: 60_000,
             record_settle: 5_000,
+            creates_per_member: 16,
             defect: None,
             partition: Partition::Replace,
         }

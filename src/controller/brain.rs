@@ -334,6 +334,7 @@ pub(super) fn settings(o: &Options) -> Settings {
         backoff_max: ms(o.requeue_backoff_max),
         drain_grace: Settings::default().drain_grace,
         record_settle: Settings::default().record_settle,
+        creates_per_member: super::members::WRITES_PER_MEMBER,
         defect: None,
         partition: o.partition,
     }

@@ -3,6 +3,10 @@
 //! wait. Updates use resourceVersion preconditions, expiry is judged on the local monotonic clock
 //! (how long the lease has not changed), never by comparing clocks across machines, and a leader
 //! that cannot renew stops acting at its own deadline, before anyone else may take the lease.
+//! Every write is counted while it is out ([`fenced`]); a replica hands the lease over only once
+//! none is, and never takes a lease naming its identity that it did not acquire itself (an
+//! earlier, killed process of it may have writes on their way), so no write of one leader lands
+//! after the next has read the hub.
 
 use std::sync::Arc;
 use std::sync::Mutex;

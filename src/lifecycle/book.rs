@@ -437,7 +437,9 @@ impl Book {
             }
             views.push((uid.clone(), s));
         }
-        // 2. Step every job; quota freed and jobs queued again at once.
+        // 2. Step every job; quota freed and jobs queued again at once. Creates go out at most
+        //    `creates_per_member` at a time per member (counting those still out).
+        let mut out_on: BTreeMap<String, usize> = BTreeMap::new();
         for (uid, s) in views {
             let Some(mut e) = self.jobs.remove(&uid) else {
                 continue;
@@ -464,6 +466,17 @@ impl Book {
                             others.join(", ")
                         );
                         out.push((uid.clone(), Intent::WakeAt(now + 1_000)));
+                    }
+                    Intent::Create { cluster } => {
+                        let n = out_on
+                            .entry(cluster.clone())
+                            .or_insert_with(|| self.sent.out_on(&cluster));
+                        if *n >= self.settings.creates_per_member {
+                            out.push((uid.clone(), Intent::WakeAt(now + 1_000)));
+                        } else {
+                            *n += 1;
+                            out.push((uid.clone(), Intent::Create { cluster }));
+                        }
                     }
                     other => out.push((uid.clone(), other)),
                 }

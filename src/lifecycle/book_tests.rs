@@ -264,3 +264,48 @@ fn a_placed_job_followed_outside_the_tree_keeps_its_recorded_plan() {
     }
     assert_eq!(book.plan(&sched, "u"), None);
 }
+
+#[test]
+fn creates_go_out_a_few_at_a_time_per_member() {
+    // Back-pressure is the core's: five jobs admitted to one member, two creates at a time
+    // (counting those still out), the others on later passes.
+    let mut sched = Scheduler::new(Config::default());
+    let mut book = Book::new(Settings {
+        creates_per_member: 2,
+        ..Settings::default()
+    });
+    for uid in ["a", "b", "c", "d", "e"] {
+        let r = Record {
+            phase: Phase::Admitted,
+            cluster: Some("member-b".into()),
+            spec: D.into(),
+            admitted_at: Some(0),
+            ..Record::default()
+        };
+        book.track(&mut sched, uid, uid.into(), &spec(), 0, Some(r))
+            .expect("followed from its record");
+    }
+    let creates = |book: &mut Book, sched: &mut Scheduler| -> Vec<String> {
+        let mut specs = |_: &str| Some(spec());
+        let mut seen = |_: &str, r: &Record| Seen {
+            now: 1_000,
+            spec: D.into(),
+            hub: None,
+            here: r.cluster.as_ref().map(|_| Member::Answering(None)),
+            orphans: BTreeMap::new(),
+            created: None,
+            versions: Default::default(),
+        };
+        book.pass(sched, &mut specs, &mut seen, 1_000, false)
+            .into_iter()
+            .filter(|(_, i)| matches!(i, Intent::Create { .. }))
+            .map(|(u, _)| u)
+            .collect()
+    };
+    let first = creates(&mut book, &mut sched);
+    assert_eq!(first.len(), 2, "{first:?}");
+    // One of them is out (sent, no answer yet): one more goes.
+    book.sent.sending(&first[0], "member-b", 1_000);
+    let second = creates(&mut book, &mut sched);
+    assert_eq!(second.len(), 1, "{second:?}");
+}

@@ -87,6 +87,14 @@ impl Marks {
         })
     }
 
+    /// Creates out on `cluster`: sent, and not known to have landed.
+    pub fn out_on(&self, cluster: &str) -> usize {
+        self.by
+            .iter()
+            .filter(|((_, c), s)| c == cluster && s.version.is_none())
+            .count()
+    }
+
     /// Whether `uid`'s create on `cluster` is marked.
     pub fn get(&self, uid: &str, cluster: &str) -> Option<Sent> {
         self.by

@@ -105,6 +105,7 @@ pub fn settings(partition: Partition, defect: Option<Defect>) -> Settings {
         backoff_max: 40_000,
         drain_grace: 15_000,
         record_settle: 3_000,
+        creates_per_member: 2,
         defect,
         partition,
     }
