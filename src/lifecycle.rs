@@ -75,6 +75,31 @@ pub enum Defect {
     ReleaseEarly,
 }
 
+impl Defect {
+    /// Every defect with its name on the command line (`muster sim --faults-defect NAME`).
+    pub const ALL: [(Defect, &'static str); 11] = [
+        (Defect::CollectUnknown, "collect-unknown"),
+        (Defect::Unfenced, "unfenced"),
+        (Defect::WritesUnordered, "writes-unordered"),
+        (Defect::AnswersTrusted, "answers-trusted"),
+        (Defect::StraysKept, "strays-kept"),
+        (Defect::NoRecordFinalizer, "no-record-finalizer"),
+        (Defect::DrainForever, "drain-forever"),
+        (Defect::ChargeInMemory, "charge-in-memory"),
+        (Defect::AbsenceTrusted, "absence-trusted"),
+        (Defect::ClockTrusted, "clock-trusted"),
+        (Defect::ReleaseEarly, "release-early"),
+    ];
+
+    /// The defect called `name` on the command line.
+    pub fn named(name: &str) -> Option<Defect> {
+        Defect::ALL
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(d, _)| *d)
+    }
+}
+
 /// How a spec the hub's own admission refuses begins (the driver checks each pod template on
 /// the hub before a job is queued): such a job is Rejected with that text as its reason, not
 /// called malformed.
@@ -348,6 +373,12 @@ pub struct Record {
 }
 
 impl Record {
+    /// The members the record names: the one it places the job on, then each it left (one may
+    /// be both).
+    pub fn members(&self) -> impl Iterator<Item = &String> {
+        self.cluster.iter().chain(self.orphans.keys())
+    }
+
     /// Placed on its member, or ended with pods left there: its copy there is the job's own.
     pub fn holds(&self) -> bool {
         self.phase.placed() || self.lingering

@@ -70,8 +70,8 @@ enum Command {
         partition_policy: PolicyArg,
         /// Re-introduce a defect of earlier controllers into the simulated controller, to see
         /// the invariants catch it.
-        #[arg(long, value_enum)]
-        faults_defect: Option<DefectArg>,
+        #[arg(long, value_parser = defect_parser())]
+        faults_defect: Option<muster::sim::faults::Defect>,
     },
     /// Run the hub controller (suspend, queue, admit, dispatch, sync status).
     Controller(Box<ControllerArgs>),
@@ -256,38 +256,12 @@ enum LogFormat {
     Json,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum DefectArg {
-    CollectUnknown,
-    Unfenced,
-    WritesUnordered,
-    AnswersTrusted,
-    StraysKept,
-    NoRecordFinalizer,
-    DrainForever,
-    ChargeInMemory,
-    AbsenceTrusted,
-    ClockTrusted,
-    ReleaseEarly,
-}
-
-impl DefectArg {
-    fn defect(self) -> muster::sim::faults::Defect {
-        use muster::sim::faults::Defect;
-        match self {
-            DefectArg::CollectUnknown => Defect::CollectUnknown,
-            DefectArg::Unfenced => Defect::Unfenced,
-            DefectArg::WritesUnordered => Defect::WritesUnordered,
-            DefectArg::AnswersTrusted => Defect::AnswersTrusted,
-            DefectArg::StraysKept => Defect::StraysKept,
-            DefectArg::NoRecordFinalizer => Defect::NoRecordFinalizer,
-            DefectArg::DrainForever => Defect::DrainForever,
-            DefectArg::ChargeInMemory => Defect::ChargeInMemory,
-            DefectArg::AbsenceTrusted => Defect::AbsenceTrusted,
-            DefectArg::ClockTrusted => Defect::ClockTrusted,
-            DefectArg::ReleaseEarly => Defect::ReleaseEarly,
-        }
-    }
+/// `--faults-defect`: one of the core's defect names.
+fn defect_parser() -> impl clap::builder::TypedValueParser<Value = muster::sim::faults::Defect> {
+    use clap::builder::TypedValueParser;
+    use muster::sim::faults::Defect;
+    clap::builder::PossibleValuesParser::new(Defect::ALL.map(|(_, n)| n))
+        .try_map(|n| Defect::named(&n).ok_or_else(|| format!("no defect named {n}")))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -390,10 +364,13 @@ fn main() -> ExitCode {
             partition_policy,
             faults_defect,
             ..
-        } if faults.is_some() || faults_seed.is_some() => {
-            let defect = faults_defect.map(DefectArg::defect);
-            run_faults(faults_from, faults, faults_seed, partition_policy, defect)
-        }
+        } if faults.is_some() || faults_seed.is_some() => run_faults(
+            faults_from,
+            faults,
+            faults_seed,
+            partition_policy,
+            faults_defect,
+        ),
         Command::Sim {
             scenario,
             output,

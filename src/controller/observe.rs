@@ -210,9 +210,7 @@ impl View {
                 .collect(),
             created: None,
             versions: r
-                .cluster
-                .iter()
-                .chain(r.orphans.keys())
+                .members()
                 .filter_map(|c| Some((c.clone(), self.version_on(c, j)?)))
                 .collect(),
         }

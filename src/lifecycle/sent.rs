@@ -96,7 +96,8 @@ impl Marks {
     }
 
     /// Whether `uid`'s create on `cluster` is marked.
-    pub fn get(&self, uid: &str, cluster: &str) -> Option<Sent> {
+    #[cfg(test)]
+    pub(crate) fn get(&self, uid: &str, cluster: &str) -> Option<Sent> {
         self.by
             .get(&(uid.to_string(), cluster.to_string()))
             .copied()

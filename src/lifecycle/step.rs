@@ -112,7 +112,7 @@ pub fn preempted(r: &Record, by: &str, why: &str, now: Ms) -> (Record, Vec<Inten
 /// The hub job was deleted: every copy goes, and its quota with it.
 pub fn gone(r: &Record) -> Vec<Intent> {
     let mut out = vec![Intent::Release];
-    let clusters = r.cluster.iter().chain(r.orphans.keys());
+    let clusters = r.members();
     let mut done = std::collections::BTreeSet::new();
     for c in clusters {
         if done.insert(c.clone()) {

@@ -580,3 +580,14 @@ fn a_job_whose_own_old_copy_is_stuck_where_it_is_admitted_goes_elsewhere_after_t
     assert_eq!(n.phase, Phase::Queued, "taken back: {n:?}");
     assert!(n.avoid.contains("member-a"), "that member avoided: {n:?}");
 }
+
+#[test]
+fn every_defect_has_one_name() {
+    let mut names: Vec<&str> = Defect::ALL.iter().map(|(_, n)| *n).collect();
+    for (d, n) in Defect::ALL {
+        assert_eq!(Defect::named(n), Some(d));
+    }
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), Defect::ALL.len());
+}

@@ -145,9 +145,7 @@ impl World {
                 .map_or(Member::Removed, |m| m.seen(uid, expected))
         };
         let versions = r
-            .cluster
-            .iter()
-            .chain(r.orphans.keys())
+            .members()
             .filter_map(|c| Some((c.clone(), self.members.get(c)?.watched_version)))
             .collect();
         Seen {
