@@ -73,11 +73,15 @@ pub enum Defect {
     /// last one sent are still on their way, so they land after it has read the hub (issue 28).
     /// Set by a driver, not by the core.
     ReleaseEarly,
+    /// A hub job made again under the name of an earlier one takes over the earlier job's
+    /// QueuedJob while muster keeps it (the earlier job's copy may still run, charged only
+    /// through that record), or while it is being deleted (issue 28).
+    NameTakenOver,
 }
 
 impl Defect {
     /// Every defect with its name on the command line (`muster sim --faults-defect NAME`).
-    pub const ALL: [(Defect, &'static str); 11] = [
+    pub const ALL: [(Defect, &'static str); 12] = [
         (Defect::CollectUnknown, "collect-unknown"),
         (Defect::Unfenced, "unfenced"),
         (Defect::WritesUnordered, "writes-unordered"),
@@ -89,6 +93,7 @@ impl Defect {
         (Defect::AbsenceTrusted, "absence-trusted"),
         (Defect::ClockTrusted, "clock-trusted"),
         (Defect::ReleaseEarly, "release-early"),
+        (Defect::NameTakenOver, "name-taken-over"),
     ];
 
     /// The defect called `name` on the command line.

@@ -19,6 +19,7 @@ use super::brain::Brain;
 use super::crd::{PodCounts, PodPlacement, QueuedJob, QueuedJobStatus};
 use super::execute::Done;
 use super::{hubcheck, intake, kinds, queued_job_name, record};
+use crate::lifecycle::tidy::{self, Intake, Name};
 use crate::lifecycle::{Intent, Phase, REFUSED_BY_HUB, Spec, spec_of};
 use crate::workload::{JobKind, Workload, interpret_with};
 
@@ -113,17 +114,20 @@ impl Brain {
             .flatten()
     }
 
-    /// The UID of an earlier job of this kind and name whose QueuedJob (the record a new job
-    /// of the name would write) muster still keeps: deleted while a copy may remain, or being
-    /// deleted. A job made again under that name waits for it to go: taking the record over
-    /// would lose the earlier job's charge and copies, and a QueuedJob being deleted would take
-    /// the new record with it.
-    fn earlier_record(&self, ns: &str, kind: JobKind, name: &str, uid: &str) -> Option<String> {
+    /// The job of this kind and name, other than `uid`, whose QueuedJob holds the name (one
+    /// deleted and made again under its name), and whether that QueuedJob is being deleted.
+    /// The core decides whether the new job waits for it (`tidy::intake`).
+    fn name_holder(
+        &self,
+        ns: &str,
+        kind: JobKind,
+        name: &str,
+        uid: &str,
+    ) -> Option<(String, bool)> {
         let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
         let qj = self.stores.queued.get(&key)?;
         let other = &qj.spec.job_ref.uid;
-        (other != uid && (qj.metadata.deletion_timestamp.is_some() || self.book.keeps(other)))
-            .then(|| other.clone())
+        (other != uid).then(|| (other.clone(), qj.metadata.deletion_timestamp.is_some()))
     }
 
     /// Says once, on the hub job and in the log, that it waits for `earlier`'s record to go.
@@ -302,7 +306,7 @@ impl Brain {
         self.hub_checks.policies = now;
     }
 
-    /// Intake: follows the hub jobs muster is responsible for (as `lifecycle::tidy::follows`
+    /// Intake: follows the hub jobs muster is responsible for (as `lifecycle::tidy::intake`
     /// says). Returns the followed jobs it no longer saw (gone: `tidy` stops following them).
     pub(super) async fn sync_jobs(&mut self) -> Vec<String> {
         if self.opts.hub_pod_admission {
@@ -353,14 +357,23 @@ impl Brain {
                 self.recorded(&ns, kind, &name, &uid)
             };
             // Without a tree covering it, only a job muster already has a record for is
-            // followed (its copy may run); nothing else is touched.
-            if !followed
-                && !crate::lifecycle::tidy::follows(
-                    recorded.is_some(),
-                    self.covered(&ns),
-                    self.book.settings.defect,
-                )
-            {
+            // followed (its copy may run); nothing else is touched. A job made again under
+            // the name of an earlier one muster keeps waits for it (the core's rule).
+            let intake = if followed {
+                Intake::Track
+            } else {
+                let holder = self.name_holder(&ns, kind, &name, &uid);
+                let held = match (&recorded, &holder) {
+                    (Some(_), _) => Name::Ours,
+                    (None, Some((other, terminating))) => Name::Earlier {
+                        uid: other,
+                        terminating: *terminating,
+                    },
+                    (None, None) => Name::Free,
+                };
+                tidy::intake(&self.book, held, self.covered(&ns))
+            };
+            if intake == Intake::Leave {
                 continue;
             }
             seen.insert(uid.clone());
@@ -368,11 +381,11 @@ impl Brain {
             if obj.data.pointer(kind.suspend_pointer()) != Some(&Value::Bool(true)) {
                 self.suspend(kind, &ns, &name).await;
             }
-            if !followed && recorded.is_none() {
-                if let Some(earlier) = self.earlier_record(&ns, kind, &name, &uid) {
-                    self.wait_for_name(&uid, kind, &obj, earlier);
-                    continue;
-                }
+            if let Intake::WaitForName { earlier } = intake {
+                self.wait_for_name(&uid, kind, &obj, earlier);
+                continue;
+            }
+            if !followed {
                 self.name_waits.remove(&uid);
             }
             let fresh = self.jobs.get(&uid).is_none_or(|j| {

@@ -1,8 +1,8 @@
 //! Before every pass, what becomes of the hub's jobs, QueuedJobs and member copies outside the
 //! lifecycle's own steps, decided once for both drivers (the hub controller's `controller::gc`
 //! and the fault simulation) and always in this order:
-//! 1. who is followed: [`follows`] says whether a hub job not followed yet is taken in (called
-//!    at intake, per job);
+//! 1. who is followed: [`intake`] says whether a hub job not followed yet is taken in, or
+//!    waits for an earlier job's QueuedJob of its name to go (called per job);
 //! 2. followed jobs whose hub job is gone stop being followed ([`Book::untrack`]): their copies
 //!    go;
 //! 3. copies muster made on members that answer, judged by [`gc::doomed`];
@@ -26,6 +26,52 @@ use crate::scheduler::Scheduler;
 /// is in force: without one, nothing new is touched.
 pub fn follows(recorded: bool, covered: bool, defect: Option<Defect>) -> bool {
     covered || (recorded && defect != Some(Defect::CollectUnknown))
+}
+
+/// The QueuedJob that holds a hub job's name (QueuedJobs are named after their job's kind and
+/// name), as a driver finds it on the hub.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Name<'a> {
+    /// No QueuedJob of that name.
+    Free,
+    /// It holds this job's record.
+    Ours,
+    /// It belongs to another job of the same kind and name (one deleted, this one made again
+    /// under its name): its UID, and whether it is being deleted (Terminating).
+    Earlier { uid: &'a str, terminating: bool },
+}
+
+/// What a driver does with a hub job it does not follow yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Intake {
+    /// Not muster's (see [`follows`]): untouched.
+    Leave,
+    /// Made again under the name of an earlier job whose QueuedJob muster keeps (that job may
+    /// still run somewhere, charged only through its record) or that is being deleted (a record
+    /// written into it goes with it): the job waits, unqueued, until that QueuedJob is gone.
+    WaitForName { earlier: String },
+    /// Followed from now on (from its record when the hub holds one).
+    Track,
+}
+
+/// Whether and how a driver takes in a hub job it does not follow yet (step 1 of the order
+/// above). Taking an earlier job's QueuedJob over while muster keeps it would lose that job's
+/// charge and the copies it names (defect `name-taken-over`).
+pub fn intake(book: &Book, name: Name<'_>, covered: bool) -> Intake {
+    let defect = book.settings.defect;
+    if !follows(name == Name::Ours, covered, defect) {
+        return Intake::Leave;
+    }
+    match name {
+        Name::Earlier { uid, terminating }
+            if defect != Some(Defect::NameTakenOver) && (terminating || book.keeps(uid)) =>
+        {
+            Intake::WaitForName {
+                earlier: uid.to_string(),
+            }
+        }
+        _ => Intake::Track,
+    }
 }
 
 /// The quota tree a driver sees on the hub, applied by the core's rule: a valid one replaces
@@ -175,6 +221,53 @@ mod tests {
         assert!(follows(true, true, None));
         assert!(!follows(false, false, None));
         assert!(!follows(true, false, Some(Defect::CollectUnknown)));
+    }
+
+    #[test]
+    fn a_job_made_again_under_a_kept_name_waits_for_it() {
+        let (_, book) = running();
+        let wait = Intake::WaitForName {
+            earlier: "x".into(),
+        };
+        // `x` is followed: its QueuedJob is kept, and a new job of its name waits.
+        let kept = Name::Earlier {
+            uid: "x",
+            terminating: false,
+        };
+        assert_eq!(intake(&book, kept, true), wait);
+        // Not muster's at all without a tree: left alone, not said to wait.
+        assert_eq!(intake(&book, kept, false), Intake::Leave);
+        // Being deleted: a record written into it goes with it.
+        let deleting = Name::Earlier {
+            uid: "old",
+            terminating: true,
+        };
+        assert_eq!(
+            intake(&book, deleting, true),
+            Intake::WaitForName {
+                earlier: "old".into()
+            }
+        );
+        // A stale QueuedJob muster no longer keeps is taken over.
+        let stale = Name::Earlier {
+            uid: "old",
+            terminating: false,
+        };
+        assert_eq!(intake(&book, stale, true), Intake::Track);
+        assert_eq!(intake(&book, Name::Free, true), Intake::Track);
+        // Its own record: followed whatever the tree says.
+        assert_eq!(intake(&book, Name::Ours, false), Intake::Track);
+        // The defect takes the kept one over.
+        let mut careless = Book::new(Settings {
+            defect: Some(Defect::NameTakenOver),
+            ..Settings::default()
+        });
+        let mut sched = Scheduler::new(Config::default());
+        careless
+            .track(&mut sched, "x", "x".into(), &spec(), 0, None)
+            .expect("followed");
+        assert_eq!(intake(&careless, kept, true), Intake::Track);
+        assert_eq!(intake(&careless, deleting, true), Intake::Track);
     }
 
     #[test]

@@ -10,6 +10,9 @@
 //!    (except, under policy Wait, while an old copy may still run on a silent member);
 //! 6. after restarts the records converge: what the hub holds is what the controller holds,
 //!    and copies exist only where records place them.
+//! 7. every live copy is named by its job's record on the hub (placed there, or an old copy
+//!    to go), unless muster cannot see it any more (a removed member, a copy held by a
+//!    finalizer past the drain grace): nothing else tells a controller that starts now of it.
 
 use std::collections::BTreeMap;
 
@@ -144,6 +147,29 @@ impl Checker {
                 TREE_MAX.1,
                 users.join(" ")
             ));
+        }
+        // 7.
+        for (name, m) in &w.members {
+            for (uid, c) in &m.copies {
+                if !alive(c) || self.stuck(w, m, uid, c) {
+                    continue;
+                }
+                let named = w
+                    .store
+                    .records
+                    .get(uid)
+                    .is_some_and(|r| r.members().any(|c| c == name));
+                if !named {
+                    return Err(format!(
+                        "invariant 7: the live copy of {uid} on {name} is named by no record on the hub ({})",
+                        w.store.records.get(uid).map_or("none".into(), |r| format!(
+                            "{} on {:?}",
+                            r.phase.as_str(),
+                            r.cluster
+                        ))
+                    ));
+                }
+            }
         }
         // 5.
         let Some((sched, book)) = proc else {

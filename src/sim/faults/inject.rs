@@ -186,24 +186,65 @@ pub(super) fn faults(
             ));
             n += 1;
         }
-    } else if r < 23 {
-        let k = w.rng.below(w.jobs.len() as u64) as usize;
-        if let Some(j) = w.jobs.values_mut().nth(k)
+    } else if r < 24 {
+        // A user deletes a hub job, more often one that runs (as users do).
+        let running: Vec<String> = w
+            .jobs
+            .values()
+            .filter(|j| {
+                !j.deleted
+                    && w.store
+                        .records
+                        .get(&j.uid)
+                        .is_some_and(|r| r.phase.placed())
+            })
+            .map(|j| j.uid.clone())
+            .collect();
+        let uid = if r == 23 && !running.is_empty() {
+            running
+                .get(w.rng.below(running.len() as u64) as usize)
+                .cloned()
+        } else {
+            let k = w.rng.below(w.jobs.len() as u64) as usize;
+            w.jobs.keys().nth(k).cloned()
+        };
+        if let Some(j) = uid.and_then(|u| w.jobs.get_mut(&u))
             && !j.deleted
         {
             j.deleted = true;
             let uid = j.uid.clone();
             // Its QueuedJob is the hub's garbage collector's to delete (owner reference).
+            let held = w.store.records.contains_key(&uid);
             let gone = w.store.delete(&uid);
             w.log(format!(
                 "hub job {uid} deleted, its QueuedJob with it ({})",
-                if gone {
+                if !held {
+                    "none yet"
+                } else if gone {
                     "record gone"
                 } else {
                     "kept by its finalizer"
                 }
             ));
             n += 1;
+            // Half the time the user makes it again under the same name at once or a few
+            // seconds on (`kubectl replace --force`, or a delete and an apply of the same
+            // file): a new job, whose QueuedJob name the earlier one's may still hold.
+            if w.rng.chance(500) {
+                let again = w.rng.below(4);
+                if let Some(mut j) = w.jobs.get(&uid).cloned() {
+                    j.uid = format!("{uid}n");
+                    j.generation = 1;
+                    j.deleted = false;
+                    j.submitted = now / 1000 + again;
+                    j.read();
+                    w.log(format!(
+                        "hub job {}/{} made again as {} at {}s",
+                        j.namespace, j.name, j.uid, j.submitted
+                    ));
+                    w.jobs.insert(j.uid.clone(), j);
+                }
+            }
         }
     }
     n

@@ -7,7 +7,8 @@ use super::check::Checker;
 use super::world::{self, Rng, cluster_info, tree};
 use super::{Defect, MEMBERS, TICK, World};
 use crate::lifecycle::outbox::{Batch, Outbox};
-use crate::lifecycle::{Book, Created, Finalizer, Held, Intent, Member, Ms, Record, gc, tidy};
+use crate::lifecycle::tidy::{self, Intake};
+use crate::lifecycle::{Book, Created, Finalizer, Held, Intent, Member, Ms, Record, gc};
 use crate::scheduler::{Config, Scheduler};
 
 /// The controller process: all it has is memory, lost on a crash.
@@ -31,6 +32,8 @@ pub(super) struct Process {
     pub(super) clock: i64,
     /// Crashed or replaced: it only lands what it sent before.
     pub(super) retired: bool,
+    /// Jobs said to wait for an earlier job's QueuedJob of their name (said once).
+    pub(super) name_waits: std::collections::BTreeSet<String>,
 }
 
 /// The clock of the replica that starts as `term`, minus the hub's. While faults last, one in
@@ -83,6 +86,7 @@ impl Process {
             sent: Vec::new(),
             clock: clock(w, term, defect),
             retired: false,
+            name_waits: Default::default(),
         };
         for name in MEMBERS {
             p.sched.set_cluster(&cluster_info(name));
@@ -124,8 +128,8 @@ impl Process {
             self.sched.set_reachable(name, m.up());
             m.back_unseen &= !m.up();
         }
-        // Intake: a job not followed yet is taken in as the core says (`tidy::follows`), from
-        // its durable record if any.
+        // Intake: a job not followed yet is taken in as the core says (`tidy::intake`), from
+        // its durable record if any, or waits for an earlier job's QueuedJob of its name.
         let visible: Vec<String> = w
             .jobs
             .values()
@@ -133,13 +137,21 @@ impl Process {
             .map(|j| j.uid.clone())
             .collect();
         for uid in visible {
-            let recorded = w.store.records.contains_key(&uid);
-            if self.book.get(&uid).is_some()
-                || !tidy::follows(recorded, self.tree.is_some(), self.defect)
-            {
+            let Some(j) = w.jobs.get(&uid) else { continue };
+            if self.book.get(&uid).is_some() {
                 continue;
             }
-            let Some(j) = w.jobs.get(&uid) else { continue };
+            let name = w.store.name(&j.queued_name(), &uid);
+            match tidy::intake(&self.book, name, self.tree.is_some()) {
+                Intake::Leave => continue,
+                Intake::WaitForName { earlier } => {
+                    if self.name_waits.insert(uid.clone()) {
+                        w.log(format!("{uid} waits for the QueuedJob of {earlier} to go"));
+                    }
+                    continue;
+                }
+                Intake::Track => {}
+            }
             let spec = j.spec.clone();
             let label = format!("{} {}/{}", "job", j.namespace, j.name);
             let durable = w.store.records.get(&uid).cloned();

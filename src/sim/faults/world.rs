@@ -11,6 +11,7 @@ use crate::quantity::ResourceList;
 
 use super::TREE_MAX;
 use crate::fleet::{ClusterInfo, NodeInfo};
+use crate::lifecycle::tidy::Name;
 use crate::lifecycle::{Copy, Member as Seen, Ms, Progress, Record, Spec, spec_of};
 use crate::workload::interpret;
 
@@ -112,6 +113,12 @@ pub struct HubJob {
 }
 
 impl HubJob {
+    /// The name of its QueuedJob (named after the job: one made again under a deleted job's
+    /// name finds that job's QueuedJob there).
+    pub fn queued_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
     /// Reads the manifest as the controller does (after every edit).
     pub fn read(&mut self) {
         let w = interpret(&self.manifest()).map_err(|e| e.to_string());
@@ -386,14 +393,19 @@ pub fn cpu_used(c: &SimCopy) -> u64 {
         * u64::from(c.cpu)
 }
 
-/// The hub's QueuedJob records: a write carries the writer's leader term and is refused when a
-/// newer leader has written (the fencing the controller gets from the lease and
-/// resourceVersion preconditions). A QueuedJob carries muster's finalizer (unless the defect
-/// leaves it out): deleted, it stays (Terminating, its record readable and written) until the
-/// controller lets go of it; without it, a delete takes the record with it.
+/// The hub's QueuedJob records. A QueuedJob is named after its hub job (`names`): a job made
+/// again under a deleted one's name finds that job's QueuedJob there, which the controller's
+/// write takes over unless it is being deleted. The hub has no fence: whatever a replaced
+/// leader sent lands (its process knows its lease is over by `term`). A QueuedJob carries
+/// muster's finalizer (unless the defect leaves it out): deleted, it stays (Terminating, its
+/// record readable and written) until the controller lets go of it; without it, a delete takes
+/// the record with it.
 #[derive(Default)]
 pub struct Store {
+    /// By job UID: the record the QueuedJob holding the job's name holds.
     pub records: BTreeMap<String, Record>,
+    /// By QueuedJob name (the job's `namespace/name`): the UID of the job it belongs to.
+    pub names: BTreeMap<String, String>,
     /// QueuedJobs holding muster's finalizer.
     pub finalized: std::collections::BTreeSet<String>,
     /// QueuedJobs deleted and held by the finalizer.
@@ -409,7 +421,7 @@ impl Store {
             self.terminating.insert(uid.to_string());
             false
         } else {
-            self.records.remove(uid).is_some()
+            self.forget(uid)
         }
     }
 
@@ -417,8 +429,45 @@ impl Store {
     pub fn release(&mut self, uid: &str) {
         self.finalized.remove(uid);
         if self.terminating.remove(uid) {
-            self.records.remove(uid);
+            self.forget(uid);
         }
+    }
+
+    /// The QueuedJob of `uid` is gone, and its name free.
+    fn forget(&mut self, uid: &str) -> bool {
+        self.names.retain(|_, u| u != uid);
+        self.records.remove(uid).is_some()
+    }
+
+    /// What holds the name a job's record goes under, as the intake asks.
+    pub fn name(&self, name: &str, uid: &str) -> Name<'_> {
+        match self.names.get(name) {
+            Some(u) if u == uid => Name::Ours,
+            Some(u) => Name::Earlier {
+                uid: u,
+                terminating: self.terminating.contains(u),
+            },
+            None => Name::Free,
+        }
+    }
+
+    /// A write of `uid`'s record under `name`, as the controller's create-or-take-over does it:
+    /// a QueuedJob of the name that belongs to an earlier job is refused while being deleted
+    /// (Err: the earlier job's UID), else taken over (its record lost; its finalizer kept).
+    pub fn put(&mut self, name: &str, uid: &str, r: &Record) -> Result<Option<String>, String> {
+        let earlier = self.names.get(name).filter(|u| *u != uid).cloned();
+        if let Some(e) = &earlier {
+            if self.terminating.contains(e) {
+                return Err(e.clone());
+            }
+            self.records.remove(e);
+            if self.finalized.remove(e) {
+                self.finalized.insert(uid.to_string());
+            }
+        }
+        self.names.insert(name.to_string(), uid.to_string());
+        self.records.insert(uid.to_string(), r.clone());
+        Ok(earlier)
     }
 }
 

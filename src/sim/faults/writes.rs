@@ -114,7 +114,19 @@ impl Process {
         if r.pods_done && r.phase.placed() {
             w.freed_early.insert(uid.to_string());
         }
-        w.store.records.insert(uid.to_string(), r.clone());
+        let name = w.jobs.get(uid).map(|j| j.queued_name()).unwrap_or_default();
+        match w.store.put(&name, uid, r) {
+            Err(earlier) => {
+                w.log(format!(
+                    "write {uid} refused: QueuedJob {name} is being deleted with {earlier}'s record"
+                ));
+                return Landed::Failed("being deleted".into());
+            }
+            Ok(Some(earlier)) => w.log(format!(
+                "QueuedJob {name} taken over by {uid}: {earlier}'s record is gone"
+            )),
+            Ok(None) => {}
+        }
         // The QueuedJob is made with muster's finalizer (one made without it gets it at this
         // write; a deleted one cannot, and keeps the one it has).
         if self.defect != Some(Defect::NoRecordFinalizer) && !w.store.terminating.contains(uid) {
