@@ -26,11 +26,13 @@ mod book;
 mod book_tests;
 pub mod gc;
 pub mod outbox;
+pub mod patch;
 pub mod sent;
 mod step;
 #[cfg(test)]
 mod tests;
 pub mod tidy;
+pub mod wire;
 pub use book::{Book, Entry, Finalizer, Held, Spec, spec_of};
 pub use step::{admitted, gone, preempted, step};
 
@@ -77,11 +79,20 @@ pub enum Defect {
     /// QueuedJob while muster keeps it (the earlier job's copy may still run, charged only
     /// through that record), or while it is being deleted (issue 28).
     NameTakenOver,
+    /// A record's write is a merge patch from the status last known to have landed only, so
+    /// the keys a write whose answer was lost left on the hub stay there (issue 28: "a write
+    /// that timed out but landed is forgotten, so later diffs cannot remove its keys").
+    PatchFromBelief,
+    /// A create that takes a QueuedJob of its name over sends the status patch it planned (all
+    /// of the new status, nothing for the keys there), so the earlier job's keys stay in the
+    /// new job's record (issue 28: "a hub job re-created under an old name inherits the old
+    /// QueuedJob's cluster, placement and orphans").
+    StatusTakenOver,
 }
 
 impl Defect {
     /// Every defect with its name on the command line (`muster sim --faults-defect NAME`).
-    pub const ALL: [(Defect, &'static str); 12] = [
+    pub const ALL: [(Defect, &'static str); 14] = [
         (Defect::CollectUnknown, "collect-unknown"),
         (Defect::Unfenced, "unfenced"),
         (Defect::WritesUnordered, "writes-unordered"),
@@ -94,6 +105,8 @@ impl Defect {
         (Defect::ClockTrusted, "clock-trusted"),
         (Defect::ReleaseEarly, "release-early"),
         (Defect::NameTakenOver, "name-taken-over"),
+        (Defect::PatchFromBelief, "patch-from-belief"),
+        (Defect::StatusTakenOver, "status-taken-over"),
     ];
 
     /// The defect called `name` on the command line.

@@ -20,7 +20,7 @@ use super::crd::{PodCounts, PodPlacement, QueuedJob, QueuedJobStatus};
 use super::execute::Done;
 use super::{hubcheck, intake, kinds, queued_job_name, record};
 use crate::lifecycle::tidy::{self, Intake, Name};
-use crate::lifecycle::{Intent, Phase, REFUSED_BY_HUB, Spec, spec_of};
+use crate::lifecycle::{Intent, Phase, REFUSED_BY_HUB, Record, Spec, spec_of};
 use crate::workload::{JobKind, Workload, interpret_with};
 
 /// What the controller knows of a followed hub job beyond its lifecycle record.
@@ -61,7 +61,7 @@ pub(super) struct Job {
     pub written: Option<QueuedJobStatus>,
     pub written_at: Option<Instant>,
     /// The keys of QueuedJob statuses sent since `written` whose outcome is unknown
-    /// (`writes::unsure_keys`): the next write covers them.
+    /// (`lifecycle::patch::unsure_keys`): the next write covers them.
     pub unsure: Option<Value>,
     /// When the hub's admission last judged its pod templates (`hubcheck`).
     pub judged_at: Option<Instant>,
@@ -115,7 +115,8 @@ impl Brain {
     }
 
     /// The job of this kind and name, other than `uid`, whose QueuedJob holds the name (one
-    /// deleted and made again under its name), and whether that QueuedJob is being deleted.
+    /// deleted and made again under its name), whether that QueuedJob is being deleted, and the
+    /// record it holds.
     /// The core decides whether the new job waits for it (`tidy::intake`).
     fn name_holder(
         &self,
@@ -123,11 +124,18 @@ impl Brain {
         kind: JobKind,
         name: &str,
         uid: &str,
-    ) -> Option<(String, bool)> {
+    ) -> Option<(String, bool, Option<Record>)> {
         let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
         let qj = self.stores.queued.get(&key)?;
         let other = &qj.spec.job_ref.uid;
-        (other != uid).then(|| (other.clone(), qj.metadata.deletion_timestamp.is_some()))
+        (other != uid).then(|| {
+            let record = qj.status.as_ref().map(|st| record::from_status(st, ""));
+            (
+                other.clone(),
+                qj.metadata.deletion_timestamp.is_some(),
+                record,
+            )
+        })
     }
 
     /// Says once, on the hub job and in the log, that it waits for `earlier`'s record to go.
@@ -365,9 +373,10 @@ impl Brain {
                 let holder = self.name_holder(&ns, kind, &name, &uid);
                 let held = match (&recorded, &holder) {
                     (Some(_), _) => Name::Ours,
-                    (None, Some((other, terminating))) => Name::Earlier {
+                    (None, Some((other, terminating, record))) => Name::Earlier {
                         uid: other,
                         terminating: *terminating,
+                        record: record.as_ref(),
                     },
                     (None, None) => Name::Free,
                 };

@@ -5,142 +5,19 @@
 //! `writes`), as a merge patch of what changed, only while this replica leads, and read back by a restarted controller or a new leader. The display fields (queue,
 //! priority, explanation, pods, per-pod placement) ride along.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::brain::{Brain, truncate};
-use super::crd::{
-    JobRef, LifecycleStatus, QueuedJob, QueuedJobSpec, QueuedJobState, QueuedJobStatus,
-};
+use super::crd::{JobRef, QueuedJob, QueuedJobSpec, QueuedJobState, QueuedJobStatus};
 use super::queued_job_name;
 use super::writes::Put;
 use crate::lifecycle::outbox::Candidate;
-use crate::lifecycle::{Ms, Phase, Record};
-use crate::quantity::ResourceList;
+use crate::lifecycle::{Phase, Record};
 use crate::scheduler::JobState;
 
-fn time(ms: Ms) -> String {
-    jiff::Timestamp::from_millisecond(ms.min(i64::MAX as u64) as i64)
-        .map(|t| t.to_string())
-        .unwrap_or_default()
-}
-
-fn ms(t: &str) -> Option<Ms> {
-    t.parse::<jiff::Timestamp>()
-        .ok()
-        .map(|t| t.as_millisecond().max(0) as u64)
-}
-
-fn state(p: Phase) -> QueuedJobState {
-    match p {
-        Phase::Queued => QueuedJobState::Queued,
-        Phase::Admitted => QueuedJobState::Admitted,
-        Phase::Dispatched => QueuedJobState::Dispatched,
-        Phase::Running => QueuedJobState::Running,
-        Phase::Finished => QueuedJobState::Finished,
-        Phase::Failed => QueuedJobState::Failed,
-        Phase::Rejected => QueuedJobState::Rejected,
-    }
-}
-
-fn phase(s: QueuedJobState) -> Phase {
-    match s {
-        QueuedJobState::Queued => Phase::Queued,
-        QueuedJobState::Admitted => Phase::Admitted,
-        QueuedJobState::Dispatched => Phase::Dispatched,
-        QueuedJobState::Running => Phase::Running,
-        QueuedJobState::Finished => Phase::Finished,
-        QueuedJobState::Failed => Phase::Failed,
-        QueuedJobState::Rejected => Phase::Rejected,
-    }
-}
-
-/// The record part of a QueuedJob status (the display fields are left empty).
-pub(super) fn to_status(r: &Record, may_run_twice_on: Vec<String>) -> QueuedJobStatus {
-    QueuedJobStatus {
-        state: state(r.phase),
-        cluster: r.cluster.clone(),
-        reason: (!r.reason.is_empty()).then(|| r.reason.clone()),
-        placement: r.placement.clone(),
-        admitted_at: r.admitted_at.map(time),
-        dispatched_at: r.dispatched_at.map(time),
-        requeues: r.requeues,
-        lifecycle: Some(LifecycleStatus {
-            spec: r.spec.clone(),
-            copy_uid: r.copy_uid.clone(),
-            create_failing_since: r.create_failing_since.map(time),
-            create_failed_at: r.create_failed_at.map(time),
-            ran: r.ran,
-            degraded_since: r.degraded_since.map(time),
-            missing_since: r.missing_since.map(time),
-            lingering: r.lingering,
-            pods_done: r.pods_done,
-            backoff_until: r.backoff_until.map(time),
-            avoid: r.avoid.iter().cloned().collect(),
-            orphans: r
-                .orphans
-                .iter()
-                .map(|(c, since)| (c.clone(), time(*since)))
-                .collect(),
-            unconfirmed: r.unconfirmed.iter().cloned().collect(),
-            charge: r
-                .charge
-                .iter()
-                .map(|(c, l)| {
-                    let m = l.0.iter().map(|(k, q)| (k.clone(), q.to_string()));
-                    (c.clone(), m.collect())
-                })
-                .collect(),
-            may_run_twice_on,
-        }),
-        ..QueuedJobStatus::default()
-    }
-}
-
-/// The record a QueuedJob status holds. A status written before records carried a spec digest
-/// is taken to be for the spec the hub job has now (`spec`).
-pub(super) fn from_status(st: &QueuedJobStatus, spec: &str) -> Record {
-    let l = st.lifecycle.clone().unwrap_or_default();
-    let t = |v: &Option<String>| v.as_deref().and_then(ms);
-    Record {
-        phase: phase(st.state),
-        cluster: st.cluster.clone(),
-        placement: st.placement.clone(),
-        spec: if st.lifecycle.is_some() {
-            l.spec.clone()
-        } else {
-            spec.to_string()
-        },
-        admitted_at: t(&st.admitted_at),
-        dispatched_at: t(&st.dispatched_at),
-        copy_uid: l.copy_uid.clone(),
-        create_failing_since: t(&l.create_failing_since),
-        create_failed_at: t(&l.create_failed_at),
-        ran: l.ran,
-        degraded_since: t(&l.degraded_since),
-        missing_since: t(&l.missing_since),
-        lingering: l.lingering,
-        pods_done: l.pods_done,
-        backoff_until: t(&l.backoff_until),
-        requeues: st.requeues,
-        avoid: l.avoid.iter().cloned().collect(),
-        orphans: l
-            .orphans
-            .iter()
-            .filter_map(|(c, since)| Some((c.clone(), ms(since)?)))
-            .collect::<BTreeMap<_, _>>(),
-        unconfirmed: l.unconfirmed.iter().cloned().collect(),
-        // An unreadable entry drops that component's charge (the record stays usable).
-        charge: l
-            .charge
-            .iter()
-            .filter_map(|(c, r)| Some((c.clone(), ResourceList::parse_map(r).ok()?)))
-            .collect(),
-        reason: st.reason.clone().unwrap_or_default(),
-    }
-}
+pub(super) use crate::lifecycle::wire::{from_status, to_status};
 
 /// How often a waiting job's status is written when its words changed only in their figures.
 pub(super) const FIGURES_EVERY: Duration = Duration::from_secs(10);
@@ -355,6 +232,7 @@ impl Brain {
             (held.as_ref(), t.unsure.as_ref()),
             (t.namespace.clone(), name),
             create,
+            self.book.settings.defect,
         ))
     }
 }
@@ -362,59 +240,6 @@ impl Brain {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_record_survives_its_status() {
-        let mut r = Record {
-            phase: Phase::Running,
-            cluster: Some("member-a".into()),
-            spec: "abc".into(),
-            admitted_at: Some(1_700_000_000_123),
-            dispatched_at: Some(1_700_000_001_000),
-            copy_uid: Some("u-1".into()),
-            ran: true,
-            degraded_since: Some(1_700_000_002_000),
-            lingering: false,
-            pods_done: true,
-            backoff_until: None,
-            requeues: 2,
-            reason: "running on member-a: 2/2 pods".into(),
-            ..Record::default()
-        };
-        r.placement
-            .entry("worker".into())
-            .or_default()
-            .insert("node-1".into(), 2);
-        r.avoid.insert("member-b".into());
-        r.orphans.insert("member-c".into(), 1_699_999_999_000);
-        r.unconfirmed.insert("member-c".into());
-        let gpu = crate::quantity::ResourceList::parse_map(&BTreeMap::from([
-            ("cpu".to_string(), "500m".to_string()),
-            ("nvidia.com/gpu".to_string(), "2".to_string()),
-        ]))
-        .expect("requests");
-        r.charge.insert("worker".into(), gpu);
-        let st = to_status(&r, vec!["member-c".into()]);
-        let text = serde_json::to_string(&st).expect("serialises");
-        let back: QueuedJobStatus = serde_json::from_str(&text).expect("parses");
-        assert_eq!(from_status(&back, "other"), r);
-        assert_eq!(
-            back.lifecycle.expect("lifecycle").may_run_twice_on,
-            vec!["member-c".to_string()]
-        );
-    }
-
-    #[test]
-    fn a_status_from_before_records_keeps_its_job_where_it_runs() {
-        let st = QueuedJobStatus {
-            state: QueuedJobState::Running,
-            cluster: Some("member-a".into()),
-            ..QueuedJobStatus::default()
-        };
-        let r = from_status(&st, "digest-now");
-        assert_eq!(r.spec, "digest-now");
-        assert!(r.places_on("member-a"));
-    }
 
     #[test]
     fn figures_are_not_words() {

@@ -25,7 +25,9 @@ use super::execute::Done;
 use super::leader::{self, Fenced};
 use super::observe::Write;
 use super::{MANAGER, gates, kinds};
+use crate::lifecycle::Defect;
 use crate::lifecycle::outbox::{self, Batch, Item, Landed};
+use crate::lifecycle::patch::{self, unsure_keys};
 
 /// Writes in flight at once: QueuedJob statuses of every batch together, and observed writes.
 pub(super) const WRITES_IN_FLIGHT: usize = 32;
@@ -45,56 +47,8 @@ pub(super) struct Put {
     create: Option<QueuedJob>,
     /// The merge patch of its status from what the hub holds; None: nothing to send.
     patch: Option<Value>,
-}
-
-/// What the hub may hold beyond the status last known to have landed: the keys of every
-/// status sent since whose outcome is unknown (no answer, or an error after which it may still
-/// have landed). Leaves are `true`; an object where any of them held an object.
-pub(super) fn unsure_keys(earlier: Option<&Value>, sent: &Value) -> Value {
-    match (earlier, sent) {
-        (Some(Value::Object(e)), Value::Object(s)) => {
-            let mut u = e.clone();
-            for (k, v) in s {
-                let merged = unsure_keys(e.get(k), v);
-                u.insert(k.clone(), merged);
-            }
-            Value::Object(u)
-        }
-        (Some(e @ Value::Object(_)), _) => e.clone(),
-        (_, Value::Object(s)) => Value::Object(
-            s.iter()
-                .map(|(k, v)| (k.clone(), unsure_keys(None, v)))
-                .collect(),
-        ),
-        _ => Value::Bool(true),
-    }
-}
-
-/// The merge patch that turns whatever the hub holds into `new` when some of what it holds is
-/// unknown: every member of `new` (none can be trusted to be there already), and null for every
-/// key in `keys` that `new` lacks.
-pub(super) fn covering_patch(keys: &Value, new: &Value) -> Value {
-    match (keys, new) {
-        (Value::Object(k), Value::Object(n)) => {
-            let mut d: Map<String, Value> = n
-                .iter()
-                .map(|(key, nv)| {
-                    let v = match k.get(key) {
-                        Some(kv) => covering_patch(kv, nv),
-                        None => nv.clone(),
-                    };
-                    (key.clone(), v)
-                })
-                .collect();
-            for key in k.keys() {
-                if !n.contains_key(key) {
-                    d.insert(key.clone(), Value::Null);
-                }
-            }
-            Value::Object(d)
-        }
-        (_, n) => n.clone(),
-    }
+    /// A defect re-introduced (tests only; the controller runs with none).
+    defect: Option<Defect>,
 }
 
 impl Put {
@@ -107,21 +61,20 @@ impl Put {
         (held, unsure): (Option<&QueuedJobStatus>, Option<&Value>),
         (namespace, name): (String, String),
         create: Option<QueuedJob>,
+        defect: Option<Defect>,
     ) -> Put {
         let new = serde_json::to_value(&status).unwrap_or(Value::Null);
         let old = held
             .and_then(|h| serde_json::to_value(h).ok())
             .unwrap_or_else(|| Value::Object(Map::new()));
-        let patch = match unsure {
-            Some(u) => Some(covering_patch(&unsure_keys(Some(u), &old), &new)),
-            None => merge_diff(&old, &new),
-        };
+        let patch = patch::patch_for(&old, unsure, &new, defect);
         Put {
             status,
             namespace,
             name,
             create,
             patch,
+            defect,
         }
     }
 
@@ -131,41 +84,9 @@ impl Put {
     }
 }
 
-/// The JSON merge patch (RFC 7386) that turns `old` into `new`: only the members that changed,
-/// null for the ones gone; None when they are equal. (`status::replace_patch` sends every member
-/// of `new`, for a hub job status read from a store that may lag.)
-pub(super) fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
-    match (old, new) {
-        (Value::Object(o), Value::Object(n)) => {
-            let mut d = Map::new();
-            for (k, nv) in n {
-                match o.get(k) {
-                    Some(ov) if ov == nv => {}
-                    Some(ov) if ov.is_object() && nv.is_object() => {
-                        if let Some(sub) = merge_diff(ov, nv) {
-                            d.insert(k.clone(), sub);
-                        }
-                    }
-                    _ if nv.is_null() && !o.contains_key(k) => {}
-                    _ => {
-                        d.insert(k.clone(), nv.clone());
-                    }
-                }
-            }
-            for k in o.keys() {
-                if !n.contains_key(k) || n.get(k).is_some_and(Value::is_null) {
-                    d.insert(k.clone(), Value::Null);
-                }
-            }
-            (!d.is_empty()).then_some(Value::Object(d))
-        }
-        (o, n) if o == n => None,
-        (_, n) => Some(n.clone()),
-    }
-}
-
 async fn put(hub: &kube::Client, p: &Put) -> Result<(), kube::Error> {
     let api: Api<QueuedJob> = Api::namespaced(hub.clone(), &p.namespace);
+    let mut status_patch = p.patch.clone();
     if let Some(qj) = &p.create {
         let params = kube::api::PostParams {
             field_manager: Some(MANAGER.to_string()),
@@ -214,11 +135,20 @@ async fn put(hub: &kube::Client, p: &Put) -> Result<(), kube::Error> {
                     ..PatchParams::default()
                 };
                 api.patch(&p.name, &params, &Patch::Merge(take)).await?;
+                // The status there is the earlier job's (or this one's, written with its
+                // answer lost): the patch turns exactly that into this job's status, or the
+                // earlier job's keys (its member, old copies, charge) would stay in it.
+                let held = there
+                    .status
+                    .as_ref()
+                    .and_then(|st| serde_json::to_value(st).ok())
+                    .unwrap_or_else(|| json!({}));
+                status_patch = patch::over(&held, p.patch.as_ref(), &p.sent(), p.defect);
             }
             Err(e) => return Err(e),
         }
     }
-    if let Some(patch) = &p.patch {
+    if let Some(patch) = &status_patch {
         let params = PatchParams {
             field_manager: Some(MANAGER.to_string()),
             ..PatchParams::default()
@@ -447,110 +377,5 @@ impl Brain {
                 tracing::debug!(job = %label, error = %e, "hub job status not updated");
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// The patch a put sends after `belief` landed and statuses whose outcome is unknown went
-    /// out (their keys in `unsure`), as `Put::new` makes it.
-    fn patch_for(belief: &Value, unsure: Option<&Value>, new: &Value) -> Option<Value> {
-        match unsure {
-            Some(u) => Some(covering_patch(&unsure_keys(Some(u), belief), new)),
-            None => merge_diff(belief, new),
-        }
-    }
-
-    #[test]
-    fn a_write_that_landed_without_an_answer_is_covered_by_the_next() {
-        let belief = json!({"state": "Queued", "reason": "waits"});
-        // Sent, no answer; it landed all the same.
-        let lost = json!({"state": "Admitted", "cluster": "member-a", "lifecycle": {"orphans": {"m": "t"}}});
-        let mut hub = belief.clone();
-        json_patch::merge(&mut hub, &merge_diff(&belief, &lost).expect("differs"));
-        let new = json!({"state": "Queued", "reason": "taken back", "lifecycle": {"orphans": {}}});
-        // Diffed against the belief alone, `cluster` and the orphan stay on the hub.
-        let mut naive = hub.clone();
-        json_patch::merge(&mut naive, &merge_diff(&belief, &new).expect("differs"));
-        assert_ne!(naive, new, "the belief alone leaves keys behind");
-        let unsure = unsure_keys(None, &lost);
-        let mut covered = hub.clone();
-        json_patch::merge(
-            &mut covered,
-            &patch_for(&belief, Some(&unsure), &new).expect("sent"),
-        );
-        assert_eq!(covered, new);
-        // And when it did not land, the same patch gives the same status.
-        let mut not_landed = belief.clone();
-        json_patch::merge(
-            &mut not_landed,
-            &patch_for(&belief, Some(&unsure), &new).expect("sent"),
-        );
-        assert_eq!(not_landed, new);
-    }
-
-    fn status() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            (0..3i64).prop_map(Value::from),
-            Just(Value::String("s".into())),
-        ];
-        let inner =
-            prop::collection::btree_map(prop::sample::select(vec!["x", "y"]), leaf.clone(), 0..3)
-                .prop_map(|m| {
-                    Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
-                });
-        let value = prop_oneof![leaf, inner];
-        prop::collection::btree_map(prop::sample::select(vec!["a", "b", "c", "d"]), value, 0..4)
-            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
-    }
-
-    proptest! {
-        /// Whatever subset of the writes without an answer landed, the next write that lands
-        /// leaves the hub holding exactly the status it sends.
-        #[test]
-        fn the_hub_holds_what_the_last_landed_write_sent(
-            first in status(),
-            tries in prop::collection::vec((status(), any::<bool>()), 0..5),
-            last in status(),
-        ) {
-            let mut hub = first.clone();
-            let belief = first;
-            let mut unsure: Option<Value> = None;
-            for (sent, landed) in tries {
-                if let Some(p) = patch_for(&belief, unsure.as_ref(), &sent) && landed {
-                    json_patch::merge(&mut hub, &p);
-                }
-                unsure = Some(unsure_keys(unsure.as_ref(), &sent));
-            }
-            if let Some(p) = patch_for(&belief, unsure.as_ref(), &last) {
-                json_patch::merge(&mut hub, &p);
-            }
-            prop_assert_eq!(hub, last);
-        }
-    }
-
-    #[test]
-    fn a_merge_diff_turns_old_into_new() {
-        let old = json!({"state": "Queued", "reason": "waits", "lifecycle": {"spec": "a", "ran": false, "orphans": {"m": "t"}}, "queue": "q"});
-        let new = json!({"state": "Admitted", "lifecycle": {"spec": "a", "ran": true, "orphans": {}}, "queue": "q", "cluster": "member-a"});
-        let d = merge_diff(&old, &new).expect("differs");
-        assert_eq!(
-            d,
-            json!({"state": "Admitted", "reason": null, "cluster": "member-a", "lifecycle": {"ran": true, "orphans": {"m": null}}})
-        );
-        // Applying the patch as RFC 7386 says gives `new`.
-        let mut applied = old.clone();
-        json_patch::merge(&mut applied, &d);
-        assert_eq!(applied, new);
-        assert_eq!(merge_diff(&new, &new), None);
-        // From nothing: everything.
-        assert_eq!(
-            merge_diff(&json!({}), &new),
-            Some(new.clone()),
-            "a first write sends the whole status"
-        );
     }
 }

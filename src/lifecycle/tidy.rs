@@ -37,8 +37,13 @@ pub enum Name<'a> {
     /// It holds this job's record.
     Ours,
     /// It belongs to another job of the same kind and name (one deleted, this one made again
-    /// under its name): its UID, and whether it is being deleted (Terminating).
-    Earlier { uid: &'a str, terminating: bool },
+    /// under its name): its UID, whether it is being deleted (Terminating), and the record it
+    /// holds (None: none readable).
+    Earlier {
+        uid: &'a str,
+        terminating: bool,
+        record: Option<&'a Record>,
+    },
 }
 
 /// What a driver does with a hub job it does not follow yet.
@@ -55,16 +60,25 @@ pub enum Intake {
 }
 
 /// Whether and how a driver takes in a hub job it does not follow yet (step 1 of the order
-/// above). Taking an earlier job's QueuedJob over while muster keeps it would lose that job's
-/// charge and the copies it names (defect `name-taken-over`).
+/// above). Taking an earlier job's QueuedJob over while muster keeps it, or would keep it once
+/// `tidy` reads it ([`Book::would_keep`]: its record says a copy may still run), would lose
+/// that job's charge and the copies it names (defect `name-taken-over`).
 pub fn intake(book: &Book, name: Name<'_>, covered: bool) -> Intake {
     let defect = book.settings.defect;
     if !follows(name == Name::Ours, covered, defect) {
         return Intake::Leave;
     }
     match name {
-        Name::Earlier { uid, terminating }
-            if defect != Some(Defect::NameTakenOver) && (terminating || book.keeps(uid)) =>
+        // Kept, or about to be: a driver takes new jobs in before `tidy` reads the QueuedJobs
+        // of jobs already gone (a process that just started has not charged them yet).
+        Name::Earlier {
+            uid,
+            terminating,
+            record,
+        } if defect != Some(Defect::NameTakenOver)
+            && (terminating
+                || book.keeps(uid)
+                || record.is_some_and(|r| book.would_keep(uid, r))) =>
         {
             Intake::WaitForName {
                 earlier: uid.to_string(),
@@ -233,6 +247,7 @@ mod tests {
         let kept = Name::Earlier {
             uid: "x",
             terminating: false,
+            record: None,
         };
         assert_eq!(intake(&book, kept, true), wait);
         // Not muster's at all without a tree: left alone, not said to wait.
@@ -241,6 +256,7 @@ mod tests {
         let deleting = Name::Earlier {
             uid: "old",
             terminating: true,
+            record: None,
         };
         assert_eq!(
             intake(&book, deleting, true),
@@ -249,11 +265,34 @@ mod tests {
             }
         );
         // A stale QueuedJob muster no longer keeps is taken over.
+        let ended = Record {
+            phase: Phase::Finished,
+            ..Record::default()
+        };
         let stale = Name::Earlier {
             uid: "old",
             terminating: false,
+            record: Some(&ended),
         };
         assert_eq!(intake(&book, stale, true), Intake::Track);
+        // Unless its record says a copy may still run: `tidy` will charge it again (a process
+        // that just started takes new jobs in before it reads the QueuedJobs of gone ones).
+        let ran = Record {
+            phase: Phase::Running,
+            cluster: Some("member-a".into()),
+            ..Record::default()
+        };
+        let running = Name::Earlier {
+            uid: "old",
+            terminating: false,
+            record: Some(&ran),
+        };
+        assert_eq!(
+            intake(&book, running, true),
+            Intake::WaitForName {
+                earlier: "old".into()
+            }
+        );
         assert_eq!(intake(&book, Name::Free, true), Intake::Track);
         // Its own record: followed whatever the tree says.
         assert_eq!(intake(&book, Name::Ours, false), Intake::Track);

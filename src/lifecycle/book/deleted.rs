@@ -57,6 +57,16 @@ impl Book {
         (restored, finalizer)
     }
 
+    /// Whether the book keeps, or would keep once it reads it ([`Book::keep`]), the QueuedJob
+    /// of `uid`, a job whose hub job is gone, holding `record`: followed, already kept, or not
+    /// settled in this process and a member named in the record may still hold a copy.
+    pub fn would_keep(&self, uid: &str, record: &Record) -> bool {
+        self.keeps(uid)
+            || (!self.settled.contains(uid)
+                && (record.holds() || !record.orphans.is_empty())
+                && self.settings.defect != Some(crate::lifecycle::Defect::ChargeInMemory))
+    }
+
     /// The hub job `uid` (of `namespace`) is gone, and the hub still holds its `record`: unless
     /// it is followed, already kept, or was settled before, it is kept as deleted (charged
     /// again where its record says it holds capacity) while a member named in the record may
@@ -68,13 +78,8 @@ impl Book {
         namespace: &str,
         record: &Record,
     ) -> bool {
-        if self.keeps(uid) || self.settled.contains(uid) {
+        if self.keeps(uid) || !self.would_keep(uid, record) {
             return self.keeps(uid);
-        }
-        if (!record.holds() && record.orphans.is_empty())
-            || self.settings.defect == Some(crate::lifecycle::Defect::ChargeInMemory)
-        {
-            return false;
         }
         let mut id = None;
         if record.charged()

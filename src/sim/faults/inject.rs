@@ -213,13 +213,18 @@ pub(super) fn faults(
         {
             j.deleted = true;
             let uid = j.uid.clone();
-            // Its QueuedJob is the hub's garbage collector's to delete (owner reference).
+            // Its QueuedJob is the hub's garbage collector's to delete (owner reference),
+            // unless the user deleted it with `--cascade=orphan`: then it stays, its record
+            // the earlier job's, for a job made again under the name to find.
             let held = w.store.records.contains_key(&uid);
-            let gone = w.store.delete(&uid);
+            let orphan = w.rng.chance(200);
+            let gone = !orphan && w.store.delete(&uid);
             w.log(format!(
                 "hub job {uid} deleted, its QueuedJob with it ({})",
                 if !held {
                     "none yet"
+                } else if orphan {
+                    "no: deleted with --cascade=orphan, it stays"
                 } else if gone {
                     "record gone"
                 } else {

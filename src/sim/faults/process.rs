@@ -4,7 +4,11 @@
 //! simulated members; a process that ends ([`retire`]) only lands what it sent.
 
 use super::check::Checker;
-use super::world::{self, Rng, cluster_info, tree};
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::world::{self, Rng, StatusWrite, cluster_info, tree};
 use super::{Defect, MEMBERS, TICK, World};
 use crate::lifecycle::outbox::{Batch, Outbox};
 use crate::lifecycle::tidy::{self, Intake};
@@ -27,7 +31,10 @@ pub(super) struct Process {
     pub(super) outbox: Outbox,
     /// Batches sent and not landed yet, with the time each lands (known durable only once
     /// landed, as the controller's writer knows them).
-    pub(super) sent: Vec<(Ms, Batch<()>)>,
+    pub(super) sent: Vec<(Ms, Batch<StatusWrite>)>,
+    /// Per job: the status it believes the hub holds (the last write known to have landed),
+    /// and the keys of writes since whose outcome it does not know (`lifecycle::patch`).
+    pub(super) known: BTreeMap<String, (Value, Option<Value>)>,
     /// What its clock says minus the hub's (the world's): what it dates its records by.
     pub(super) clock: i64,
     /// Crashed or replaced: it only lands what it sent before.
@@ -87,6 +94,7 @@ impl Process {
             clock: clock(w, term, defect),
             retired: false,
             name_waits: Default::default(),
+            known: BTreeMap::new(),
         };
         for name in MEMBERS {
             p.sched.set_cluster(&cluster_info(name));
@@ -219,6 +227,8 @@ impl Process {
             delete(w, ck, &d.job, &d.member, &d.why);
         }
         for uid in done.rewrite {
+            // Made again from nothing (the controller forgets what it wrote: `written`).
+            self.known.remove(&uid);
             w.log(format!("the QueuedJob of {uid} is gone; written again"));
         }
         for uid in done.restored {

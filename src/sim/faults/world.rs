@@ -11,7 +11,10 @@ use crate::quantity::ResourceList;
 
 use super::TREE_MAX;
 use crate::fleet::{ClusterInfo, NodeInfo};
+use crate::lifecycle::Defect;
+use crate::lifecycle::patch;
 use crate::lifecycle::tidy::Name;
+use crate::lifecycle::wire::{QueuedJobStatus, from_status};
 use crate::lifecycle::{Copy, Member as Seen, Ms, Progress, Record, Spec, spec_of};
 use crate::workload::interpret;
 
@@ -393,17 +396,22 @@ pub fn cpu_used(c: &SimCopy) -> u64 {
         * u64::from(c.cpu)
 }
 
-/// The hub's QueuedJob records. A QueuedJob is named after its hub job (`names`): a job made
-/// again under a deleted one's name finds that job's QueuedJob there, which the controller's
-/// write takes over unless it is being deleted. The hub has no fence: whatever a replaced
-/// leader sent lands (its process knows its lease is over by `term`). A QueuedJob carries
-/// muster's finalizer (unless the defect leaves it out): deleted, it stays (Terminating, its
-/// record readable and written) until the controller lets go of it; without it, a delete takes
-/// the record with it.
+/// The hub's QueuedJobs. Each holds its job's record in its wire form, the status JSON
+/// (`lifecycle::wire`), changed only by merge patches applied as the API server applies them
+/// (`json_patch::merge`, RFC 7386: null removes a key, a key the patch leaves out stays); the
+/// record a controller reads back is decoded from it. A QueuedJob is named after its hub job
+/// (`names`): a job made again under a deleted one's name finds that job's QueuedJob there,
+/// which the controller's create takes over unless it is being deleted. The hub has no fence:
+/// whatever a replaced leader sent lands (its process knows its lease is over by `term`). A
+/// QueuedJob carries muster's finalizer (unless the defect leaves it out): deleted, it stays
+/// (Terminating, its record readable and written) until the controller lets go of it; without
+/// it, a delete takes the record with it.
 #[derive(Default)]
 pub struct Store {
-    /// By job UID: the record the QueuedJob holding the job's name holds.
+    /// By job UID: the record the QueuedJob holding the job's name holds (decoded).
     pub records: BTreeMap<String, Record>,
+    /// By job UID: that QueuedJob's status as the hub holds it.
+    pub statuses: BTreeMap<String, Value>,
     /// By QueuedJob name (the job's `namespace/name`): the UID of the job it belongs to.
     pub names: BTreeMap<String, String>,
     /// QueuedJobs holding muster's finalizer.
@@ -411,6 +419,16 @@ pub struct Store {
     /// QueuedJobs deleted and held by the finalizer.
     pub terminating: std::collections::BTreeSet<String>,
     pub term: u64,
+}
+
+/// One record write as the controller's executor sends it (`controller::writes::put`): the
+/// whole status, the merge patch from what the writer believes the hub holds, and whether the
+/// QueuedJob is created first (no write of it is known to have landed).
+#[derive(Clone, Debug)]
+pub struct StatusWrite {
+    pub status: Value,
+    pub patch: Option<Value>,
+    pub create: bool,
 }
 
 impl Store {
@@ -436,6 +454,7 @@ impl Store {
     /// The QueuedJob of `uid` is gone, and its name free.
     fn forget(&mut self, uid: &str) -> bool {
         self.names.retain(|_, u| u != uid);
+        self.statuses.remove(uid);
         self.records.remove(uid).is_some()
     }
 
@@ -446,28 +465,74 @@ impl Store {
             Some(u) => Name::Earlier {
                 uid: u,
                 terminating: self.terminating.contains(u),
+                record: self.records.get(u),
             },
             None => Name::Free,
         }
     }
 
-    /// A write of `uid`'s record under `name`, as the controller's create-or-take-over does it:
-    /// a QueuedJob of the name that belongs to an earlier job is refused while being deleted
-    /// (Err: the earlier job's UID), else taken over (its record lost; its finalizer kept).
-    pub fn put(&mut self, name: &str, uid: &str, r: &Record) -> Result<Option<String>, String> {
-        let earlier = self.names.get(name).filter(|u| *u != uid).cloned();
-        if let Some(e) = &earlier {
-            if self.terminating.contains(e) {
-                return Err(e.clone());
+    /// `uid`'s write under `name`, as the API server carries out the controller's requests:
+    /// a create that finds a QueuedJob of the name takes it over (unless it belongs to an
+    /// earlier job and is being deleted: refused) and patches its status from what is there;
+    /// a status patch alone goes to whatever QueuedJob has the name (not found: refused).
+    /// Ok with a note worth a log line, or Err with why it was refused.
+    pub fn put(
+        &mut self,
+        name: &str,
+        uid: &str,
+        w: &StatusWrite,
+        defect: Option<Defect>,
+    ) -> Result<Option<String>, String> {
+        let holder = self.names.get(name).cloned();
+        let mut note = None;
+        let (target, patch) = match holder {
+            Some(other) if w.create => {
+                if other != uid {
+                    if self.terminating.contains(&other) {
+                        return Err(format!("being deleted with {other}'s record"));
+                    }
+                    // Taken over: the object (its status, its finalizer) becomes this job's.
+                    let there = self.statuses.remove(&other).unwrap_or_else(|| json!({}));
+                    self.records.remove(&other);
+                    if self.finalized.remove(&other) {
+                        self.finalized.insert(uid.to_string());
+                    }
+                    self.statuses.insert(uid.to_string(), there);
+                    self.names.insert(name.to_string(), uid.to_string());
+                    note = Some(format!("taken over: {other}'s record is gone"));
+                }
+                // The create's conflict: the status patch is made from what is there.
+                let there = self.statuses.get(uid).cloned().unwrap_or_else(|| json!({}));
+                let patch = patch::over(&there, w.patch.as_ref(), &w.status, defect);
+                (uid.to_string(), patch)
             }
-            self.records.remove(e);
-            if self.finalized.remove(e) {
-                self.finalized.insert(uid.to_string());
+            Some(other) => {
+                if other != uid {
+                    note = Some(format!("lands on {other}'s QueuedJob"));
+                }
+                (other, w.patch.clone())
             }
+            None if w.create => {
+                self.names.insert(name.to_string(), uid.to_string());
+                self.statuses.insert(uid.to_string(), json!({}));
+                (uid.to_string(), w.patch.clone())
+            }
+            None => return Err("not found".into()),
+        };
+        let status = self
+            .statuses
+            .entry(target.clone())
+            .or_insert_with(|| json!({}));
+        if let Some(p) = patch {
+            json_patch::merge(status, &p);
         }
-        self.names.insert(name.to_string(), uid.to_string());
-        self.records.insert(uid.to_string(), r.clone());
-        Ok(earlier)
+        match serde_json::from_value::<QueuedJobStatus>(status.clone()) {
+            Ok(st) => {
+                self.records.insert(target, from_status(&st, ""));
+            }
+            Err(e) => note = Some(format!("status unreadable: {e}")),
+        }
+        Ok(note)
     }
 }
 

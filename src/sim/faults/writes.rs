@@ -5,8 +5,13 @@
 //! while it led lands after another replica took over, unless the replica gave it up before
 //! it reached the API server ([`Process::land_late`]).
 
+use serde_json::json;
+
+use super::world::StatusWrite;
 use super::{Process, TICK, World};
-use crate::lifecycle::outbox::{self, Batch, Candidate, Landed};
+use crate::lifecycle::outbox::{self, Batch, Candidate, Item, Landed};
+use crate::lifecycle::patch::{patch_for, unsure_keys};
+use crate::lifecycle::wire::to_status;
 use crate::lifecycle::{Defect, Record};
 
 impl Process {
@@ -25,8 +30,29 @@ impl Process {
                 return;
             }
         }
-        let plan = self.outbox.plan(&self.book, |_, _, changed| {
-            changed.then_some(Candidate::Send(()))
+        // Each changed record as the controller writes it: its status (the record's wire form),
+        // as a merge patch from what this process believes the hub holds (the last write known
+        // to have landed, else what it read), covering every key a write since may have left.
+        let (known, store, defect) = (&self.known, &w.store, self.defect);
+        let plan = self.outbox.plan(&self.book, |uid, record, changed| {
+            if !changed {
+                return None;
+            }
+            let status = serde_json::to_value(to_status(record, Vec::new())).ok()?;
+            let (held, unsure) = match known.get(uid) {
+                Some((held, unsure)) => (Some(held), unsure.as_ref()),
+                None => (store.statuses.get(uid), None),
+            };
+            let empty = json!({});
+            let held_now = held.unwrap_or(&empty);
+            if unsure.is_none() && held_now == &status {
+                return Some(Candidate::Same);
+            }
+            Some(Candidate::Send(StatusWrite {
+                patch: patch_for(held_now, unsure, &status, defect),
+                create: self.book.get(uid).is_none_or(|e| e.written.is_none()),
+                status,
+            }))
         });
         if let Some(batch) = self.outbox.sending(&mut self.book, plan) {
             let late = if w.now < w.fault_end {
@@ -40,33 +66,51 @@ impl Process {
 
     /// A batch lands: its records that free capacity, then the rest if the outbox lets them
     /// go; what landed is told to the outbox.
-    fn land(&mut self, w: &mut World, batch: Batch<()>) {
+    fn land(&mut self, w: &mut World, batch: Batch<StatusWrite>) {
         let freeing = batch.freeing();
-        let mut out: Vec<(String, Record, Landed)> = Vec::new();
+        let mut out: Vec<(Item<StatusWrite>, Landed)> = Vec::new();
         for i in batch.frees {
-            let l = self.put(w, &i.uid, &i.record);
+            let l = self.put(w, &i.uid, &i.record, &i.write);
             if self.crashed {
                 return;
             }
-            out.push((i.uid, i.record, l));
+            out.push((i, l));
         }
-        let goes = outbox::rest_goes(out.iter().map(|(_, _, l)| l), self.defect);
+        let goes = outbox::rest_goes(out.iter().map(|(_, l)| l), self.defect);
         for i in batch.rest {
             let l = if goes {
-                self.put(w, &i.uid, &i.record)
+                self.put(w, &i.uid, &i.record, &i.write)
             } else {
                 Landed::NotSent
             };
             if self.crashed {
                 return;
             }
-            out.push((i.uid, i.record, l));
+            out.push((i, l));
         }
         self.outbox.landed(
             &mut self.book,
             freeing,
-            out.iter().map(|(u, r, l)| (u.as_str(), r, l)),
+            out.iter().map(|(i, l)| (i.uid.as_str(), &i.record, l)),
         );
+        // What the process now believes the hub holds: a landed status exactly; after a write
+        // without a clear outcome, the keys it may have left.
+        for (i, l) in out {
+            match l {
+                Landed::Written => {
+                    self.known.insert(i.uid, (i.write.status, None));
+                }
+                Landed::Failed(_) => {
+                    let held = w.store.statuses.get(&i.uid).cloned();
+                    let e = self
+                        .known
+                        .entry(i.uid)
+                        .or_insert_with(|| (held.unwrap_or_else(|| json!({})), None));
+                    e.1 = Some(unsure_keys(e.1.as_ref(), &i.write.status));
+                }
+                Landed::NotSent => {}
+            }
+        }
     }
 
     /// A replica that no longer leads sends nothing more, but what it sent while it led is on
@@ -99,7 +143,7 @@ impl Process {
     }
 
     /// One record's write: lost to a crash, failed, landed with its answer lost, or written.
-    fn put(&mut self, w: &mut World, uid: &str, r: &Record) -> Landed {
+    fn put(&mut self, w: &mut World, uid: &str, r: &Record, write: &StatusWrite) -> Landed {
         let roll = w.rng.below(1000);
         let failing = w.now < w.fault_end;
         if failing && w.rng.chance(4) {
@@ -115,16 +159,12 @@ impl Process {
             w.freed_early.insert(uid.to_string());
         }
         let name = w.jobs.get(uid).map(|j| j.queued_name()).unwrap_or_default();
-        match w.store.put(&name, uid, r) {
-            Err(earlier) => {
-                w.log(format!(
-                    "write {uid} refused: QueuedJob {name} is being deleted with {earlier}'s record"
-                ));
-                return Landed::Failed("being deleted".into());
+        match w.store.put(&name, uid, write, self.defect) {
+            Err(why) => {
+                w.log(format!("write {uid} refused: QueuedJob {name} {why}"));
+                return Landed::Failed(why);
             }
-            Ok(Some(earlier)) => w.log(format!(
-                "QueuedJob {name} taken over by {uid}: {earlier}'s record is gone"
-            )),
+            Ok(Some(note)) => w.log(format!("write {uid}: QueuedJob {name} {note}")),
             Ok(None) => {}
         }
         // The QueuedJob is made with muster's finalizer (one made without it gets it at this
