@@ -14,6 +14,10 @@
 //!    job waits for the earlier job's QueuedJob to go. Earlier versions took the Terminating
 //!    QueuedJob over: the earlier job's record (its charge, its copy) was lost, and the new
 //!    record went with the QueuedJob once its finalizer was dropped.
+//! 5. A hub job deleted with `--cascade=orphan` leaves its QueuedJob behind; a job made again
+//!    under its name takes it over, and the status it writes keeps none of the earlier job's
+//!    keys. Earlier versions patched the status from nothing: the earlier job's member, plan,
+//!    charge and copy stayed in the new job's record.
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -495,5 +499,114 @@ async fn a_job_made_again_under_a_kept_name_waits_for_the_earlier_record() {
     }))
     .await;
     release_hold(&held, &ns, "again").await;
+    finish(&hub, &[&ns], vec![controller], outcome).await;
+}
+
+/// 5. A PyTorchJob runs; its hub job is deleted with `propagationPolicy: Orphan`, so its
+///    QueuedJob stays, not being deleted. muster deletes the copy and lets the QueuedJob go
+///    (its finalizer off). A job of the same name, too big for its queue, is made: muster
+///    takes that QueuedJob over, and its status says Rejected with nothing of the earlier
+///    job's admission left in it (no member, plan, admission time, copy or charge).
+#[tokio::test]
+async fn a_queued_job_left_by_an_orphaning_delete_is_taken_over_clean() {
+    let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = unique_name("orphaned");
+    let hub = setup(&[&ns], root(vec![leaf("orphaned", &ns)])).await;
+    let controller = Controller::start("orphaned", &[]).await;
+    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+        let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
+        let jobs = pytorchjobs(&hub, &ns);
+        let st = submitted_and_running(&hub, &ns, "orphaned", 0).await;
+        assert!(st.cluster.is_some() && !st.placement.is_empty(), "{st:?}");
+        let old_uid = jobs
+            .get("orphaned")
+            .await
+            .expect("the hub job")
+            .metadata
+            .uid;
+        let orphaning = DeleteParams {
+            propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+            ..DeleteParams::default()
+        };
+        jobs.delete("orphaned", &orphaning)
+            .await
+            .expect("delete the hub job, orphaning its dependents");
+        wait_for(
+            "the copy gone, the earlier QueuedJob let go and left",
+            T,
+            || async {
+                let on = hub::members_with(
+                    "kubeflow.org/v1",
+                    "PyTorchJob",
+                    "pytorchjobs",
+                    &ns,
+                    "orphaned",
+                )
+                .await;
+                let qj = hub::queued_job(&hub, &ns, "PyTorchJob", "orphaned").await;
+                match qj {
+                    Some(q)
+                        if on.is_empty()
+                            && Some(q.spec.job_ref.uid.clone()) == old_uid
+                            && q.metadata.deletion_timestamp.is_none()
+                            && !q
+                                .metadata
+                                .finalizers
+                                .iter()
+                                .flatten()
+                                .any(|f| f == FINALIZER) =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(format!("on {on:?}: {other:?}")),
+                }
+            },
+        )
+        .await;
+        // The same name, asking more cpu than the queue's max: Rejected.
+        fleet::create_json(
+            &hub,
+            "pytorchjobs",
+            pytorchjob(&ns, "orphaned", 0, 0, "500"),
+        )
+        .await
+        .expect("create it again");
+        let new_uid = jobs
+            .get("orphaned")
+            .await
+            .expect("the new hub job")
+            .metadata
+            .uid;
+        assert_ne!(new_uid, old_uid);
+        wait_for(
+            "the QueuedJob taken over, the new job Rejected",
+            T,
+            || async {
+                let qj = hub::queued_job(&hub, &ns, "PyTorchJob", "orphaned")
+                    .await
+                    .ok_or("no QueuedJob")?;
+                let st = qj.status.clone().unwrap_or_default();
+                if Some(qj.spec.job_ref.uid.clone()) == new_uid
+                    && st.state == QueuedJobState::Rejected
+                {
+                    Ok(())
+                } else {
+                    Err(format!("{qj:?}"))
+                }
+            },
+        )
+        .await;
+        let st = status_of(&hub, &ns, "orphaned").await;
+        let left = st.lifecycle.clone().unwrap_or_default();
+        assert_eq!(st.cluster, None, "the earlier job's member stayed: {st:?}");
+        assert!(st.placement.is_empty(), "the earlier plan stayed: {st:?}");
+        assert_eq!(st.admitted_at, None, "{st:?}");
+        assert_eq!(st.dispatched_at, None, "{st:?}");
+        assert_eq!(left.copy_uid, None, "{st:?}");
+        assert!(left.charge.is_empty(), "the earlier charge stayed: {st:?}");
+        dog.assert_clean("an orphaning delete and a name reused")
+            .await;
+    }))
+    .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
 }
