@@ -413,6 +413,14 @@ impl Record {
         self.phase.placed() && self.cluster.as_deref() == Some(cluster)
     }
 
+    /// This record, held by the hub, is of the admission `n` is in: placed on the same member,
+    /// admitted at the same time, after as many take-backs.
+    pub fn records_admission(&self, n: &Record) -> bool {
+        n.cluster.as_deref().is_some_and(|c| self.places_on(c))
+            && self.admitted_at == n.admitted_at
+            && self.requeues == n.requeues
+    }
+
     /// This record, held by the hub, says why the copy on `cluster` goes: the job is not placed
     /// there, or an old copy there is listed to go.
     pub fn removes_from(&self, cluster: &str) -> bool {

@@ -270,8 +270,10 @@ fn admitted_step(
             if let Some(why) = blocked {
                 n.reason = format!("admitted to {c}; waiting: {why}");
                 out.push(Intent::WakeAt(now.saturating_add(s.create_retry)));
-            } else if !seen.hub.as_ref().is_some_and(|h| h.places_on(&c)) {
-                // The admission is written first; the next step creates.
+            } else if !seen.hub.as_ref().is_some_and(|h| h.records_admission(&n)) {
+                // The admission is written first; the next step creates. The hub must hold
+                // this admission, not an earlier one to the same member: a take-back written
+                // after that one may still be on its way and land after the create.
                 out.push(Intent::WakeAt(now));
             } else if now >= next {
                 out.push(Intent::Create { cluster: c });

@@ -127,6 +127,23 @@ fn the_copy_is_created_only_once_the_hub_holds_the_admission() {
 }
 
 #[test]
+fn the_copy_waits_for_this_admission_not_an_earlier_one_to_the_same_member() {
+    // Fault seed 9813: admitted to member-a, taken back (preempted; that record still on its
+    // way to the hub) and admitted to member-a again. The hub holds the first admission: a
+    // create on its strength ran a copy that the take-back, landing after it, left unnamed.
+    let first = rec(Phase::Admitted);
+    let again = Record {
+        admitted_at: Some(4_000),
+        requeues: 1,
+        ..rec(Phase::Admitted)
+    };
+    let (_, out) = Obs::of(&again, 5_000).hub(Some(first)).step(&again);
+    assert!(!creates(&out), "{out:?}");
+    let (_, out) = Obs::of(&again, 5_000).step(&again);
+    assert!(creates(&out), "{out:?}");
+}
+
+#[test]
 fn a_copy_found_after_a_lost_create_answer_is_adopted() {
     let r = rec(Phase::Admitted);
     let (n, out) = Obs::of(&r, 2_000).copy("copy-9", STARTING, 1).step(&r);

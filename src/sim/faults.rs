@@ -120,6 +120,8 @@ pub struct World {
     pub store: Store,
     /// Root max of the tree on the hub, and whether it is valid.
     pub tree: (u64, bool),
+    /// The tree before its last change, and when it changed (a lagging watch still shows it).
+    pub tree_before: ((u64, bool), Ms),
     pub settings: Settings,
     pub trace: Vec<String>,
     /// Faults happen before this time only.
@@ -129,6 +131,12 @@ pub struct World {
 }
 
 impl World {
+    /// The tree on the hub becomes `t`.
+    fn set_tree(&mut self, t: (u64, bool)) {
+        self.tree_before = (self.tree, self.now);
+        self.tree = t;
+    }
+
     fn log(&mut self, line: String) {
         self.trace.push(format!("{:>5}s {line}", self.now / 1000));
     }
@@ -181,6 +189,7 @@ pub fn run(o: &Options) -> Outcome {
         store: Store::default(),
         freed_early: Default::default(),
         tree: (TREE_MAX.0, true),
+        tree_before: ((TREE_MAX.0, true), 0),
         settings: settings(o.partition, o.defect),
         trace: Vec::new(),
         fault_end: Ms::from(o.ticks) * TICK,

@@ -21,7 +21,7 @@ pub(super) fn heal(w: &mut World) {
         m.fail_creates = 0;
         m.lag_until = 0;
     }
-    w.tree.1 = true;
+    w.set_tree((w.tree.0, true));
     w.log("every fault heals".into());
 }
 
@@ -152,7 +152,7 @@ pub(super) fn faults(
             n += 1;
         }
     } else if r < 18 {
-        w.tree.1 = !w.tree.1;
+        w.set_tree((w.tree.0, !w.tree.1));
         let line = format!(
             "the tree is now {}",
             if w.tree.1 { "valid" } else { "invalid" }
@@ -160,7 +160,7 @@ pub(super) fn faults(
         w.log(line);
         n += 1;
     } else if r < 19 {
-        w.tree.0 += 2;
+        w.set_tree((w.tree.0 + 2, w.tree.1));
         let line = format!("the tree's root max is now {} cpu", w.tree.0);
         w.log(line);
         n += 1;

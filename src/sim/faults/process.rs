@@ -39,6 +39,9 @@ pub(super) struct Process {
     pub(super) clock: i64,
     /// Crashed or replaced: it only lands what it sent before.
     pub(super) retired: bool,
+    /// How far its watch of the quota tree lags behind the hub (0, or 2–10 s for one replica in
+    /// three started while faults last): until then it sees the tree before the last change.
+    pub(super) tree_lag: Ms,
     /// Jobs said to wait for an earlier job's QueuedJob of their name (said once).
     pub(super) name_waits: std::collections::BTreeSet<String>,
 }
@@ -59,6 +62,16 @@ fn clock(w: &World, term: u64, defect: Option<Defect>) -> i64 {
     } else {
         r.below(1_000) as i64 - 500
     }
+}
+
+/// How far the tree watch of the replica that starts as `term` lags: one in three started
+/// while faults last sees each tree change 2–10 s late. Drawn apart from the run's randomness.
+fn tree_lag(w: &World, term: u64) -> Ms {
+    let mut r = Rng::new(w.now ^ term.rotate_left(17) ^ 0x7EE5);
+    if w.now >= w.fault_end || !r.chance(333) {
+        return 0;
+    }
+    (2 + r.below(9)) * 1_000
 }
 
 /// A controller process ends (crashed, or replaced by another replica): it sends nothing more,
@@ -93,6 +106,7 @@ impl Process {
             sent: Vec::new(),
             clock: clock(w, term, defect),
             retired: false,
+            tree_lag: tree_lag(w, term),
             name_waits: Default::default(),
             known: BTreeMap::new(),
         };
@@ -107,6 +121,9 @@ impl Process {
         w.log(format!("controller starts (term {term})"));
         if p.clock != 0 {
             w.log(format!("its clock is {} ms off the hub's", p.clock));
+        }
+        if p.tree_lag != 0 {
+            w.log(format!("its watch of the tree lags {} ms", p.tree_lag));
         }
         p
     }
@@ -126,10 +143,18 @@ impl Process {
         // The tree in force: a valid one replaces it; an invalid one leaves it.
         // The tree on the hub, as the core applies it (`tidy::apply_tree`: a valid one replaces
         // the one in force; an invalid one leaves it).
-        if self.tried != Some(w.tree) {
-            self.tried = Some(w.tree);
-            if tidy::apply_tree(&mut self.sched, &tree(w.tree)).is_ok() {
-                self.tree = Some(w.tree.0);
+        // Its watch of the tree may lag: what it sees is the tree before the last change until
+        // the lag has passed since (replicas see different trees for a while).
+        let (before, changed) = w.tree_before;
+        let on_hub = if w.now < changed + self.tree_lag {
+            before
+        } else {
+            w.tree
+        };
+        if self.tried != Some(on_hub) {
+            self.tried = Some(on_hub);
+            if tidy::apply_tree(&mut self.sched, &tree(on_hub)).is_ok() {
+                self.tree = Some(on_hub.0);
             }
         }
         for (name, m) in w.members.iter_mut() {
