@@ -76,6 +76,16 @@ fn caught(
     })
 }
 
+/// The seed that caught a defect breaks nothing without it (under policy Replace).
+fn holds_without_the_defect(seed: u64) {
+    let fixed = run(&Options {
+        seed,
+        partition: Partition::Replace,
+        ..Options::default()
+    });
+    assert_eq!(fixed.violation, None, "seed {seed} without the defect");
+}
+
 // The seeds that catch each defect; when the simulation changes, find new ones with
 // `cargo run --release -- sim --faults 4000 --partition-policy replace --faults-defect NAME`.
 
@@ -159,12 +169,7 @@ fn checker_catches_absence_in_a_lagging_view_taken_for_gone() {
     let (seed, v) =
         caught(Defect::AbsenceTrusted, Partition::Replace, 2029..2030).expect("not caught");
     assert!(v.starts_with("invariant 7"), "seed {seed}: {v}");
-    let fixed = run(&Options {
-        seed,
-        partition: Partition::Replace,
-        ..Options::default()
-    });
-    assert_eq!(fixed.violation, None, "seed {seed} without the defect");
+    holds_without_the_defect(seed);
 }
 
 #[test]
@@ -193,12 +198,7 @@ fn checker_catches_a_job_made_again_that_takes_an_earlier_ones_name() {
     let (seed, v) =
         caught(Defect::NameTakenOver, Partition::Replace, 102..103).expect("not caught");
     assert!(v.starts_with("invariant 7"), "seed {seed}: {v}");
-    let fixed = run(&Options {
-        seed,
-        partition: Partition::Replace,
-        ..Options::default()
-    });
-    assert_eq!(fixed.violation, None, "seed {seed} without the defect");
+    holds_without_the_defect(seed);
 }
 
 #[test]
