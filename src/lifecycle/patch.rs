@@ -96,8 +96,8 @@ pub fn covering_patch(keys: &Value, new: &Value) -> Value {
 }
 
 /// The JSON merge patch (RFC 7386) that turns `old` into `new`: only the members that changed,
-/// null for the ones gone; None when they are equal. (The controller's `status::replace_patch` sends every member of `new`,
-/// for a hub job status read from a store that may lag.)
+/// null for the ones gone; None when they are equal. (The controller's `status::replace_patch`
+/// sends every member of `new`, for a hub job status read from a store that may lag.)
 pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
     match (old, new) {
         (Value::Object(o), Value::Object(n)) => {
@@ -132,7 +132,6 @@ pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
     use serde_json::json;
 
     fn patch_for(belief: &Value, unsure: Option<&Value>, new: &Value) -> Option<Value> {
