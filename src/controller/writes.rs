@@ -27,7 +27,7 @@ use super::observe::Write;
 use super::{MANAGER, gates, kinds};
 use crate::lifecycle::Defect;
 use crate::lifecycle::outbox::{self, Batch, Item, Landed};
-use crate::lifecycle::patch::{self, unsure_keys};
+use crate::lifecycle::patch;
 
 /// Writes in flight at once: QueuedJob statuses of every batch together, and observed writes.
 pub(super) const WRITES_IN_FLIGHT: usize = 32;
@@ -54,7 +54,7 @@ pub(super) struct Put {
 impl Put {
     /// The put of `status`; `held` is the status the hub holds (None: no QueuedJob
     /// is known, `create` is made first), and `unsure` the keys of statuses sent since whose
-    /// outcome is unknown ([`unsure_keys`]): then the whole status goes, with null for every
+    /// outcome is unknown ([`patch::unsure_keys`]): then the whole status goes, with null for every
     /// key that may be there and should not.
     pub(super) fn new(
         status: QueuedJobStatus,
@@ -254,6 +254,10 @@ impl Brain {
             out.iter().map(|(i, l)| (i.uid.as_str(), &i.record, l)),
         );
         for (Item { uid, write: p, .. }, landed) in out {
+            // What may be on the hub beyond the last status known to have landed.
+            if let Some(j) = self.jobs.get_mut(&uid) {
+                j.unsure = patch::unsure_after(j.unsure.as_ref(), &p.sent(), &landed);
+            }
             match landed {
                 Landed::Written => {
                     let was = self
@@ -270,17 +274,12 @@ impl Brain {
                     if let Some(j) = self.jobs.get_mut(&uid) {
                         j.written = Some(p.status);
                         j.written_at = Some(Instant::now());
-                        // The patch covered every key in doubt: the hub holds this status.
-                        j.unsure = None;
                     }
                 }
                 Landed::Failed(e) => {
-                    tracing::warn!(job = %uid, error = %e, "could not write QueuedJob status");
                     // It may have landed all the same (an answer lost): the next write covers
-                    // what it would have left.
-                    if let Some(j) = self.jobs.get_mut(&uid) {
-                        j.unsure = Some(unsure_keys(j.unsure.as_ref(), &p.sent()));
-                    }
+                    // what it would have left (`unsure`, above).
+                    tracing::warn!(job = %uid, error = %e, "could not write QueuedJob status");
                 }
                 Landed::NotSent => {}
             }

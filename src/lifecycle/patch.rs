@@ -9,6 +9,7 @@
 use serde_json::{Map, Value};
 
 use super::Defect;
+use super::outbox::Landed;
 
 /// The patch that turns what the hub holds into `new`: the diff from `held` (what the last
 /// write known to have landed left there), or, while writes since may have landed unseen
@@ -25,6 +26,18 @@ pub fn patch_for(
             Some(covering_patch(&unsure_keys(Some(u), held), new))
         }
         _ => merge_diff(held, new),
+    }
+}
+
+/// The keys a writer is unsure of once a write of `sent` ended as `landed`: none after one
+/// that landed (its patch covered every key in doubt, so the hub holds `sent`), `sent`'s added
+/// after one without a clear outcome (it may have landed all the same), unchanged when it was
+/// not sent. Both drivers keep their belief by it.
+pub fn unsure_after(unsure: Option<&Value>, sent: &Value, landed: &Landed) -> Option<Value> {
+    match landed {
+        Landed::Written => None,
+        Landed::Failed(_) => Some(unsure_keys(unsure, sent)),
+        Landed::NotSent => unsure.cloned(),
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::json;
 use super::world::StatusWrite;
 use super::{Process, TICK, World};
 use crate::lifecycle::outbox::{self, Batch, Candidate, Item, Landed};
-use crate::lifecycle::patch::{patch_for, unsure_keys};
+use crate::lifecycle::patch::{patch_for, unsure_after};
 use crate::lifecycle::wire::to_status;
 use crate::lifecycle::{Defect, Record};
 
@@ -96,19 +96,17 @@ impl Process {
         // What the process now believes the hub holds: a landed status exactly; after a write
         // without a clear outcome, the keys it may have left.
         for (i, l) in out {
-            match l {
-                Landed::Written => {
-                    self.known.insert(i.uid, (i.write.status, None));
-                }
-                Landed::Failed(_) => {
-                    let held = w.store.statuses.get(&i.uid).cloned();
-                    let e = self
-                        .known
-                        .entry(i.uid)
-                        .or_insert_with(|| (held.unwrap_or_else(|| json!({})), None));
-                    e.1 = Some(unsure_keys(e.1.as_ref(), &i.write.status));
-                }
-                Landed::NotSent => {}
+            if l == Landed::NotSent {
+                continue;
+            }
+            let held = w.store.statuses.get(&i.uid).cloned();
+            let e = self
+                .known
+                .entry(i.uid)
+                .or_insert_with(|| (held.unwrap_or_else(|| json!({})), None));
+            e.1 = unsure_after(e.1.as_ref(), &i.write.status, &l);
+            if l == Landed::Written {
+                e.0 = i.write.status;
             }
         }
     }
