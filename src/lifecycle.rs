@@ -88,11 +88,15 @@ pub enum Defect {
     /// new job's record (issue 28: "a hub job re-created under an old name inherits the old
     /// QueuedJob's cluster, placement and orphans").
     StatusTakenOver,
+    /// A placed job is taken back whenever it reads otherwise than it was admitted, even when
+    /// its hub job was not edited (issue 28: "editing a hub training runtime respecs, and so
+    /// kills, running TrainJobs", after the restart that reads it again).
+    RuntimeRespecs,
 }
 
 impl Defect {
     /// Every defect with its name on the command line (`muster sim --faults-defect NAME`).
-    pub const ALL: [(Defect, &'static str); 14] = [
+    pub const ALL: [(Defect, &'static str); 15] = [
         (Defect::CollectUnknown, "collect-unknown"),
         (Defect::Unfenced, "unfenced"),
         (Defect::WritesUnordered, "writes-unordered"),
@@ -107,6 +111,7 @@ impl Defect {
         (Defect::NameTakenOver, "name-taken-over"),
         (Defect::PatchFromBelief, "patch-from-belief"),
         (Defect::StatusTakenOver, "status-taken-over"),
+        (Defect::RuntimeRespecs, "runtime-respecs"),
     ];
 
     /// The defect called `name` on the command line.
@@ -352,6 +357,12 @@ pub struct Record {
     /// Digest of the hub job's spec this record was made for ([`digest`]): what is dispatched
     /// is what was admitted.
     pub spec: String,
+    /// The hub job's generation `spec` was read from (None: a record from before it was kept).
+    /// A placed job whose copy runs keeps its spec while the generation has not moved: a
+    /// digest that differs then comes from outside the job (a training runtime edited, the
+    /// hub's admission defaults, muster reading the kind otherwise after an upgrade), which
+    /// does not change what already runs.
+    pub generation: Option<i64>,
     pub admitted_at: Option<Ms>,
     pub dispatched_at: Option<Ms>,
     /// UID of the copy muster created (only that object is the job's copy).
@@ -395,6 +406,16 @@ impl Record {
     /// be both).
     pub fn members(&self) -> impl Iterator<Item = &String> {
         self.cluster.iter().chain(self.orphans.keys())
+    }
+
+    /// The pods the job's copy is expected to have: as the job reads now (`spec`), unless the
+    /// record holds a copy made from another read (a training runtime edited while it ran):
+    /// then as many as its plan places.
+    pub fn expected_pods(&self, spec: &Spec) -> u32 {
+        if self.holds() && self.spec != spec.1 {
+            return self.placement.values().flat_map(|m| m.values()).sum();
+        }
+        spec.0.as_ref().map_or(0, |w| w.pod_count() as u32)
     }
 
     /// Placed on its member, or ended with pods left there: its copy there is the job's own.
@@ -530,6 +551,8 @@ pub struct Seen {
     pub now: Ms,
     /// Digest of the hub job's spec now.
     pub spec: String,
+    /// The hub job's generation that `spec` was read from.
+    pub generation: Option<i64>,
     /// What the hub holds of this job's record (None: nothing yet, or its QueuedJob was
     /// deleted). A copy is created only where it places the job, deleted only where it says the
     /// job is not.

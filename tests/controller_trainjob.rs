@@ -6,7 +6,8 @@
 //! completes and its status comes back to the hub. A member whose runtime differs from the hub's,
 //! or lacks it, is never chosen (watched the whole time), the reason says so, and the job runs as
 //! soon as a member's runtime is made the same again; an edit of the hub's runtime then leaves
-//! the running TrainJob alone (earlier versions read it again, and took it back).
+//! the running TrainJob alone, and so does a controller restart after it (earlier versions read
+//! it again, and took it back).
 
 // The std Mutex only serializes the tests of this binary; holding it across awaits is the point.
 #![allow(clippy::await_holding_lock)]
@@ -211,7 +212,8 @@ async fn a_trainjob_waits_until_a_member_has_the_same_runtime() {
         .delete(RUNTIME, &DeleteParams::default())
         .await
         .expect("remove member-c's runtime");
-    let controller = Controller::start("trainrt", &[]).await;
+    let mut controller = Controller::start("trainrt", &[]).await;
+    let mut second: Option<Controller> = None;
     let hub_original: std::sync::Mutex<Option<DynamicObject>> = std::sync::Mutex::new(None);
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         // MemberCluster status says what each member has.
@@ -323,17 +325,56 @@ async fn a_trainjob_waits_until_a_member_has_the_same_runtime() {
             muster::lifecycle::digest(&after),
             "the edit does not change the spec: it proves nothing"
         );
-        let until = Instant::now() + Duration::from_secs(10);
-        let mut looks = 0;
-        while Instant::now() < until {
-            let st = status(&hub, &ns, "TrainJob", "waits").await;
-            assert_eq!(st.state, QueuedJobState::Running, "{st:?}");
-            assert_eq!(st.cluster.as_deref(), Some("member-b"), "{st:?}");
-            assert_eq!(pods_per_member(&ns).await, [("member-b".to_string(), 2, 2)]);
-            looks += 1;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        assert!(looks >= 10, "watched {looks} times");
+        let stays_running = |what: &'static str| {
+            let (hub, ns) = (hub.clone(), ns.clone());
+            async move {
+                let until = Instant::now() + Duration::from_secs(10);
+                let mut looks = 0;
+                while Instant::now() < until {
+                    let st = status(&hub, &ns, "TrainJob", "waits").await;
+                    assert_eq!(st.state, QueuedJobState::Running, "{what}: {st:?}");
+                    assert_eq!(st.cluster.as_deref(), Some("member-b"), "{what}: {st:?}");
+                    assert_eq!(st.requeues, 0, "{what}: {st:?}");
+                    assert_eq!(pods_per_member(&ns).await, [("member-b".to_string(), 2, 2)]);
+                    looks += 1;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                assert!(looks >= 10, "{what}: watched {looks} times");
+            }
+        };
+        stays_running("after the edit").await;
+        // Its record says which generation of the hub job its spec was read from.
+        let st = status(&hub, &ns, "TrainJob", "waits").await;
+        let generation = st.lifecycle.as_ref().and_then(|l| l.job_generation);
+        assert_eq!(generation, Some(1), "{st:?}");
+        // A restart (an upgrade, a leader change) reads every job again, the TrainJob against
+        // the edited runtime: it runs on, as admitted (earlier versions took it back here).
+        controller.terminate();
+        assert!(
+            controller
+                .wait_exit(Duration::from_secs(30))
+                .await
+                .is_some(),
+            "the first controller stops"
+        );
+        let next = Controller::start("trainrt-again", &[]).await;
+        wait_for(
+            "the new controller to follow the job from its record",
+            T,
+            || async {
+                let log = next.log_text();
+                if log.contains("acting as leader")
+                    && log.contains("following it again from its record")
+                {
+                    Ok(())
+                } else {
+                    Err(next.log_tail())
+                }
+            },
+        )
+        .await;
+        second = Some(next);
+        stays_running("after a restart").await;
         dog.assert_clean("trainrt").await;
     }))
     .await;
@@ -359,5 +400,11 @@ async fn a_trainjob_waits_until_a_member_has_the_same_runtime() {
     let _ = runtimes_api(&c)
         .create(&PostParams::default(), &fresh(&original_c))
         .await;
-    finish(&hub, &[&ns], vec![controller], outcome).await;
+    finish(
+        &hub,
+        &[&ns],
+        [controller].into_iter().chain(second).collect(),
+        outcome,
+    )
+    .await;
 }

@@ -246,10 +246,11 @@ impl Brain {
         }
     }
 
-    /// The hub's training runtimes; when they change, every TrainJob is marked to be read
-    /// again, which the intake does while it waits. A placed one keeps the spec it was admitted
-    /// with (reading it again would change its digest, and so take back, and kill, a running
-    /// job for an edit it never asked for; Trainer does not respec a running TrainJob either).
+    /// The hub's training runtimes; when they change, every TrainJob is read again. One that
+    /// waits, or is admitted with no copy yet, is judged as it reads now; one whose copy runs
+    /// keeps the spec it was admitted with while its generation has not moved (the core's
+    /// rule: taking it back would kill a running job for an edit it never asked for; Trainer
+    /// does not respec a running TrainJob either).
     fn sync_runtimes(&mut self) {
         let Some(w) = &self.stores.runtimes else {
             return;
@@ -259,7 +260,7 @@ impl Brain {
             self.runtimes = now;
             for j in self.jobs.values_mut() {
                 if j.kind == JobKind::TrainJob {
-                    j.runtimes_changed = true;
+                    j.read_again = true;
                 }
             }
         }

@@ -67,9 +67,11 @@ pub(super) struct Job {
     pub judged_at: Option<Instant>,
     /// The hub job is gone (followed until its copies are confirmed gone).
     pub gone: bool,
-    /// The hub's training runtimes changed since it was read: read again while it waits (a
-    /// placed one keeps the spec it was admitted with until then).
-    pub runtimes_changed: bool,
+    /// Read it again at the next intake, though its generation has not moved (the hub's
+    /// training runtimes changed, or its hub admission is to be judged again). A placed job
+    /// whose copy runs keeps the spec it was admitted with whatever it reads now, as long as
+    /// its generation has not moved (the core's rule, `lifecycle::step`).
+    pub read_again: bool,
 }
 
 impl Job {
@@ -258,7 +260,7 @@ impl Brain {
     fn reread_waiting(&mut self, namespace: &str) {
         for (uid, j) in self.jobs.iter_mut() {
             if j.namespace == namespace && waiting(&self.book, uid) {
-                j.generation = i64::MIN;
+                j.read_again = true;
             }
         }
     }
@@ -281,7 +283,7 @@ impl Brain {
             if waiting(&self.book, uid)
                 && j.judged_at.is_some_and(|t| now.duration_since(t) >= every)
             {
-                j.generation = i64::MIN;
+                j.read_again = true;
             }
         }
     }
@@ -397,9 +399,10 @@ impl Brain {
             if !followed {
                 self.name_waits.remove(&uid);
             }
-            let fresh = self.jobs.get(&uid).is_none_or(|j| {
-                j.generation != generation || (j.runtimes_changed && waiting(&self.book, &uid))
-            });
+            let fresh = self
+                .jobs
+                .get(&uid)
+                .is_none_or(|j| j.generation != generation || j.read_again);
             if fresh {
                 let (spec, deadline) = match serde_json::to_value(obj.as_ref()) {
                     Ok(mut v) => {
@@ -420,7 +423,7 @@ impl Brain {
                 match self.jobs.get_mut(&uid) {
                     Some(j) => {
                         j.generation = generation;
-                        j.runtimes_changed = false;
+                        j.read_again = false;
                         j.spec = spec;
                         j.deadline = deadline;
                         j.judged_at = Some(Instant::now());
@@ -462,10 +465,15 @@ impl Brain {
                 .as_ref()
                 .map(|st| record::from_status(st, &job.spec.1));
             let label = job.label();
-            match self
-                .book
-                .track(&mut self.sched, &uid, label, &job.spec, submitted, durable)
-            {
+            match self.book.track(
+                &mut self.sched,
+                &uid,
+                label,
+                &job.spec,
+                Some(job.generation),
+                submitted,
+                durable,
+            ) {
                 None => {
                     self.jobs.remove(&uid);
                     self.ignored.insert(uid, generation);
@@ -632,7 +640,7 @@ pub(super) fn new_job(
         unsure: None,
         judged_at: None,
         gone: false,
-        runtimes_changed: false,
+        read_again: false,
     }
 }
 

@@ -144,6 +144,7 @@ impl View {
         cluster: &str,
         uid: &str,
         j: Option<&Job>,
+        r: &Record,
         admitted_at: Option<Ms>,
     ) -> Member {
         match self.member(cluster) {
@@ -175,7 +176,7 @@ impl View {
                     if !made_for_admission(copy, admitted_at) {
                         return None;
                     }
-                    let expected = j.spec.0.as_ref().map_or(0, |w| w.pod_count() as u32);
+                    let expected = r.expected_pods(&j.spec);
                     let progress = status::observe(j.kind, &copy.data, &pods, expected);
                     let pods_done = status::pods_done(j.kind, &copy.data, &pods);
                     let live_pods = pods.iter().filter(|p| running(p)).count() as u32;
@@ -198,15 +199,16 @@ impl View {
         Seen {
             now: self.now,
             spec: j.map(|j| j.spec.1.clone()).unwrap_or_default(),
+            generation: j.map(|j| j.generation),
             hub: None,
             here: r
                 .cluster
                 .as_deref()
-                .map(|c| self.seen_on(c, uid, j, r.admitted_at)),
+                .map(|c| self.seen_on(c, uid, j, r, r.admitted_at)),
             orphans: r
                 .orphans
                 .keys()
-                .map(|c| (c.clone(), self.seen_on(c, uid, j, None)))
+                .map(|c| (c.clone(), self.seen_on(c, uid, j, r, None)))
                 .collect(),
             created: None,
             versions: r
@@ -333,7 +335,10 @@ impl Brain {
         if !trusted {
             return;
         }
-        let expected = j.spec.0.as_ref().map_or(0, |w| w.pod_count() as u32);
+        let expected = self
+            .book
+            .get(uid)
+            .map_or(0, |e| e.record.expected_pods(&j.spec));
         let kind = j.kind;
         let holds = self.book.get(uid).is_some_and(|e| e.record.holds());
         let tally = status::tally(&pods);
@@ -505,7 +510,7 @@ mod tests {
         assert_eq!(n.copy_uid, None);
         assert_eq!(n.phase, crate::lifecycle::Phase::Admitted);
         assert!(matches!(
-            view.seen_on("member-a", "U1", Some(&job), None),
+            view.seen_on("member-a", "U1", Some(&job), &r, None),
             Member::Answering(None)
         ));
         // Made for this admission: adopted (its create's answer was lost).

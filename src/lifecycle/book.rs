@@ -126,12 +126,14 @@ impl Book {
         uid: &str,
         label: String,
         spec: &Spec,
+        generation: Option<i64>,
         submitted: u64,
         durable: Option<Record>,
     ) -> Option<Vec<Intent>> {
         let mut e = Entry {
             record: durable.clone().unwrap_or_else(|| Record {
                 spec: spec.1.clone(),
+                generation,
                 ..Record::default()
             }),
             written: durable.clone(),
@@ -149,10 +151,24 @@ impl Book {
         {
             e.record.charge = charge_of(w);
         }
+        // A record from before generations were kept, for the spec the job reads as now.
+        if let Some(r) = &durable
+            && r.generation.is_none()
+            && r.spec == spec.1
+        {
+            e.record.generation = generation;
+        }
         match (&durable, &spec.0) {
             (Some(r), Ok(w)) if r.charged() => {
                 let c = r.cluster.clone().unwrap_or_default();
-                match sched.restore(w, submitted, &c, &r.placement) {
+                // Charged as admitted: the job may read otherwise now (a training runtime
+                // edited) while its copy runs as it was made.
+                let w = if r.spec != spec.1 {
+                    deleted::as_charged(w, r)
+                } else {
+                    w.clone()
+                };
+                match sched.restore(&w, submitted, &c, &r.placement) {
                     Submitted::Queued(id) | Submitted::Inadmissible(id, _) => e.id = Some(id),
                     // Outside the tree now: still followed (its copy runs), charged nowhere.
                     Submitted::Ignored(why) => {
@@ -457,6 +473,7 @@ impl Book {
                     Intent::Submit => {
                         if let Some(sp) = spec(&uid) {
                             self.submit(sched, &mut e, &sp);
+                            e.record.generation = s.generation;
                         }
                     }
                     Intent::Create { cluster } if !draining.is_empty() => {

@@ -1,4 +1,5 @@
-//! Unit tests of [`Book::pass`]: what one job's copies hold back of the others' creates.
+//! Unit tests of [`Book::pass`] (what one job's copies hold back of the others' creates) and of
+//! [`Book::track`] restoring a job from its record.
 
 use super::*;
 use crate::scheduler::{Config, Scheduler};
@@ -54,13 +55,14 @@ fn creates_beside(now: Ms, again: bool) -> Vec<Intent> {
         ..Record::default()
     };
     for (uid, r) in [("x", x), ("y", y)] {
-        book.track(&mut sched, uid, uid.into(), &spec(), 0, Some(r))
+        book.track(&mut sched, uid, uid.into(), &spec(), None, 0, Some(r))
             .expect("followed from its record");
     }
     let mut specs = |_: &str| Some(spec());
     let mut seen = |uid: &str, r: &Record| Seen {
         now,
         spec: D.into(),
+        generation: None,
         hub: None,
         here: r.cluster.as_ref().map(|_| Member::Answering(None)),
         orphans: r
@@ -151,6 +153,7 @@ fn a_deleted_job_known_from_its_record_is_kept_until_its_copy_is_gone() {
         let mut seen = |_: &str, _: &Record| Seen {
             now: 1_000,
             spec: D.into(),
+            generation: None,
             hub: None,
             here: Some(here.clone()),
             orphans: Default::default(),
@@ -178,7 +181,7 @@ fn a_queued_job_is_kept_while_the_book_needs_it_and_let_go_after() {
     use crate::lifecycle::{Finalizer, Held};
     let mut sched = Scheduler::new(Config::default());
     let mut book = Book::new(Settings::default());
-    book.track(&mut sched, "x", "x".into(), &spec(), 0, None)
+    book.track(&mut sched, "x", "x".into(), &spec(), None, 0, None)
         .expect("followed");
     let held = |job: &'static str, finalizer: bool, terminating: bool, hub: HubJob| Held {
         job,
@@ -251,8 +254,16 @@ fn a_placed_job_followed_outside_the_tree_keeps_its_recorded_plan() {
         ..Record::default()
     };
     let mut book = Book::new(Settings::default());
-    book.track(&mut sched, "u", "outside/j".into(), &spec, 0, Some(durable))
-        .expect("followed from its record");
+    book.track(
+        &mut sched,
+        "u",
+        "outside/j".into(),
+        &spec,
+        None,
+        0,
+        Some(durable),
+    )
+    .expect("followed from its record");
     assert!(
         book.get("u").is_some_and(|e| e.id.is_none()),
         "outside the tree: no scheduler entry"
@@ -282,7 +293,7 @@ fn creates_go_out_a_few_at_a_time_per_member() {
             admitted_at: Some(0),
             ..Record::default()
         };
-        book.track(&mut sched, uid, uid.into(), &spec(), 0, Some(r))
+        book.track(&mut sched, uid, uid.into(), &spec(), None, 0, Some(r))
             .expect("followed from its record");
     }
     let creates = |book: &mut Book, sched: &mut Scheduler| -> Vec<String> {
@@ -290,6 +301,7 @@ fn creates_go_out_a_few_at_a_time_per_member() {
         let mut seen = |_: &str, r: &Record| Seen {
             now: 1_000,
             spec: D.into(),
+            generation: None,
             hub: None,
             here: r.cluster.as_ref().map(|_| Member::Answering(None)),
             orphans: BTreeMap::new(),
@@ -308,4 +320,96 @@ fn creates_go_out_a_few_at_a_time_per_member() {
     book.sent.sending(&first[0], "member-b", 1_000);
     let second = creates(&mut book, &mut sched);
     assert_eq!(second.len(), 1, "{second:?}");
+}
+
+/// Issue 28: a training runtime edited while a TrainJob ran, then a restart: the new driver
+/// read the job otherwise than it was admitted, took it back as edited and so killed it. At
+/// the generation its record was read from, it runs on, charged as it was admitted; an edit of
+/// the job itself (a later generation) still takes it back, and so does any change to a job
+/// admitted whose copy is not made yet (what it would run is not what was charged).
+#[test]
+fn a_running_job_that_reads_otherwise_at_its_generation_runs_on_after_a_restart() {
+    let job = |cpu: &str| {
+        crate::workload::interpret(&serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "team-a"},
+            "spec": {"parallelism": 2, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "x",
+                    "resources": {"limits": {"cpu": cpu}}}]}}}
+        }))
+        .expect("interprets")
+    };
+    let admitted = spec_of(Ok(job("1")));
+    let reads_now = spec_of(Ok(job("3")));
+    assert_ne!(admitted.1, reads_now.1);
+    for (phase, generation, runs_on) in [
+        (Phase::Running, 4, true),
+        (Phase::Running, 5, false),
+        (Phase::Admitted, 4, false),
+    ] {
+        let mut sched = Scheduler::new(Config::default());
+        let tree = crate::quota::QuotaTree::parse(&serde_json::json!({"spec": {"root": {
+            "name": "root", "max": {"cpu": "8"},
+            "children": [{"name": "team-a", "namespaces": ["team-a"], "max": {"cpu": "8"}}]}}}))
+        .expect("a tree");
+        sched.set_quota_tree(Some(tree));
+        let Ok(w) = &admitted.0 else { panic!("read") };
+        let durable = Record {
+            phase,
+            cluster: Some("member-a".into()),
+            placement: [("job".to_string(), [("node-1".to_string(), 2)].into())].into(),
+            spec: admitted.1.clone(),
+            generation: Some(4),
+            admitted_at: Some(0),
+            dispatched_at: (phase == Phase::Running).then_some(0),
+            copy_uid: (phase == Phase::Running).then(|| "c1".into()),
+            ran: phase == Phase::Running,
+            charge: crate::lifecycle::book::charge_of(w),
+            ..Record::default()
+        };
+        let mut book = Book::new(Settings::default());
+        book.track(
+            &mut sched,
+            "u",
+            "team-a/j".into(),
+            &reads_now,
+            Some(generation),
+            0,
+            Some(durable),
+        )
+        .expect("followed from its record");
+        let used = sched
+            .quota_usage()
+            .into_iter()
+            .find(|q| q.node == "root/team-a")
+            .and_then(|q| q.resources.into_iter().find(|r| r.resource == "cpu"))
+            .map(|r| r.used);
+        assert_eq!(used, Some(2_000), "charged as admitted: 2 pods of 1 cpu");
+        let mut specs = |_: &str| Some(reads_now.clone());
+        let mut seen = |_: &str, _: &Record| Seen {
+            now: 1_000,
+            spec: reads_now.1.clone(),
+            generation: Some(generation),
+            hub: None,
+            here: Some(Member::Answering(
+                (phase == Phase::Running).then(|| copy("c1")),
+            )),
+            orphans: BTreeMap::new(),
+            created: None,
+            versions: Default::default(),
+        };
+        let out = book.pass(&mut sched, &mut specs, &mut seen, 1_000, false);
+        let taken_back = out
+            .iter()
+            .any(|(_, i)| *i == Intent::Requeued(RequeueReason::SpecChanged));
+        assert_eq!(taken_back, !runs_on, "{phase:?} at {generation}: {out:?}");
+        let r = &book.get("u").expect("followed").record;
+        if runs_on {
+            assert_eq!((r.phase, &r.spec), (Phase::Running, &admitted.1));
+        } else {
+            // Judged again as it reads now (no member in this test: it fits nowhere).
+            assert!(!r.phase.placed(), "{:?}", r.phase);
+            assert_eq!((&r.spec, r.generation), (&reads_now.1, Some(generation)));
+        }
+    }
 }

@@ -289,7 +289,7 @@ mod tests {
             ..Settings::default()
         });
         for (uid, r) in [("x", running("member-a")), ("y", queued())] {
-            book.track(&mut sched, uid, uid.into(), &spec(), 0, Some(r))
+            book.track(&mut sched, uid, uid.into(), &spec(), None, 0, Some(r))
                 .expect("followed from its record");
         }
         (sched, book)
@@ -388,7 +388,7 @@ mod tests {
         let (mut sched, mut book) = book(None);
         for i in 0..(BATCHES + 2) {
             let uid = format!("q{i}");
-            book.track(&mut sched, &uid, uid.clone(), &spec(), 0, None)
+            book.track(&mut sched, &uid, uid.clone(), &spec(), None, 0, None)
                 .expect("followed");
         }
         let mut o = Outbox::default();

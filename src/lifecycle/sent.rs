@@ -165,6 +165,7 @@ mod tests {
         Seen {
             now: 10_000,
             spec: String::new(),
+            generation: None,
             hub: None,
             here,
             orphans: BTreeMap::new(),
@@ -277,6 +278,7 @@ mod tests {
         let s = Seen {
             now,
             spec: "d".into(),
+            generation: None,
             hub: Some(r.clone()),
             here: Some(here),
             orphans: orphans

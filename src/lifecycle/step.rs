@@ -168,6 +168,11 @@ fn take_back(
 pub fn step(r: &Record, seen: &Seen, s: &Settings) -> (Record, Vec<Intent>) {
     let mut out = Vec::new();
     let mut n = r.clone();
+    // A later generation that reads the same (an edit of what muster does not count): the
+    // record's spec is that generation's too.
+    if seen.spec == r.spec && seen.generation.is_some() {
+        n.generation = seen.generation;
+    }
     let blocked = orphans(r, &mut n, seen, s, &mut out);
     let n = match r.phase {
         Phase::Queued => queued(n, seen, &mut out),
@@ -176,7 +181,7 @@ pub fn step(r: &Record, seen: &Seen, s: &Settings) -> (Record, Vec<Intent>) {
         Phase::Finished | Phase::Failed => ended(n, seen, s, &mut out),
         Phase::Rejected => {
             if seen.spec != r.spec {
-                n.spec = seen.spec.clone();
+                read(&mut n, seen);
                 out.push(Intent::Submit);
             }
             n
@@ -189,17 +194,31 @@ fn queued(mut n: Record, seen: &Seen, out: &mut Vec<Intent>) -> Record {
     match n.backoff_until {
         Some(b) if seen.now >= b => {
             n.backoff_until = None;
-            n.spec = seen.spec.clone();
+            read(&mut n, seen);
             out.push(Intent::Submit);
         }
         Some(b) => out.push(Intent::WakeAt(b)),
         None if seen.spec != n.spec => {
-            n.spec = seen.spec.clone();
+            read(&mut n, seen);
             out.push(Intent::Submit);
         }
         None => {}
     }
     n
+}
+
+/// The record takes the job's spec as read now.
+fn read(n: &mut Record, seen: &Seen) {
+    n.spec = seen.spec.clone();
+    n.generation = seen.generation;
+}
+
+/// The hub job has the generation the record's spec was read from: a digest that differs now
+/// does not come from an edit of the job.
+fn unedited(n: &Record, seen: &Seen, s: &Settings) -> bool {
+    n.generation.is_some()
+        && n.generation == seen.generation
+        && s.defect != Some(super::Defect::RuntimeRespecs)
 }
 
 fn cluster_of(n: &Record) -> String {
@@ -301,7 +320,7 @@ fn admitted_step(
 fn respec(n: &Record, seen: &Seen, out: &mut Vec<Intent>) -> Record {
     let c = cluster_of(n);
     let mut b = back_to_queue(n, seen.now);
-    b.spec = seen.spec.clone();
+    read(&mut b, seen);
     b.requeues += 1;
     b.reason = if n.phase == Phase::Admitted {
         format!("its spec changed before dispatch to {c}; queued again as it is now")
@@ -333,8 +352,10 @@ fn dispatched(mut n: Record, uid: &str, now: Ms, out: &mut Vec<Intent>) -> Recor
 fn placed(mut n: Record, seen: &Seen, s: &Settings, out: &mut Vec<Intent>) -> Record {
     let c = cluster_of(&n);
     let now = seen.now;
-    // A job whose pods are all done runs nothing: an edit now changes nothing that runs.
-    if seen.spec != n.spec && !n.pods_done {
+    // A job whose pods are all done runs nothing: an edit now changes nothing that runs. Nor
+    // does a digest that moved while the hub job did not (a training runtime edited, say): the
+    // copy runs as it was made, charged as admitted; read again once it waits again.
+    if seen.spec != n.spec && !n.pods_done && !unedited(&n, seen, s) {
         return respec(&n, seen, out);
     }
     match &seen.here {

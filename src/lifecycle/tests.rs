@@ -36,6 +36,7 @@ impl Obs {
         Obs(Seen {
             now,
             spec: r.spec.clone(),
+            generation: r.generation,
             hub: Some(r.clone()),
             here: r.cluster.as_ref().map(|_| Member::Answering(None)),
             orphans: r
@@ -543,7 +544,15 @@ fn a_rejected_job_is_judged_again_after_a_restart() {
     };
     let mut book = Book::new(s());
     let out = book
-        .track(&mut sched, "u", "team/j".into(), &spec, 0, Some(durable))
+        .track(
+            &mut sched,
+            "u",
+            "team/j".into(),
+            &spec,
+            None,
+            0,
+            Some(durable),
+        )
         .expect("followed");
     assert!(
         out.is_empty(),

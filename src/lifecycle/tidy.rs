@@ -212,8 +212,16 @@ mod tests {
             copy_uid: Some("c1".into()),
             ..Record::default()
         };
-        book.track(&mut sched, "x", "x".into(), &spec(), 0, Some(r.clone()))
-            .expect("followed");
+        book.track(
+            &mut sched,
+            "x",
+            "x".into(),
+            &spec(),
+            None,
+            0,
+            Some(r.clone()),
+        )
+        .expect("followed");
         book.written("x", Some(r));
         (sched, book)
     }
@@ -303,7 +311,7 @@ mod tests {
         });
         let mut sched = Scheduler::new(Config::default());
         careless
-            .track(&mut sched, "x", "x".into(), &spec(), 0, None)
+            .track(&mut sched, "x", "x".into(), &spec(), None, 0, None)
             .expect("followed");
         assert_eq!(intake(&careless, kept, true), Intake::Track);
         assert_eq!(intake(&careless, deleting, true), Intake::Track);

@@ -141,6 +141,11 @@ pub struct LifecycleStatus {
     /// admitted.
     #[serde(default)]
     pub spec: String,
+    /// The hub job's generation that `spec` was read from: while it has not moved, a job whose
+    /// copy runs keeps `spec`, even when the job reads otherwise now (a training runtime
+    /// edited, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_generation: Option<i64>,
     /// UID of the member copy muster created (only that object is the job's copy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy_uid: Option<String>,
@@ -263,6 +268,7 @@ pub fn to_status(r: &Record, may_run_twice_on: Vec<String>) -> QueuedJobStatus {
         requeues: r.requeues,
         lifecycle: Some(LifecycleStatus {
             spec: r.spec.clone(),
+            job_generation: r.generation,
             copy_uid: r.copy_uid.clone(),
             create_failing_since: r.create_failing_since.map(time),
             create_failed_at: r.create_failed_at.map(time),
@@ -307,6 +313,7 @@ pub fn from_status(st: &QueuedJobStatus, spec: &str) -> Record {
         } else {
             spec.to_string()
         },
+        generation: l.job_generation,
         admitted_at: t(&st.admitted_at),
         dispatched_at: t(&st.dispatched_at),
         copy_uid: l.copy_uid.clone(),
@@ -346,6 +353,7 @@ mod tests {
             phase: Phase::Running,
             cluster: Some("member-a".into()),
             spec: "abc".into(),
+            generation: Some(3),
             admitted_at: Some(1_700_000_000_123),
             dispatched_at: Some(1_700_000_001_000),
             copy_uid: Some("u-1".into()),

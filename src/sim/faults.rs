@@ -126,6 +126,8 @@ pub struct World {
     pub trace: Vec<String>,
     /// Faults happen before this time only.
     pub fault_end: Ms,
+    /// The hub's training runtime.
+    pub runtime: world::Runtime,
     /// Jobs a durable record once showed with every pod done, still placed.
     pub freed_early: std::collections::BTreeSet<String>,
 }
@@ -141,12 +143,8 @@ impl World {
         self.trace.push(format!("{:>5}s {line}", self.now / 1000));
     }
 
-    fn expected(&self, uid: &str) -> u32 {
-        self.jobs.get(uid).map_or(0, |j| j.expected)
-    }
-
     fn seen(&self, uid: &str, r: &Record) -> Seen {
-        let expected = self.expected(uid);
+        let expected = self.jobs.get(uid).map_or(0, |j| r.expected_pods(&j.spec));
         let member = |c: &str| {
             self.members
                 .get(c)
@@ -159,6 +157,7 @@ impl World {
         Seen {
             now: self.now,
             spec: String::new(),
+            generation: None,
             hub: None,
             here: r.cluster.as_deref().map(member),
             orphans: r.orphans.keys().map(|c| (c.clone(), member(c))).collect(),
@@ -193,8 +192,22 @@ pub fn run(o: &Options) -> Outcome {
         settings: settings(o.partition, o.defect),
         trace: Vec::new(),
         fault_end: Ms::from(o.ticks) * TICK,
+        runtime: world::Runtime {
+            cpu: 1,
+            edits: Vec::new(),
+        },
     };
     let fault_end = w.fault_end;
+    // One run in three has a training runtime, edited one to three times while faults last;
+    // about half its jobs name it. From a stream of its own: the other runs are as they were.
+    let mut trainer = Rng::new(o.seed ^ 0x7472_6169_6e65_7273);
+    let training = trainer.chance(333);
+    if training {
+        let n = 1 + trainer.below(3);
+        let mut edits: Vec<Ms> = (0..n).map(|_| trainer.below(fault_end.max(1))).collect();
+        edits.sort_unstable();
+        w.runtime.edits = edits;
+    }
     for i in 0..o.jobs {
         let ns = if w.rng.chance(500) {
             "team-a"
@@ -221,12 +234,12 @@ pub fn run(o: &Options) -> Outcome {
             cpu: 1 + w.rng.below(2) as u32,
             runs: (10 + w.rng.below(40)) * 1000,
             generation: 1,
+            trains: training && trainer.chance(500),
             deleted: false,
             submitted: w.rng.below(u64::from(o.ticks) / 2),
             spec: (Err(String::new()), String::new()),
-            expected: 0,
         };
-        job.read();
+        job.read(w.runtime.cpu);
         w.log(format!(
             "job {} {}/{} {:?} cpu {} runs {}s at {}s",
             job.uid,
@@ -253,6 +266,7 @@ pub fn run(o: &Options) -> Outcome {
     };
     while w.now <= limit {
         if w.now < fault_end {
+            out.faults += inject::runtime_edits(&mut w);
             out.faults += inject::faults(
                 &mut w,
                 &mut proc,

@@ -96,27 +96,49 @@ impl Book {
     }
 }
 
-/// A workload that charges what `record` says the job was admitted with: per component, its
-/// planned pods times its per-pod requests. None when the record says nothing of it (written
-/// by a version that did not record charges).
-fn charged_workload(uid: &str, namespace: &str, record: &Record) -> Option<Workload> {
-    let components: Vec<Component> = record
+/// Per component, what `record` says the job was admitted with: its planned pods with their
+/// per-pod requests (node constraints from `like`'s component of that name, where it has one:
+/// they no longer matter once the plan is fixed). Empty when the record says nothing of it
+/// (written by a version that did not record charges).
+fn charged_components(record: &Record, like: Option<&Workload>) -> Vec<Component> {
+    record
         .charge
         .iter()
         .filter_map(|(name, requests)| {
             let pods: u32 = record.placement.get(name)?.values().sum();
+            let base = like.and_then(|w| w.components.iter().find(|c| &c.name == name));
             (pods > 0).then(|| Component {
                 name: name.clone(),
                 pods,
                 requests: requests.clone(),
-                node_selector: BTreeMap::new(),
-                tolerations: Vec::new(),
-                required_node_affinity: None,
-                template_pointer: None,
-                staged: false,
+                node_selector: base.map(|c| c.node_selector.clone()).unwrap_or_default(),
+                tolerations: base.map(|c| c.tolerations.clone()).unwrap_or_default(),
+                required_node_affinity: base.and_then(|c| c.required_node_affinity.clone()),
+                template_pointer: base.and_then(|c| c.template_pointer.clone()),
+                staged: base.is_some_and(|c| c.staged),
             })
         })
-        .collect();
+        .collect()
+}
+
+/// `w` (the job as it reads now) charging what `record` says it was admitted with, where the
+/// record says it: a placed job that reads otherwise than it was admitted (a training runtime
+/// edited, with no edit of the job) is charged again for what its copy runs.
+pub(super) fn as_charged(w: &Workload, record: &Record) -> Workload {
+    let components = charged_components(record, Some(w));
+    if components.is_empty() {
+        return w.clone();
+    }
+    Workload {
+        components,
+        ..w.clone()
+    }
+}
+
+/// A workload that charges what `record` says the job was admitted with. None when the record
+/// says nothing of it.
+fn charged_workload(uid: &str, namespace: &str, record: &Record) -> Option<Workload> {
+    let components = charged_components(record, None);
     if components.is_empty() {
         return None;
     }

@@ -13,6 +13,8 @@
 //! 7. every live copy is named by its job's record on the hub (placed there, or an old copy
 //!    to go), unless muster cannot see it any more (a removed member, a copy held by a
 //!    finalizer past the drain grace): nothing else tells a controller that starts now of it.
+//! 8. a job whose copy runs is taken back as edited only when its hub job was edited since the
+//!    copy was made: an edit of what it names (the training runtime) kills nothing that runs.
 
 use std::collections::BTreeMap;
 
@@ -54,6 +56,26 @@ impl Checker {
     /// Faults may still happen at `now`.
     pub fn faulty(&self, now: Ms) -> bool {
         now < self.fault_end
+    }
+
+    /// Invariant 8: the job `uid`, whose copy ran on `cluster`, was taken back as edited; its
+    /// hub job must be at another generation than the one its running copy was made from.
+    pub fn respecced(&mut self, w: &World, uid: &str, cluster: &str) {
+        if self.broken.is_some() {
+            return;
+        }
+        let Some(j) = w.jobs.get(uid).filter(|j| !j.deleted) else {
+            return;
+        };
+        let Some(c) = w.members.get(cluster).and_then(|m| m.copies.get(uid)) else {
+            return;
+        };
+        if alive(c) && c.deleting.is_none() && c.generation == j.generation {
+            self.broken = Some(format!(
+                "invariant 8: {uid} was taken back as edited while its copy runs on {cluster}, but its hub job is at generation {}, the one that copy was made from",
+                j.generation
+            ));
+        }
     }
 
     /// 3. A copy with live pods was deleted: only with a durable reason.

@@ -25,6 +25,26 @@ pub(super) fn heal(w: &mut World) {
     w.log("every fault heals".into());
 }
 
+/// The hub's training runtime is edited when its time comes (its per-pod cpu flips between 1
+/// and 2): every job that names it reads otherwise from now on, its generation unchanged, and
+/// copies made from now on run its new pods; copies running keep theirs. Returns how many.
+pub(super) fn runtime_edits(w: &mut World) -> u32 {
+    let mut n = 0;
+    while w.runtime.edits.first().is_some_and(|t| *t <= w.now) {
+        w.runtime.edits.remove(0);
+        w.runtime.cpu = 3 - w.runtime.cpu;
+        let cpu = w.runtime.cpu;
+        for j in w.jobs.values_mut().filter(|j| j.trains) {
+            j.read(cpu);
+        }
+        w.log(format!(
+            "the training runtime is edited: {cpu} cpu per pod for the jobs that name it"
+        ));
+        n += 1;
+    }
+    n
+}
+
 /// Injects this step's faults; returns how many.
 pub(super) fn faults(
     w: &mut World,
@@ -138,12 +158,13 @@ pub(super) fn faults(
         n += 1;
     } else if r < 16 {
         let k = w.rng.below(w.jobs.len() as u64) as usize;
+        let runtime = w.runtime.cpu;
         if let Some(j) = w.jobs.values_mut().nth(k) {
             j.generation += 1;
             if r < 14 {
                 j.cpu = 3 - j.cpu;
             }
-            j.read();
+            j.read(runtime);
             let line = format!(
                 "{} edited (generation {}, cpu {})",
                 j.uid, j.generation, j.cpu
@@ -242,7 +263,7 @@ pub(super) fn faults(
                     j.generation = 1;
                     j.deleted = false;
                     j.submitted = now / 1000 + again;
-                    j.read();
+                    j.read(w.runtime.cpu);
                     w.log(format!(
                         "hub job {}/{} made again as {} at {}s",
                         j.namespace, j.name, j.uid, j.submitted

@@ -12,7 +12,9 @@ use super::world::{self, Rng, StatusWrite, cluster_info, tree};
 use super::{Defect, MEMBERS, TICK, World};
 use crate::lifecycle::outbox::{Batch, Outbox};
 use crate::lifecycle::tidy::{self, Intake};
-use crate::lifecycle::{Book, Created, Finalizer, Held, Intent, Member, Ms, Record, gc};
+use crate::lifecycle::{
+    Book, Created, Finalizer, Held, Intent, Member, Ms, Phase, Record, RequeueReason, gc,
+};
 use crate::scheduler::{Config, Scheduler};
 
 /// The controller process: all it has is memory, lost on a crash.
@@ -191,7 +193,15 @@ impl Process {
             let submitted = j.submitted;
             if self
                 .book
-                .track(&mut self.sched, &uid, label, &spec, submitted, durable)
+                .track(
+                    &mut self.sched,
+                    &uid,
+                    label,
+                    &spec,
+                    Some(j.generation),
+                    submitted,
+                    durable,
+                )
                 .is_some()
             {
                 w.log(format!("track {uid}"));
@@ -285,6 +295,13 @@ impl Process {
                 self.book.sent.read(&u, &c, found, now);
             }
         }
+        // Where each job's copy runs before this pass: a take-back as edited is judged by it.
+        let placed: BTreeMap<String, String> = self
+            .book
+            .iter()
+            .filter(|(_, e)| matches!(e.record.phase, Phase::Dispatched | Phase::Running))
+            .filter_map(|(u, e)| Some((u.clone(), e.record.cluster.clone()?)))
+            .collect();
         // Every job stepped, one cycle.
         let intents = {
             let world: &World = w;
@@ -298,11 +315,10 @@ impl Process {
                         *since = (*since as i64).saturating_add(clock).max(0) as Ms;
                     }
                 }
-                s.spec = world
-                    .jobs
-                    .get(uid)
-                    .map(|j| j.spec.1.clone())
-                    .unwrap_or_default();
+                if let Some(j) = world.jobs.get(uid) {
+                    s.spec = j.spec.1.clone();
+                    s.generation = Some(j.generation);
+                }
                 s
             };
             let mut specs = spec;
@@ -311,6 +327,11 @@ impl Process {
                 .pass(&mut self.sched, &mut specs, &mut seen, now, admit)
         };
         for (uid, i) in intents {
+            if i == Intent::Requeued(RequeueReason::SpecChanged)
+                && let Some(c) = placed.get(&uid)
+            {
+                ck.respecced(w, &uid, c);
+            }
             self.execute(w, ck, &uid, i);
         }
         self.write(w);
@@ -363,7 +384,7 @@ impl Process {
                     m.next_uid += 1;
                     let copy_uid = format!("{cluster}/{}", m.next_uid);
                     let now = w.now;
-                    let copy = j.start(copy_uid.clone(), now, &mut w.rng);
+                    let copy = j.start(copy_uid.clone(), now, w.runtime.cpu, &mut w.rng);
                     if let Some(m) = w.members.get_mut(&cluster) {
                         m.copies.insert(uid.to_string(), copy);
                         m.version += 1;

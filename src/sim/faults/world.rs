@@ -63,6 +63,15 @@ pub struct Pod {
     pub runs: Ms,
 }
 
+/// The hub's training runtime, which the jobs that `trains` name: its per-pod cpu, and when it
+/// is edited (drawn from a stream of its own: a run without one is the run it was before).
+#[derive(Clone, Debug, Default)]
+pub struct Runtime {
+    pub cpu: u32,
+    /// When it is edited next (ascending).
+    pub edits: Vec<Ms>,
+}
+
 /// A job's copy on a member.
 #[derive(Clone, Debug)]
 pub struct SimCopy {
@@ -107,12 +116,15 @@ pub struct HubJob {
     pub cpu: u32,
     pub runs: Ms,
     pub generation: i64,
+    /// A TrainJob's stand-in: its pods ask for the per-pod cpu of the hub's training runtime
+    /// ([`Runtime`]), not its own `cpu`, so an edit of the runtime changes how it reads while
+    /// its generation stays.
+    pub trains: bool,
     pub deleted: bool,
     /// Creation time, seconds.
     pub submitted: u64,
-    /// Its spec as the controller reads it, and its pods (kept current by [`HubJob::read`]).
+    /// Its spec as the controller reads it (kept current by [`HubJob::read`]).
     pub spec: Spec,
-    pub expected: u32,
 }
 
 impl HubJob {
@@ -122,16 +134,22 @@ impl HubJob {
         format!("{}/{}", self.namespace, self.name)
     }
 
-    /// Reads the manifest as the controller does (after every edit).
-    pub fn read(&mut self) {
-        let w = interpret(&self.manifest()).map_err(|e| e.to_string());
-        self.expected = w.as_ref().map_or(0, |w| w.pod_count() as u32);
+    /// Whole CPUs per pod of a copy made now, under a training runtime of `runtime` cpu.
+    pub fn pod_cpu(&self, runtime: u32) -> u32 {
+        if self.trains { runtime } else { self.cpu }
+    }
+
+    /// Reads the manifest as the controller does (after every edit of it or of the training
+    /// runtime, of `runtime` cpu per pod).
+    pub fn read(&mut self, runtime: u32) {
+        let w = interpret(&self.manifest(runtime)).map_err(|e| e.to_string());
         self.spec = spec_of(w);
     }
 
-    pub fn manifest(&self) -> Value {
+    pub fn manifest(&self, runtime: u32) -> Value {
+        let cpu = self.pod_cpu(runtime);
         let container = json!({"name": "main", "image": "busybox",
-            "resources": {"requests": {"cpu": self.cpu.to_string()}}});
+            "resources": {"requests": {"cpu": cpu.to_string()}}});
         let meta = json!({"name": self.name, "namespace": self.namespace, "uid": self.uid,
             "generation": self.generation});
         match self.shape {
@@ -151,8 +169,9 @@ impl HubJob {
         }
     }
 
-    /// The pods a new copy starts with, the first starting at `now + delay`.
-    pub fn start(&self, uid: String, now: Ms, rng: &mut Rng) -> SimCopy {
+    /// The pods a new copy starts with, the first starting at `now + delay`, under a training
+    /// runtime of `runtime` cpu per pod (a member's runtime is the hub's).
+    pub fn start(&self, uid: String, now: Ms, runtime: u32, rng: &mut Rng) -> SimCopy {
         let mut pods = Vec::new();
         let mut to_start = 0;
         let at = |rng: &mut Rng| now + 1_000 + rng.below(3) * 1_000;
@@ -205,7 +224,7 @@ impl HubJob {
             pods,
             par,
             to_start,
-            cpu: self.cpu,
+            cpu: self.pod_cpu(runtime),
             outcome: None,
             done_at: None,
             deleting: None,
