@@ -435,9 +435,14 @@ impl Record {
     }
 
     /// This record, held by the hub, is of the admission `n` is in: placed on the same member,
-    /// admitted at the same time, after as many take-backs.
+    /// admitted at the same time, after as many take-backs; and it no longer lists an old copy
+    /// on that member to go. (While it does, any copy there is one to delete
+    /// ([`Record::removes_from`]): a copy created then would be deleted on the strength of
+    /// that record, its own take-back not yet on the hub.)
     pub fn records_admission(&self, n: &Record) -> bool {
-        n.cluster.as_deref().is_some_and(|c| self.places_on(c))
+        n.cluster
+            .as_deref()
+            .is_some_and(|c| self.places_on(c) && !self.orphans.contains_key(c))
             && self.admitted_at == n.admitted_at
             && self.requeues == n.requeues
     }

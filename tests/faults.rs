@@ -264,6 +264,21 @@ fn checker_catches_a_running_job_taken_back_for_an_edit_of_its_training_runtime(
 }
 
 #[test]
+fn a_copy_is_created_only_once_the_hub_no_longer_lists_an_old_copy_on_its_member() {
+    // Seed 6167 (found in the 10,000-seed run): a job taken back from member-a and admitted
+    // there again; its old copy gone, but the record on the hub still listed it to go when the
+    // new copy was created. The job, preempted at once, had that new copy deleted on the
+    // strength of the stale listing before its take-back reached the hub (invariant 3). The
+    // create now waits until the hub holds this admission without it.
+    let o = run(&Options {
+        seed: 6167,
+        partition: Partition::Replace,
+        ..Options::default()
+    });
+    assert_eq!(o.violation, None, "{}", report(&o));
+}
+
+#[test]
 fn a_copy_is_created_only_for_the_admission_the_hub_holds() {
     // Seed 9813 (both policies, found in the 10,000-seed run): a job admitted to member-c is
     // preempted and admitted to member-c again while its take-back record is on its way. The

@@ -140,6 +140,13 @@ fn the_copy_waits_for_this_admission_not_an_earlier_one_to_the_same_member() {
     };
     let (_, out) = Obs::of(&again, 5_000).hub(Some(first)).step(&again);
     assert!(!creates(&out), "{out:?}");
+    // Fault seed 6167: the hub holds this admission, but still lists the old copy on member-a
+    // to go (gone since; the record saying so still on its way). A copy created now would be
+    // deleted on the strength of that record, its own take-back not yet on the hub.
+    let mut stale = again.clone();
+    stale.orphans.insert("member-a".into(), 3_000);
+    let (_, out) = Obs::of(&again, 5_000).hub(Some(stale)).step(&again);
+    assert!(!creates(&out), "{out:?}");
     let (_, out) = Obs::of(&again, 5_000).step(&again);
     assert!(creates(&out), "{out:?}");
 }
