@@ -38,6 +38,7 @@ async fn a_job_whose_only_member_is_avoided_is_never_rejected() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("avoid");
     let hub = setup(&[&ns], root(vec![leaf("avoid", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let controller = Controller::start("avoid", &QUICK_TAKE_BACK).await;
     let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         let seen = std::sync::Arc::new(Mutex::new(Vec::<QueuedJobState>::new()));
@@ -98,6 +99,7 @@ async fn a_job_whose_only_member_is_avoided_is_never_rejected() {
             states.contains(&QueuedJobState::Queued),
             "states seen: {states:?}"
         );
+        dog.assert_clean("avoid").await;
     }))
     .await;
     finish(&hub, &[&ns], vec![controller], outcome).await;
@@ -429,6 +431,8 @@ async fn a_job_kind_installed_after_the_start_is_handled() {
             .await
             .expect("the CRD back");
         hub::wait_established(&hub, name).await;
+        // Watched from here: the hub's XGBoostJobs can be watched only once their CRD is back.
+        let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
         let res = json!([{"name": "xgboost", "image": "registry.k8s.io/pause:3.10",
                           "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
                                         "limits": {"cpu": "100m", "memory": "64Mi"}}}]);
@@ -452,6 +456,7 @@ async fn a_job_kind_installed_after_the_start_is_handled() {
             "{}",
             controller.log_tail()
         );
+        dog.assert_clean("late").await;
     }))
     .await;
     // The fleet keeps its CRD whatever happened.

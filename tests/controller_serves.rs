@@ -351,6 +351,7 @@ async fn a_member_whose_operator_does_not_act_is_not_chosen_for_that_kind() {
     let _lock = HUB.lock().unwrap_or_else(|e| e.into_inner());
     let ns = unique_name("stall");
     let hub = setup(&[&ns], root(vec![leaf("stall", &ns)])).await;
+    let dog = Watchdog::start(&hub, &fleet::MEMBERS, &[&ns]).await;
     let controller = Controller::start("stall", &[]).await;
     // CPU only, so that the two MPIJobs would both fit member-a at once.
     let cpu_only = |name: &str| {
@@ -416,6 +417,7 @@ async fn a_member_whose_operator_does_not_act_is_not_chosen_for_that_kind() {
             assert!(st.cluster.is_none(), "dispatched to a stalled member: {st:?}");
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+        dog.assert_clean("stall").await;
     }))
     .await;
     drop(paused);
