@@ -187,6 +187,8 @@ impl Book {
                 if !self.submit(sched, &mut e, spec) && durable.is_none() {
                     return None;
                 }
+                // Judged as it reads now: the record's spec is this generation's.
+                e.record.generation = generation;
                 if durable.is_none() {
                     let (transition, note) = match &spec.0 {
                         Err(msg) if msg.starts_with(super::REFUSED_BY_HUB) => {
