@@ -551,7 +551,7 @@ pub enum Created {
 }
 
 /// What the driver observed for one job.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Seen {
     pub now: Ms,
     /// Digest of the hub job's spec now.

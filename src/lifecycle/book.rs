@@ -164,9 +164,9 @@ impl Book {
                 // Charged as admitted: the job may read otherwise now (a training runtime
                 // edited) while its copy runs as it was made.
                 let w = if r.spec != spec.1 {
-                    deleted::as_charged(w, r)
+                    std::borrow::Cow::Owned(deleted::as_charged(w, r))
                 } else {
-                    w.clone()
+                    std::borrow::Cow::Borrowed(w)
                 };
                 match sched.restore(&w, submitted, &c, &r.placement) {
                     Submitted::Queued(id) | Submitted::Inadmissible(id, _) => e.id = Some(id),

@@ -62,8 +62,6 @@ fn creates_beside(now: Ms, again: bool) -> Vec<Intent> {
     let mut seen = |uid: &str, r: &Record| Seen {
         now,
         spec: D.into(),
-        generation: None,
-        hub: None,
         here: r.cluster.as_ref().map(|_| Member::Answering(None)),
         orphans: r
             .orphans
@@ -77,8 +75,7 @@ fn creates_beside(now: Ms, again: bool) -> Vec<Intent> {
                 (c.clone(), m)
             })
             .collect(),
-        created: None,
-        versions: Default::default(),
+        ..Seen::default()
     };
     book.pass(&mut sched, &mut specs, &mut seen, now, false)
         .into_iter()
@@ -153,12 +150,8 @@ fn a_deleted_job_known_from_its_record_is_kept_until_its_copy_is_gone() {
         let mut seen = |_: &str, _: &Record| Seen {
             now: 1_000,
             spec: D.into(),
-            generation: None,
-            hub: None,
             here: Some(here.clone()),
-            orphans: Default::default(),
-            created: None,
-            versions: Default::default(),
+            ..Seen::default()
         };
         book.pass(&mut sched, &mut specs, &mut seen, 1_000, false);
     };
@@ -301,12 +294,8 @@ fn creates_go_out_a_few_at_a_time_per_member() {
         let mut seen = |_: &str, r: &Record| Seen {
             now: 1_000,
             spec: D.into(),
-            generation: None,
-            hub: None,
             here: r.cluster.as_ref().map(|_| Member::Answering(None)),
-            orphans: BTreeMap::new(),
-            created: None,
-            versions: Default::default(),
+            ..Seen::default()
         };
         book.pass(sched, &mut specs, &mut seen, 1_000, false)
             .into_iter()
@@ -390,13 +379,10 @@ fn a_running_job_that_reads_otherwise_at_its_generation_runs_on_after_a_restart(
             now: 1_000,
             spec: reads_now.1.clone(),
             generation: Some(generation),
-            hub: None,
             here: Some(Member::Answering(
                 (phase == Phase::Running).then(|| copy("c1")),
             )),
-            orphans: BTreeMap::new(),
-            created: None,
-            versions: Default::default(),
+            ..Seen::default()
         };
         let out = book.pass(&mut sched, &mut specs, &mut seen, 1_000, false);
         let taken_back = out

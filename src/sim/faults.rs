@@ -143,8 +143,11 @@ impl World {
         self.trace.push(format!("{:>5}s {line}", self.now / 1000));
     }
 
+    /// What a controller observes of the job `uid` whose record is `r`: its spec as read now
+    /// and the generation it was read at, and each member the record names.
     fn seen(&self, uid: &str, r: &Record) -> Seen {
-        let expected = self.jobs.get(uid).map_or(0, |j| r.expected_pods(&j.spec));
+        let job = self.jobs.get(uid);
+        let expected = job.map_or(0, |j| r.expected_pods(&j.spec));
         let member = |c: &str| {
             self.members
                 .get(c)
@@ -156,8 +159,8 @@ impl World {
             .collect();
         Seen {
             now: self.now,
-            spec: String::new(),
-            generation: None,
+            spec: job.map(|j| j.spec.1.clone()).unwrap_or_default(),
+            generation: job.map(|j| j.generation),
             hub: None,
             here: r.cluster.as_deref().map(member),
             orphans: r.orphans.keys().map(|c| (c.clone(), member(c))).collect(),

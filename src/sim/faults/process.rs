@@ -315,10 +315,6 @@ impl Process {
                         *since = (*since as i64).saturating_add(clock).max(0) as Ms;
                     }
                 }
-                if let Some(j) = world.jobs.get(uid) {
-                    s.spec = j.spec.1.clone();
-                    s.generation = Some(j.generation);
-                }
                 s
             };
             let mut specs = spec;
