@@ -12,8 +12,6 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
 use tokio::sync::mpsc;
 
-use super::brain::truncate;
-
 /// Events published at once.
 const IN_FLIGHT: usize = 8;
 /// Events waiting to be published at most.
@@ -70,4 +68,16 @@ impl Events {
             }
         }
     }
+}
+
+/// `s` cut to at most `max` bytes (at a character boundary), with an ellipsis when cut.
+pub(super) fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
 }

@@ -74,21 +74,44 @@ pub(super) enum Done {
     },
 }
 
+/// Member I/O under way off the loop.
+pub(super) struct Flight {
+    /// Member I/O finished off the sync loop, read at the start of the next pass.
+    pub done_tx: tokio::sync::mpsc::UnboundedSender<Done>,
+    pub done_rx: tokio::sync::mpsc::UnboundedReceiver<Done>,
+    /// Member writes under way: (job, member).
+    pub in_flight: std::collections::BTreeSet<(String, String)>,
+    /// Fresh reads of members under way: (job, member) ([`super::reads`]).
+    pub reading: std::collections::BTreeSet<(String, String)>,
+}
+
+impl Default for Flight {
+    fn default() -> Flight {
+        let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+        Flight {
+            done_tx,
+            done_rx,
+            in_flight: Default::default(),
+            reading: Default::default(),
+        }
+    }
+}
+
 impl Brain {
     /// The queue of a followed job (kept while it is out of the scheduler).
     fn queue_of(&self, uid: &str) -> String {
-        if let Some(id) = self.book.get(uid).and_then(|e| e.id) {
-            return self.sched.queue_name(id).to_string();
+        if let Some(id) = self.core.book.get(uid).and_then(|e| e.id) {
+            return self.core.sched.queue_name(id).to_string();
         }
-        let j = self.jobs.get(uid);
+        let j = self.hubjobs.jobs.get(uid);
         j.and_then(|j| j.queue.clone())
-            .or_else(|| j.and_then(|j| self.sched.queue_of_namespace(&j.namespace)))
+            .or_else(|| j.and_then(|j| self.core.sched.queue_of_namespace(&j.namespace)))
             .unwrap_or_default()
     }
 
     /// Reads the writes that finished off the loop since the last pass.
     pub(super) fn collect_done(&mut self) {
-        while let Ok(d) = self.done_rx.try_recv() {
+        while let Ok(d) = self.flight.done_rx.try_recv() {
             match d {
                 Done::Created {
                     uid,
@@ -96,17 +119,25 @@ impl Brain {
                     admitted_at,
                     result,
                 } => {
-                    self.in_flight.remove(&(uid.clone(), cluster.clone()));
+                    self.flight
+                        .in_flight
+                        .remove(&(uid.clone(), cluster.clone()));
                     if let Ok((_, version)) = &result {
                         // Absence counts only from a view that has reached it.
-                        self.book
+                        self.core
+                            .book
                             .sent
                             .landed(&uid, &cluster, *version, super::now_ms());
                     }
-                    let label = self.jobs.get(&uid).map(|j| j.label()).unwrap_or_default();
+                    let label = self
+                        .hubjobs
+                        .jobs
+                        .get(&uid)
+                        .map(|j| j.label())
+                        .unwrap_or_default();
                     // Only for the admission it was made for: the job may have been taken
                     // back and admitted again (another plan) while the create was out.
-                    let record = self.book.get(&uid).map(|e| &e.record);
+                    let record = self.core.book.get(&uid).map(|e| &e.record);
                     let current = record.is_some_and(|r| {
                         r.phase == Phase::Admitted
                             && r.cluster.as_deref() == Some(&cluster)
@@ -131,7 +162,7 @@ impl Brain {
                             Created::Ok { uid: copy_uid }
                         }
                         Err((message, failure, earlier)) => {
-                            self.metrics.dispatch_error(&cluster, failure);
+                            self.ctx.metrics.dispatch_error(&cluster, failure);
                             tracing::warn!(job = %label, %cluster, error = %message, "dispatch failed");
                             if earlier {
                                 self.delete_copy(
@@ -144,7 +175,7 @@ impl Brain {
                         }
                     };
                     if current {
-                        self.book.created(&uid, created);
+                        self.core.book.created(&uid, created);
                     }
                 }
                 Done::Records { freeing, out } => self.records_landed(freeing, out),
@@ -170,7 +201,9 @@ impl Brain {
                     cluster,
                     result,
                 } => {
-                    self.in_flight.remove(&(uid.clone(), cluster.clone()));
+                    self.flight
+                        .in_flight
+                        .remove(&(uid.clone(), cluster.clone()));
                     match result {
                         Ok(true) => tracing::info!(job = %uid, %cluster, "copy deleted"),
                         Ok(false) => {}
@@ -191,9 +224,9 @@ impl Brain {
                 Intent::Delete { cluster, why } => self.delete_copy(&uid, &cluster, &why),
                 Intent::Requeued(why) => {
                     let queue = self.queue_of(&uid);
-                    self.metrics.requeued(&queue, why);
+                    self.ctx.metrics.requeued(&queue, why);
                     if why == RequeueReason::Preempted
-                        && let Some(c) = self.book.get(&uid).and_then(|e| {
+                        && let Some(c) = self.core.book.get(&uid).and_then(|e| {
                             e.record
                                 .orphans
                                 .iter()
@@ -201,9 +234,9 @@ impl Brain {
                                 .map(|(c, _)| c.clone())
                         })
                     {
-                        self.metrics.preempted(&queue, &c);
+                        self.ctx.metrics.preempted(&queue, &c);
                     }
-                    if let Some(j) = self.jobs.get_mut(&uid) {
+                    if let Some(j) = self.hubjobs.jobs.get_mut(&uid) {
                         j.queued_at = jiff::Timestamp::now();
                         j.forget_placement();
                     }
@@ -211,6 +244,7 @@ impl Brain {
                 Intent::Ended { succeeded } => {
                     let queue = self.queue_of(&uid);
                     let cluster = self
+                        .core
                         .book
                         .get(&uid)
                         .and_then(|e| e.record.cluster.clone())
@@ -220,14 +254,14 @@ impl Brain {
                     } else {
                         Outcome::Failed
                     };
-                    self.metrics.finished(&queue, &cluster, outcome);
+                    self.ctx.metrics.finished(&queue, &cluster, outcome);
                     if succeeded {
                         self.record_run(&uid);
                     }
                 }
                 Intent::Event { transition, note } => self.transition(&uid, transition, note),
                 Intent::WakeAt(at) => {
-                    self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+                    self.core.next_wake = Some(self.core.next_wake.map_or(at, |w| w.min(at)));
                 }
                 Intent::Release | Intent::Submit => {}
             }
@@ -238,30 +272,34 @@ impl Brain {
     fn transition(&mut self, uid: &str, t: Transition, note: String) {
         let queue = self.queue_of(uid);
         let cluster = self
+            .core
             .book
             .get(uid)
             .and_then(|e| e.record.cluster.clone())
             .unwrap_or_default();
         match t {
-            Transition::Queued => self.metrics.submitted(&queue),
-            Transition::Rejected | Transition::Malformed => self.metrics.rejected(&queue),
+            Transition::Queued => self.ctx.metrics.submitted(&queue),
+            Transition::Rejected | Transition::Malformed => self.ctx.metrics.rejected(&queue),
             Transition::Admitted => {
-                self.metrics.admitted(&queue, &cluster);
-                if let Some(j) = self.jobs.get_mut(uid) {
+                self.ctx.metrics.admitted(&queue, &cluster);
+                if let Some(j) = self.hubjobs.jobs.get_mut(uid) {
                     let waited = jiff::Timestamp::now().duration_since(j.queued_at);
-                    self.metrics
+                    self.ctx
+                        .metrics
                         .wait_time(&queue, waited.as_secs_f64().max(0.0));
                     j.forget_placement();
                 }
             }
-            Transition::Dispatched => self.metrics.dispatched(&queue, &cluster),
+            Transition::Dispatched => self.ctx.metrics.dispatched(&queue, &cluster),
             _ => {}
         }
         if t == Transition::Admitted {
             // The copy is created on the pass after the admission is written: soon.
-            self.next_wake = Some(super::now_ms());
+            self.core.next_wake = Some(super::now_ms());
         }
-        let Some(j) = self.jobs.get(uid) else { return };
+        let Some(j) = self.hubjobs.jobs.get(uid) else {
+            return;
+        };
         let said = t.as_str().to_lowercase();
         if t.warning() {
             tracing::warn!(job = %j.label(), "{said}: {note}");
@@ -269,17 +307,18 @@ impl Brain {
             tracing::info!(job = %j.label(), "{said}: {note}");
         }
         // Published off the sync loop: Events are reports, never decisions.
-        self.events
+        self.ctx
+            .events
             .send(j.object_ref(uid), t.warning(), t.as_str(), &note);
     }
 
     /// Creates the job's copy on `cluster` (its admission is durable), off the sync loop.
     fn create_copy(&mut self, uid: &str, cluster: &str) {
         let key = (uid.to_string(), cluster.to_string());
-        if !self.leadership.is_leader() || self.in_flight.contains(&key) {
+        if !self.ctx.leadership.is_leader() || self.flight.in_flight.contains(&key) {
             return;
         }
-        let (Some(e), Some(j)) = (self.book.get(uid), self.jobs.get(uid)) else {
+        let (Some(e), Some(j)) = (self.core.book.get(uid), self.hubjobs.jobs.get(uid)) else {
             return;
         };
         // What is dispatched is what was admitted.
@@ -287,7 +326,7 @@ impl Brain {
         if e.record.spec != j.spec.1 {
             return;
         }
-        let Some(m) = self.members.get(cluster) else {
+        let Some(m) = self.fleet.members.get(cluster) else {
             return;
         };
         if !m.jobs.contains_key(&j.kind) {
@@ -297,18 +336,19 @@ impl Brain {
                 "{cluster} does not serve {} (no CRD for it when muster connected)",
                 j.kind
             );
-            let _ = self.done_tx.send(Done::Created {
+            let _ = self.flight.done_tx.send(Done::Created {
                 uid: uid.to_string(),
                 cluster: cluster.to_string(),
                 admitted_at: e.record.admitted_at,
                 result: Err((message, DispatchFailure::Refused, false)),
             });
-            self.rediscover
+            self.fleet
+                .rediscover
                 .entry(cluster.to_string())
                 .or_insert_with(std::time::Instant::now);
             return;
         }
-        let Some(hub) = self.stores.job(j.kind, &j.namespace, &j.name) else {
+        let Some(hub) = self.ctx.stores.job(j.kind, &j.namespace, &j.name) else {
             return;
         };
         // The copy is built from the hub job as the digest above judged it: an edit that landed
@@ -326,7 +366,7 @@ impl Brain {
             &hub_value,
             w,
             uid,
-            &self.opts.origin,
+            &self.ctx.opts.origin,
             &e.record.placement,
             gates,
         );
@@ -336,6 +376,7 @@ impl Brain {
         }
         // A namespace muster makes on the member enforces what the hub's does.
         let ns_labels = self
+            .ctx
             .stores
             .namespaces
             .get(&kube::runtime::reflector::ObjectRef::new(&j.namespace))
@@ -344,14 +385,14 @@ impl Brain {
         let (client, kind, tx, wake, permits, leadership) = (
             m.client.clone(),
             j.kind,
-            self.done_tx.clone(),
-            self.wake.clone(),
+            self.flight.done_tx.clone(),
+            self.ctx.wake.clone(),
             m.writes.clone(),
-            self.leadership.clone(),
+            self.ctx.leadership.clone(),
         );
-        self.in_flight.insert(key);
+        self.flight.in_flight.insert(key);
         // Until its answer says where it landed, no view proves the copy absent.
-        self.book.sent.sending(uid, cluster, super::now_ms());
+        self.core.book.sent.sending(uid, cluster, super::now_ms());
         let (uid, cluster) = (uid.to_string(), cluster.to_string());
         tokio::spawn(async move {
             // Never closed: a permit always comes.
@@ -384,8 +425,11 @@ impl Brain {
 
     /// Deletes the job's copy on `cluster` (the record saying why is durable), off the loop.
     pub(super) fn delete_copy(&mut self, uid: &str, cluster: &str, why: &str) {
-        let Some(j) = self.jobs.get(uid) else { return };
+        let Some(j) = self.hubjobs.jobs.get(uid) else {
+            return;
+        };
         if self
+            .flight
             .in_flight
             .contains(&(uid.to_string(), cluster.to_string()))
         {
@@ -394,6 +438,7 @@ impl Brain {
         let (kind, ns, name) = (j.kind, j.namespace.clone(), j.name.clone());
         // Already going: nothing to ask again.
         if self
+            .fleet
             .members
             .get(cluster)
             .and_then(|m| m.copy_of(kind, uid))
@@ -415,18 +460,18 @@ impl Brain {
         name: &str,
     ) {
         let key = (uid.to_string(), cluster.to_string());
-        if !self.leadership.is_leader() || self.in_flight.contains(&key) {
+        if !self.ctx.leadership.is_leader() || self.flight.in_flight.contains(&key) {
             return;
         }
-        let Some(m) = self.members.get(cluster) else {
+        let Some(m) = self.fleet.members.get(cluster) else {
             return;
         };
         let (client, tx, wake, permits, leadership) = (
             m.client.clone(),
-            self.done_tx.clone(),
-            self.wake.clone(),
+            self.flight.done_tx.clone(),
+            self.ctx.wake.clone(),
             m.writes.clone(),
-            self.leadership.clone(),
+            self.ctx.leadership.clone(),
         );
         let (uid, cluster, ns, name) = (
             uid.to_string(),
@@ -434,7 +479,7 @@ impl Brain {
             ns.to_string(),
             name.to_string(),
         );
-        self.in_flight.insert(key);
+        self.flight.in_flight.insert(key);
         tokio::spawn(async move {
             let _permit = permits.acquire_owned().await;
             // Fenced where it leaves, as a create is.

@@ -39,7 +39,7 @@ impl Brain {
     /// (`lifecycle::tidy`, `Book::keep`): at most [`PER_PASS`] patches per pass, one per
     /// QueuedJob at a time; only the leader changes finalizers.
     pub(super) fn change_finalizers(&mut self, changes: Vec<(Arc<QueuedJob>, Finalizer)>) {
-        if !self.leadership.is_leader() {
+        if !self.ctx.leadership.is_leader() {
             return;
         }
         let mut sent = 0;
@@ -68,10 +68,10 @@ impl Brain {
                     "resourceVersion": qj.resource_version(),
                 }
             });
-            let api: Api<QueuedJob> = Api::namespaced(self.hub.clone(), &ns);
+            let api: Api<QueuedJob> = Api::namespaced(self.ctx.hub.clone(), &ns);
             let (name, leadership, finalizing) = (
                 qj.name_any(),
-                self.leadership.clone(),
+                self.ctx.leadership.clone(),
                 self.finalizing.clone(),
             );
             finalizing.insert(key.clone());
@@ -112,14 +112,15 @@ impl Brain {
         let Some(kind) = JobKind::from_type(&r.api_version, &r.kind) else {
             return false;
         };
-        let Some(store) = self.stores.jobs.get(&kind) else {
+        let Some(store) = self.ctx.stores.jobs.get(&kind) else {
             return false;
         };
         if !store.is_ready() {
             return false;
         }
         let ns = qj.namespace().unwrap_or_default();
-        self.stores
+        self.ctx
+            .stores
             .job(kind, &ns, &qj.spec.job_ref.name)
             .is_none_or(|j| {
                 j.metadata.uid.as_deref() != Some(uid) || j.metadata.deletion_timestamp.is_some()

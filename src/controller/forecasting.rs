@@ -52,13 +52,14 @@ struct Outcome {
 impl Brain {
     /// What a followed job declares about its run time, and its history key.
     fn declared(&self, uid: &str) -> Option<Declared> {
-        let j = self.jobs.get(uid)?;
+        let j = self.hubjobs.jobs.get(uid)?;
         let w = j.spec.0.as_ref().ok()?;
         let queue = self
+            .core
             .book
             .get(uid)
             .and_then(|e| e.id)
-            .map(|id| self.sched.queue_name(id).to_string())
+            .map(|id| self.core.sched.queue_name(id).to_string())
             .or_else(|| j.queue.clone())
             .unwrap_or_default();
         Some(Declared {
@@ -71,14 +72,15 @@ impl Brain {
     /// A followed job's expected run time and where it came from.
     pub(super) fn expected_runtime(&self, uid: &str) -> (Ms, Source) {
         match self.declared(uid) {
-            Some(d) => d.expected(&self.forecasts.history, &self.opts.runtime_rules),
-            None => (self.opts.runtime_rules.default, Source::Default),
+            Some(d) => d.expected(&self.forecasts.history, &self.ctx.opts.runtime_rules),
+            None => (self.ctx.opts.runtime_rules.default, Source::Default),
         }
     }
 
     /// A job ran to success: its run time (admission to end) joins its queue × shape history.
     pub(super) fn record_run(&mut self, uid: &str) {
         let Some(started) = self
+            .core
             .book
             .get(uid)
             .and_then(|e| e.record.admitted_at.or(e.record.dispatched_at))
@@ -117,15 +119,15 @@ impl Brain {
         {
             self.save_history().await;
         }
-        let every = self.opts.estimate_interval;
+        let every = self.ctx.opts.estimate_interval;
         let due = self.forecasts.started.is_none_or(|t| t.elapsed() >= every);
         if every.is_zero() || self.forecasts.task.is_some() || !due {
             return;
         }
         self.forecasts.started = Some(Instant::now());
         let (inputs, jobs, arrivals, runtimes, queues) = self.forecast_inputs(super::now_ms());
-        let copy = self.sched.clone();
-        let wake = self.wake.clone();
+        let copy = self.core.sched.clone();
+        let wake = self.ctx.wake.clone();
         self.forecasts.task = Some(tokio::task::spawn_blocking(move || {
             let t = Instant::now();
             let est = forecast::forecast(copy, &inputs);
@@ -157,19 +159,19 @@ impl Brain {
     ) {
         let mut inputs = Inputs {
             now,
-            default_runtime: self.opts.runtime_rules.default,
+            default_runtime: self.ctx.opts.runtime_rules.default,
             ..Inputs::default()
         };
         let mut jobs = Vec::new();
         let mut arrivals = Vec::new();
         let mut runtimes = HashMap::new();
         let mut queues = HashMap::new();
-        for (uid, e) in self.book.iter() {
+        for (uid, e) in self.core.book.iter() {
             let (ms, source) = self.expected_runtime(uid);
             match e.id {
                 Some(id) => {
-                    queues.insert(uid.clone(), self.sched.queue_name(id).to_string());
-                    match self.sched.state(id) {
+                    queues.insert(uid.clone(), self.core.sched.queue_name(id).to_string());
+                    match self.core.sched.state(id) {
                         JobState::Admitted { .. } => {
                             let started = e.record.admitted_at.unwrap_or(now);
                             let left = runtime::remaining(started, ms, now);
@@ -186,7 +188,8 @@ impl Brain {
                     }
                 }
                 None => {
-                    let (Some(until), Some(j)) = (e.record.backoff_until, self.jobs.get(uid))
+                    let (Some(until), Some(j)) =
+                        (e.record.backoff_until, self.hubjobs.jobs.get(uid))
                     else {
                         continue;
                     };
@@ -253,13 +256,13 @@ impl Brain {
             took_ms = o.took.as_millis() as u64,
             "forecast made"
         );
-        self.metrics.forecast(&per_queue, o.took.as_secs_f64());
+        self.ctx.metrics.forecast(&per_queue, o.took.as_secs_f64());
         self.forecasts.by_uid = by_uid;
         self.forecasts.made_at = Some(o.now);
     }
 
     async fn load_history(&mut self) {
-        let api: Api<ConfigMap> = Api::namespaced(self.hub.clone(), &self.opts.namespace);
+        let api: Api<ConfigMap> = Api::namespaced(self.ctx.hub.clone(), &self.ctx.opts.namespace);
         match api.get_opt(HISTORY_CONFIGMAP).await {
             Ok(cm) => {
                 let text = cm
@@ -286,7 +289,7 @@ impl Brain {
     }
 
     async fn save_history(&mut self) {
-        if !self.leadership.is_leader() {
+        if !self.ctx.leadership.is_leader() {
             return;
         }
         let text = match serde_json::to_string(&self.forecasts.history) {
@@ -296,7 +299,7 @@ impl Brain {
                 return;
             }
         };
-        let api: Api<ConfigMap> = Api::namespaced(self.hub.clone(), &self.opts.namespace);
+        let api: Api<ConfigMap> = Api::namespaced(self.ctx.hub.clone(), &self.ctx.opts.namespace);
         let cm = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": HISTORY_CONFIGMAP,

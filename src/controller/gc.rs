@@ -27,7 +27,7 @@ impl Brain {
         // Copies: (member, kind, namespace, name, job UID, what the hub knows of the job).
         let mut found = Vec::new();
         let mut deleting = Vec::new();
-        for (cluster, m) in &self.members {
+        for (cluster, m) in &self.fleet.members {
             if !m.synced() || m.health.failures() > 0 {
                 continue;
             }
@@ -36,7 +36,7 @@ impl Brain {
                     let labels = copy.labels();
                     // Only what muster made (its admission annotation): labels alone are
                     // anyone's to write.
-                    if labels.get(ORIGIN_LABEL) != Some(&self.opts.origin)
+                    if labels.get(ORIGIN_LABEL) != Some(&self.ctx.opts.origin)
                         || !super::dispatch::made_by_muster(&copy)
                     {
                         continue;
@@ -55,9 +55,9 @@ impl Brain {
                     }
                     let (ns, name) = (copy.namespace().unwrap_or_default(), copy.name_any());
                     // A kind the hub does not serve: nothing is known of its jobs.
-                    let hub = if !self.stores.jobs.contains_key(&kind) {
+                    let hub = if !self.ctx.stores.jobs.contains_key(&kind) {
                         HubJob::Unknown
-                    } else if self.stores.job(kind, &ns, &name).is_some_and(|hub| {
+                    } else if self.ctx.stores.job(kind, &ns, &name).is_some_and(|hub| {
                         hub.metadata.uid.as_deref() == Some(uid.as_str())
                             && hub.metadata.deletion_timestamp.is_none()
                     }) {
@@ -70,8 +70,9 @@ impl Brain {
             }
         }
         // QueuedJobs, once listed, with their namespace and what the hub says of their job.
-        let queued: Option<Vec<Listed>> = self.stores.queued.is_ready().then(|| {
-            self.stores
+        let queued: Option<Vec<Listed>> = self.ctx.stores.queued.is_ready().then(|| {
+            self.ctx
+                .stores
                 .queued
                 .state()
                 .into_iter()
@@ -112,8 +113,8 @@ impl Brain {
                 .collect()
         });
         let done = tidy::tidy(
-            &mut self.book,
-            &mut self.sched,
+            &mut self.core.book,
+            &mut self.core.sched,
             tidy::Facts {
                 gone,
                 copies: found
@@ -139,7 +140,11 @@ impl Brain {
                 .find(|(m, _, _, _, j, _)| *m == d.member && *j == d.job)
             {
                 Some((_, kind, ns, name, _, _)) => {
-                    if self.in_flight.contains(&(d.job.clone(), d.member.clone())) {
+                    if self
+                        .flight
+                        .in_flight
+                        .contains(&(d.job.clone(), d.member.clone()))
+                    {
                         continue;
                     }
                     tracing::info!(cluster = %d.member, job = %format!("{kind} {ns}/{name}"), why = %d.why, "deleting a copy");
@@ -149,17 +154,18 @@ impl Brain {
             }
         }
         for uid in &done.untracked {
-            if let Some(j) = self.jobs.get_mut(uid) {
+            if let Some(j) = self.hubjobs.jobs.get_mut(uid) {
                 j.gone = true;
                 tracing::info!(job = %j.label(), "hub job gone; its copies are deleted");
             }
         }
-        let charged: BTreeSet<String> = self.book.deleted().map(|(u, _)| u.clone()).collect();
-        let book = &self.book;
-        self.jobs
+        let charged: BTreeSet<String> = self.core.book.deleted().map(|(u, _)| u.clone()).collect();
+        let book = &self.core.book;
+        self.hubjobs
+            .jobs
             .retain(|u, j| !j.gone || book.get(u).is_some() || charged.contains(u));
         for uid in done.rewrite {
-            if let Some(j) = self.jobs.get_mut(&uid) {
+            if let Some(j) = self.hubjobs.jobs.get_mut(&uid) {
                 tracing::warn!(job = %j.label(), "its QueuedJob was deleted; writing it again");
                 j.written = None;
                 j.written_at = None;

@@ -99,9 +99,42 @@ impl Job {
     }
 }
 
+/// The hub jobs as the controller knows them beyond their records.
+pub(super) struct HubJobs {
+    /// Every followed job.
+    pub jobs: HashMap<String, Job>,
+    /// Hub jobs muster does not queue (outside the tree), by the generation last tried.
+    pub ignored: HashMap<String, i64>,
+    /// Hub jobs made again under the name of an earlier job whose QueuedJob is still kept, by
+    /// that job's UID (they wait for it to go; said once).
+    pub name_waits: HashMap<String, String>,
+    pub priorities: std::collections::BTreeMap<String, i32>,
+    /// The hub's training runtimes, which TrainJobs are read against.
+    pub runtimes: crate::workload::TrainingRuntimes,
+    /// When the hub's job kinds were last discovered.
+    pub kinds_checked: Instant,
+    /// The hub's verdicts on pod templates (server-side dry runs).
+    pub hub_checks: hubcheck::HubChecks,
+}
+
+impl HubJobs {
+    pub fn new() -> HubJobs {
+        HubJobs {
+            jobs: HashMap::new(),
+            ignored: HashMap::new(),
+            name_waits: HashMap::new(),
+            priorities: Default::default(),
+            runtimes: Default::default(),
+            kinds_checked: Instant::now(),
+            hub_checks: Default::default(),
+        }
+    }
+}
+
 impl Brain {
     pub(super) fn covered(&self, ns: &str) -> bool {
-        self.covered
+        self.tree
+            .covered
             .read()
             .map(|c| c.as_ref().is_some_and(|c| c.contains(ns)))
             .unwrap_or(false)
@@ -110,7 +143,7 @@ impl Brain {
     /// The QueuedJob status recorded for a hub job (what an earlier run decided), by its UID.
     fn recorded(&self, ns: &str, kind: JobKind, name: &str, uid: &str) -> Option<QueuedJobStatus> {
         let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
-        let qj = self.stores.queued.get(&key)?;
+        let qj = self.ctx.stores.queued.get(&key)?;
         (qj.spec.job_ref.uid == uid)
             .then(|| qj.status.clone())
             .flatten()
@@ -128,7 +161,7 @@ impl Brain {
         uid: &str,
     ) -> Option<(String, bool, Option<Record>)> {
         let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
-        let qj = self.stores.queued.get(&key)?;
+        let qj = self.ctx.stores.queued.get(&key)?;
         let other = &qj.spec.job_ref.uid;
         (other != uid).then(|| {
             let record = qj.status.as_ref().map(|st| record::from_status(st, ""));
@@ -142,7 +175,7 @@ impl Brain {
 
     /// Says once, on the hub job and in the log, that it waits for `earlier`'s record to go.
     fn wait_for_name(&mut self, uid: &str, kind: JobKind, obj: &DynamicObject, earlier: String) {
-        if self.name_waits.get(uid) == Some(&earlier) {
+        if self.hubjobs.name_waits.get(uid) == Some(&earlier) {
             return;
         }
         let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
@@ -152,8 +185,8 @@ impl Brain {
         );
         tracing::info!(job = %format!("{kind} {ns}/{name}"), "{note}");
         let oref = object_ref(kind.api_version(), kind, &ns, &name, uid);
-        self.events.send(oref, false, "WaitingForName", &note);
-        self.name_waits.insert(uid.to_string(), earlier);
+        self.ctx.events.send(oref, false, "WaitingForName", &note);
+        self.hubjobs.name_waits.insert(uid.to_string(), earlier);
     }
 
     /// The job as read, once the hub's admission has judged each of its pod templates
@@ -166,7 +199,7 @@ impl Brain {
         read: Result<Workload, String>,
     ) -> Option<Result<Workload, String>> {
         let w = match read {
-            Ok(w) if self.opts.hub_pod_admission => w,
+            Ok(w) if self.ctx.opts.hub_pod_admission => w,
             other => return Some(other),
         };
         let templates = hubcheck::templates(job, &w);
@@ -175,6 +208,7 @@ impl Brain {
         }
         let policy = self.namespace_policy(ns);
         let judged = self
+            .hubjobs
             .hub_checks
             .judge(ns, &policy, &templates, Instant::now());
         for t in judged.ask {
@@ -189,7 +223,8 @@ impl Brain {
 
     /// What a verdict in namespace `ns` depends on: its pod-security labels.
     fn namespace_policy(&self, ns: &str) -> String {
-        self.stores
+        self.ctx
+            .stores
             .namespaces
             .get(&reflector::ObjectRef::new(ns))
             .map(|n| hubcheck::policy_key(n.labels()))
@@ -199,10 +234,10 @@ impl Brain {
     /// Sends one template to the hub as a dry-run Pod create, off the loop.
     fn ask_hub(&self, ns: &str, policy: &str, t: hubcheck::Template) {
         let (hub, tx, wake, permits) = (
-            self.hub.clone(),
-            self.done_tx.clone(),
-            self.wake.clone(),
-            self.hub_checks.permits.clone(),
+            self.ctx.hub.clone(),
+            self.flight.done_tx.clone(),
+            self.ctx.wake.clone(),
+            self.hubjobs.hub_checks.permits.clone(),
         );
         let (namespace, policy) = (ns.to_string(), policy.to_string());
         tokio::spawn(async move {
@@ -242,15 +277,16 @@ impl Brain {
         outcome: hubcheck::Outcome,
     ) {
         let unknown = matches!(outcome, hubcheck::Outcome::Unknown(_));
-        let changed = self
-            .hub_checks
-            .landed(&namespace, &digest, &policy, outcome, Instant::now());
+        let changed =
+            self.hubjobs
+                .hub_checks
+                .landed(&namespace, &digest, &policy, outcome, Instant::now());
         if changed {
             self.reread_waiting(&namespace);
         }
         if unknown {
             let at = super::now_ms() + hubcheck::RETRY.as_millis() as u64;
-            self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+            self.core.next_wake = Some(self.core.next_wake.map_or(at, |w| w.min(at)));
         }
     }
 
@@ -258,8 +294,8 @@ impl Brain {
     /// rejected ones, whose verdict may have changed. Placed jobs run on as admitted, as pods
     /// do when a namespace's policy changes.
     fn reread_waiting(&mut self, namespace: &str) {
-        for (uid, j) in self.jobs.iter_mut() {
-            if j.namespace == namespace && waiting(&self.book, uid) {
+        for (uid, j) in self.hubjobs.jobs.iter_mut() {
+            if j.namespace == namespace && waiting(&self.core.book, uid) {
                 j.read_again = true;
             }
         }
@@ -270,8 +306,9 @@ impl Brain {
     /// removed or added since, and the hub's verdict changes.
     fn hub_judgements_due(&mut self) {
         let now = Instant::now();
-        for (uid, j) in self.jobs.iter_mut() {
+        for (uid, j) in self.hubjobs.jobs.iter_mut() {
             let refused = self
+                .core
                 .book
                 .get(uid)
                 .is_some_and(|e| e.record.reason.starts_with(REFUSED_BY_HUB));
@@ -280,7 +317,7 @@ impl Brain {
             } else {
                 hubcheck::RECHECK
             };
-            if waiting(&self.book, uid)
+            if waiting(&self.core.book, uid)
                 && j.judged_at.is_some_and(|t| now.duration_since(t) >= every)
             {
                 j.read_again = true;
@@ -292,6 +329,7 @@ impl Brain {
     /// are judged again under the new labels.
     fn namespace_policies_changed(&mut self) {
         let now: HashMap<String, String> = self
+            .ctx
             .stores
             .namespaces
             .state()
@@ -302,7 +340,8 @@ impl Brain {
             .iter()
             // A namespace seen for the first time had no labels for the jobs judged before.
             .filter(|(ns, p)| {
-                self.hub_checks
+                self.hubjobs
+                    .hub_checks
                     .policies
                     .get(*ns)
                     .map_or(!p.is_empty(), |q| q != *p)
@@ -312,24 +351,26 @@ impl Brain {
         for ns in &changed {
             self.reread_waiting(ns);
         }
-        self.hub_checks.retain_namespaces(|ns| now.contains_key(ns));
-        self.hub_checks.policies = now;
+        self.hubjobs
+            .hub_checks
+            .retain_namespaces(|ns| now.contains_key(ns));
+        self.hubjobs.hub_checks.policies = now;
     }
 
     /// Intake: follows the hub jobs muster is responsible for (as `lifecycle::tidy::intake`
     /// says). Returns the followed jobs it no longer saw (gone: `tidy` stops following them).
     pub(super) async fn sync_jobs(&mut self) -> Vec<String> {
-        if self.opts.hub_pod_admission {
+        if self.ctx.opts.hub_pod_admission {
             self.namespace_policies_changed();
             self.hub_judgements_due();
         }
         let mut seen: HashSet<String> = HashSet::new();
         let mut exists: HashSet<String> = HashSet::new();
         let mut objs: Vec<(JobKind, Arc<DynamicObject>)> = Vec::new();
-        for (&kind, store) in &self.stores.jobs {
+        for (&kind, store) in &self.ctx.stores.jobs {
             // A kind whose watch has not listed yet (its CRD just installed) is not judged.
             if !store.is_ready() {
-                for (u, _) in self.jobs.iter().filter(|(_, j)| j.kind == kind) {
+                for (u, _) in self.hubjobs.jobs.iter().filter(|(_, j)| j.kind == kind) {
                     seen.insert(u.clone());
                     exists.insert(u.clone());
                 }
@@ -357,8 +398,8 @@ impl Brain {
             let ns = obj.namespace().unwrap_or_default();
             let name = obj.name_any();
             let generation = obj.metadata.generation.unwrap_or(0);
-            let followed = self.book.get(&uid).is_some();
-            if !followed && self.ignored.get(&uid) == Some(&generation) {
+            let followed = self.core.book.get(&uid).is_some();
+            if !followed && self.hubjobs.ignored.get(&uid) == Some(&generation) {
                 continue;
             }
             let recorded = if followed {
@@ -382,7 +423,7 @@ impl Brain {
                     },
                     (None, None) => Name::Free,
                 };
-                tidy::intake(&self.book, held, self.covered(&ns))
+                tidy::intake(&self.core.book, held, self.covered(&ns))
             };
             if intake == Intake::Leave {
                 continue;
@@ -397,9 +438,10 @@ impl Brain {
                 continue;
             }
             if !followed {
-                self.name_waits.remove(&uid);
+                self.hubjobs.name_waits.remove(&uid);
             }
             let fresh = self
+                .hubjobs
                 .jobs
                 .get(&uid)
                 .is_none_or(|j| j.generation != generation || j.read_again);
@@ -410,7 +452,8 @@ impl Brain {
                         // no apiVersion and kind for built-in kinds such as batch Jobs.
                         typed(&mut v, kind);
                         let deadline = crate::runtime::deadline(&v);
-                        let read = interpret_with(&v, &self.runtimes).map_err(|e| e.to_string());
+                        let read =
+                            interpret_with(&v, &self.hubjobs.runtimes).map_err(|e| e.to_string());
                         // Not read until the hub has judged every pod template (read again
                         // once its answer lands; a followed job keeps its last spec meanwhile).
                         let Some(read) = self.hub_admission(&ns, &v, read) else {
@@ -420,7 +463,7 @@ impl Brain {
                     }
                     Err(e) => (spec_of(Err(e.to_string())), None),
                 };
-                match self.jobs.get_mut(&uid) {
+                match self.hubjobs.jobs.get_mut(&uid) {
                     Some(j) => {
                         j.generation = generation;
                         j.read_again = false;
@@ -445,7 +488,7 @@ impl Brain {
                             new_job(kind, &ns, &name, api_version, generation, spec, queued_at);
                         j.deadline = deadline;
                         j.judged_at = Some(Instant::now());
-                        self.jobs.insert(uid.clone(), j);
+                        self.hubjobs.jobs.insert(uid.clone(), j);
                     }
                 }
             }
@@ -458,15 +501,15 @@ impl Brain {
                 .as_ref()
                 .map(|t| t.0.as_second().max(0) as u64)
                 .unwrap_or(0);
-            let Some(job) = self.jobs.get_mut(&uid) else {
+            let Some(job) = self.hubjobs.jobs.get_mut(&uid) else {
                 continue;
             };
             let durable = recorded
                 .as_ref()
                 .map(|st| record::from_status(st, &job.spec.1));
             let label = job.label();
-            match self.book.track(
-                &mut self.sched,
+            match self.core.book.track(
+                &mut self.core.sched,
                 &uid,
                 label,
                 &job.spec,
@@ -475,8 +518,8 @@ impl Brain {
                 durable,
             ) {
                 None => {
-                    self.jobs.remove(&uid);
-                    self.ignored.insert(uid, generation);
+                    self.hubjobs.jobs.remove(&uid);
+                    self.hubjobs.ignored.insert(uid, generation);
                 }
                 Some(intents) => {
                     if let Some(st) = recorded {
@@ -499,9 +542,10 @@ impl Brain {
             }
         }
         self.execute_all(intake_events).await;
-        self.ignored.retain(|u, _| exists.contains(u));
-        self.name_waits.retain(|u, _| exists.contains(u));
-        self.book
+        self.hubjobs.ignored.retain(|u, _| exists.contains(u));
+        self.hubjobs.name_waits.retain(|u, _| exists.contains(u));
+        self.core
+            .book
             .iter()
             .filter(|(u, _)| !seen.contains(*u))
             .map(|(u, _)| u.clone())
@@ -511,37 +555,41 @@ impl Brain {
     /// Job kinds whose CRD was installed on the hub after the start are watched from then on
     /// (checked every 30 s): their jobs are suspended by the webhook and must not wait forever.
     pub(super) async fn discover_kinds(&mut self) {
-        if self.kinds_checked.elapsed() < Duration::from_secs(30) {
+        if self.hubjobs.kinds_checked.elapsed() < Duration::from_secs(30) {
             return;
         }
-        self.kinds_checked = Instant::now();
+        self.hubjobs.kinds_checked = Instant::now();
         let served =
-            match tokio::time::timeout(Duration::from_secs(10), kinds::served(&self.hub)).await {
+            match tokio::time::timeout(Duration::from_secs(10), kinds::served(&self.ctx.hub)).await
+            {
                 Ok(Ok(k)) => k,
                 _ => return,
             };
         for kind in served {
-            if self.stores.jobs.contains_key(&kind) {
+            if self.ctx.stores.jobs.contains_key(&kind) {
                 continue;
             }
             tracing::info!(kind = %kind, "a job kind installed on the hub since the start: watching it");
             let ar = kinds::api_resource(kind);
-            let api: Api<DynamicObject> = Api::all_with(self.hub.clone(), &ar);
+            let api: Api<DynamicObject> = Api::all_with(self.ctx.hub.clone(), &ar);
             let w = super::members::watch(
                 api,
                 kube::runtime::watcher::Config::default(),
                 ar,
-                self.wake.clone(),
-                &mut self.stores._tasks,
+                self.ctx.wake.clone(),
+                &mut self.ctx.stores._tasks,
             );
-            self.stores.jobs.insert(kind, w);
+            self.ctx.stores.jobs.insert(kind, w);
         }
         // TrainJob installed since the start: its runtimes too (then every TrainJob is read).
-        if self.stores.jobs.contains_key(&JobKind::TrainJob) && self.stores.runtimes.is_none() {
-            let (hub, wake) = (self.hub.clone(), self.wake.clone());
-            match super::runtimes::Watches::start("hub", &hub, &wake, &mut self.stores._tasks).await
+        if self.ctx.stores.jobs.contains_key(&JobKind::TrainJob)
+            && self.ctx.stores.runtimes.is_none()
+        {
+            let (hub, wake) = (self.ctx.hub.clone(), self.ctx.wake.clone());
+            match super::runtimes::Watches::start("hub", &hub, &wake, &mut self.ctx.stores._tasks)
+                .await
             {
-                Ok(w) => self.stores.runtimes = w,
+                Ok(w) => self.ctx.stores.runtimes = w,
                 Err(e) => tracing::warn!(error = %e, "cannot watch the hub's training runtimes"),
             }
         }
@@ -549,7 +597,7 @@ impl Brain {
 
     async fn suspend(&self, kind: JobKind, ns: &str, name: &str) {
         let api: Api<DynamicObject> =
-            Api::namespaced_with(self.hub.clone(), ns, &kinds::api_resource(kind));
+            Api::namespaced_with(self.ctx.hub.clone(), ns, &kinds::api_resource(kind));
         let patch = Patch::Merge(intake::suspend_merge_patch(kind));
         match api.patch(name, &PatchParams::default(), &patch).await {
             Ok(_) => {

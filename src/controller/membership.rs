@@ -3,7 +3,7 @@
 //! the others), described to the core (nodes, reachability, what other pods use), and their
 //! status written back (Ready, nodes, allocatable and free capacity, last contact).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,9 +19,37 @@ use super::owned;
 use super::reports::Report;
 use super::secret_ref;
 use crate::fleet::ClusterInfo;
+use crate::lifecycle::Ms;
 use crate::quantity::{Quantity, ResourceList};
 use crate::resources::MAX_JOBS;
 use crate::scheduler::JobState;
+
+/// The members as this replica knows them.
+#[derive(Default)]
+pub(super) struct Fleet {
+    pub members: BTreeMap<String, Member>,
+    /// New connections of connected members, swapped in once in sync.
+    pub incoming: BTreeMap<String, Member>,
+    /// Members being connected (their source, the task).
+    pub connecting: BTreeMap<String, (String, tokio::task::JoinHandle<anyhow::Result<Member>>)>,
+    /// Members known but not connected, since when (this process's view).
+    pub unconnected_since: BTreeMap<String, Ms>,
+    /// Per member: why it could not be connected (for its status).
+    pub errors: BTreeMap<String, String>,
+    /// Last written MemberCluster status, and when.
+    pub status: BTreeMap<String, (MemberClusterStatus, Instant)>,
+    /// Per member: what the core was last told (nodes, reachability, per-node usage).
+    pub told_nodes: HashMap<String, ClusterInfo>,
+    pub told_reachable: HashMap<String, bool>,
+    pub told_usage: HashMap<String, BTreeMap<String, ResourceList>>,
+    /// Members seen dropping muster's scheduling gate (placed in pinned mode from then on),
+    /// with the evidence.
+    pub gates_dropped: BTreeMap<String, String>,
+    /// Members whose operator for a kind is seen not to act.
+    pub operators: super::operators::Operators,
+    /// Members to connect again (they do not watch a kind a job needs), and when last asked.
+    pub rediscover: BTreeMap<String, Instant>,
+}
 
 impl Brain {
     pub(super) async fn kubeconfig_of(
@@ -32,22 +60,23 @@ impl Brain {
         // Decided before anything is read: a refused Secret is never fetched.
         let ns = secret_ref::secret_namespace(
             r.namespace.as_deref(),
-            &self.opts.namespace,
-            &self.opts.member_secret_namespaces,
+            &self.ctx.opts.namespace,
+            &self.ctx.opts.member_secret_namespaces,
         )?;
         let key = r.key.clone().unwrap_or_else(|| "kubeconfig".into());
-        let api: Api<Secret> = Api::namespaced(self.hub.clone(), &ns);
+        let api: Api<Secret> = Api::namespaced(self.ctx.hub.clone(), &ns);
         let secret = api
             .get(&r.name)
             .await
             .map_err(|e| format!("Secret {ns}/{}: {e}", r.name))?;
-        let allow = self.opts.allow_kubeconfig_files_and_exec;
+        let allow = self.ctx.opts.allow_kubeconfig_files_and_exec;
         let text = secret_ref::kubeconfig_in(&secret, &format!("{ns}/{}", r.name), &key, allow)?;
         Ok((text, secret.resource_version().unwrap_or_default()))
     }
 
     pub(super) async fn sync_members(&mut self) {
         let wanted: BTreeMap<String, Arc<MemberCluster>> = self
+            .ctx
             .stores
             .members
             .state()
@@ -56,6 +85,7 @@ impl Brain {
             .collect();
         // Removed members: stop watching; nothing more is placed there.
         let gone: Vec<String> = self
+            .fleet
             .members
             .keys()
             .filter(|n| !wanted.contains_key(*n))
@@ -63,25 +93,26 @@ impl Brain {
             .collect();
         for name in gone {
             tracing::info!(member = %name, "member removed");
-            self.members.remove(&name);
-            self.sched.set_cluster(&ClusterInfo {
+            self.fleet.members.remove(&name);
+            self.core.sched.set_cluster(&ClusterInfo {
                 name: name.clone(),
                 ..Default::default()
             });
-            self.sched.set_reachable(&name, false);
-            self.told_nodes.remove(&name);
-            self.told_reachable.insert(name.clone(), false);
-            self.told_usage.remove(&name);
-            self.member_status.remove(&name);
+            self.core.sched.set_reachable(&name, false);
+            self.fleet.told_nodes.remove(&name);
+            self.fleet.told_reachable.insert(name.clone(), false);
+            self.fleet.told_usage.remove(&name);
+            self.fleet.status.remove(&name);
         }
         let done: Vec<String> = self
+            .fleet
             .connecting
             .iter()
             .filter(|(n, (_, t))| t.is_finished() || !wanted.contains_key(*n))
             .map(|(n, _)| n.clone())
             .collect();
         for name in done {
-            let Some((_, task)) = self.connecting.remove(&name) else {
+            let Some((_, task)) = self.fleet.connecting.remove(&name) else {
                 continue;
             };
             if !wanted.contains_key(&name) {
@@ -91,26 +122,27 @@ impl Brain {
             match task.await {
                 Ok(Ok(m)) => {
                     tracing::info!(member = %name, kinds = ?m.kinds, "member connected");
-                    self.rediscover.remove(&name);
-                    self.member_errors.remove(&name);
-                    if self.members.contains_key(&name) {
+                    self.fleet.rediscover.remove(&name);
+                    self.fleet.errors.remove(&name);
+                    if self.fleet.members.contains_key(&name) {
                         // A reconnection: the old connection serves until the new one is in
                         // sync, so that the member never looks silent meanwhile.
-                        self.incoming.insert(name.clone(), m);
+                        self.fleet.incoming.insert(name.clone(), m);
                     } else {
-                        self.members.insert(name.clone(), m);
+                        self.fleet.members.insert(name.clone(), m);
                     }
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(member = %name, error = %e, "cannot connect to member");
-                    self.member_errors.insert(name.clone(), e.to_string());
+                    self.fleet.errors.insert(name.clone(), e.to_string());
                 }
                 Err(e) => {
-                    self.member_errors.insert(name.clone(), e.to_string());
+                    self.fleet.errors.insert(name.clone(), e.to_string());
                 }
             }
         }
         let ready: Vec<String> = self
+            .fleet
             .incoming
             .iter()
             .filter(|(n, m)| {
@@ -119,28 +151,34 @@ impl Brain {
             .map(|(n, _)| n.clone())
             .collect();
         for name in ready {
-            if let Some(m) = self.incoming.remove(&name)
+            if let Some(m) = self.fleet.incoming.remove(&name)
                 && wanted.contains_key(&name)
             {
-                self.members.insert(name, m);
+                self.fleet.members.insert(name, m);
             }
         }
         let now = super::now_ms();
         for name in wanted.keys() {
-            if self.members.contains_key(name) {
-                self.unconnected_since.remove(name);
+            if self.fleet.members.contains_key(name) {
+                self.fleet.unconnected_since.remove(name);
             } else {
-                self.unconnected_since.entry(name.clone()).or_insert(now);
+                self.fleet
+                    .unconnected_since
+                    .entry(name.clone())
+                    .or_insert(now);
             }
         }
-        self.unconnected_since.retain(|n, _| wanted.contains_key(n));
+        self.fleet
+            .unconnected_since
+            .retain(|n, _| wanted.contains_key(n));
         for (name, mc) in &wanted {
             // (Re)connect when new, when its spec or Secret changed, checked every few seconds.
             let due = self
-                .member_status
+                .fleet
+                .status
                 .get(name)
                 .is_none_or(|(_, at)| at.elapsed() > Duration::from_secs(10))
-                || !self.members.contains_key(name);
+                || !self.fleet.members.contains_key(name);
             if due {
                 match self.kubeconfig_of(mc).await {
                     Ok((text, rv)) => {
@@ -148,20 +186,29 @@ impl Brain {
                         // Connected again (discovery anew) when a job needs a kind it does not
                         // watch, at most every 30 s.
                         let rediscover = self
+                            .fleet
                             .rediscover
                             .get(name)
                             .is_some_and(|at| at.elapsed() > Duration::from_secs(30));
-                        let newest = self.incoming.get(name).or(self.members.get(name));
+                        let newest = self
+                            .fleet
+                            .incoming
+                            .get(name)
+                            .or(self.fleet.members.get(name));
                         // A CRD installed or removed on the member: discovery anew.
                         let kinds_changed = newest.is_some_and(|m| m.kinds_changed());
                         let stale = rediscover
                             || kinds_changed
                             || newest.is_none_or(|m| m.source != source);
-                        let pending = self.connecting.get(name).is_some_and(|(s, _)| *s == source);
+                        let pending = self
+                            .fleet
+                            .connecting
+                            .get(name)
+                            .is_some_and(|(s, _)| *s == source);
                         if stale && !pending {
                             // Connected off the sync loop: discovery on a frozen member must
                             // not hold back the decisions for the others.
-                            let (n, wake) = (name.clone(), self.wake.clone());
+                            let (n, wake) = (name.clone(), self.ctx.wake.clone());
                             let src = source.clone();
                             let task = tokio::spawn(async move {
                                 let c = members::client_from_kubeconfig(&n, &text).await?;
@@ -170,35 +217,34 @@ impl Brain {
                                 m
                             });
                             if let Some((_, old)) =
-                                self.connecting.insert(name.clone(), (source, task))
+                                self.fleet.connecting.insert(name.clone(), (source, task))
                             {
                                 old.abort();
                             }
                         }
                     }
                     Err(e) => {
-                        self.member_errors.insert(name.clone(), e);
+                        self.fleet.errors.insert(name.clone(), e);
                     }
                 }
-                if let Some((st, _)) = self.member_status.get(name).cloned() {
-                    self.member_status
-                        .insert(name.clone(), (st, Instant::now()));
+                if let Some((st, _)) = self.fleet.status.get(name).cloned() {
+                    self.fleet.status.insert(name.clone(), (st, Instant::now()));
                 } else {
-                    self.member_status.insert(
+                    self.fleet.status.insert(
                         name.clone(),
                         (MemberClusterStatus::default(), Instant::now()),
                     );
                 }
             }
             let labels = mc.labels().clone();
-            let (info, reachable) = match self.members.get(name) {
+            let (info, reachable) = match self.fleet.members.get(name) {
                 Some(m) if m.synced() => {
                     let (mut info, problems) =
                         members::cluster_info(name, &labels, &m.nodes.state());
                     // The core makes only robust plans for a member placed by node set.
                     info.placement = self.placement_mode(name).0;
                     info.serves = m.serves();
-                    info.serves.stalled = self.operators.stalled(name, super::now_ms());
+                    info.serves.stalled = self.fleet.operators.stalled(name, super::now_ms());
                     for p in problems {
                         tracing::warn!(member = %name, problem = %p, "node left out");
                     }
@@ -207,18 +253,18 @@ impl Brain {
                 _ => (None, false),
             };
             if let Some(info) = info
-                && self.told_nodes.get(name) != Some(&info)
+                && self.fleet.told_nodes.get(name) != Some(&info)
             {
-                self.sched.set_cluster(&info);
-                self.told_nodes.insert(name.clone(), info);
-                self.told_usage.remove(name);
+                self.core.sched.set_cluster(&info);
+                self.fleet.told_nodes.insert(name.clone(), info);
+                self.fleet.told_usage.remove(name);
             }
-            if self.told_reachable.get(name) != Some(&reachable)
-                && (self.told_nodes.contains_key(name) || !reachable)
+            if self.fleet.told_reachable.get(name) != Some(&reachable)
+                && (self.fleet.told_nodes.contains_key(name) || !reachable)
             {
                 tracing::info!(member = %name, reachable, "member reachability");
-                if !self.told_nodes.contains_key(name) {
-                    self.sched.set_cluster(&ClusterInfo {
+                if !self.fleet.told_nodes.contains_key(name) {
+                    self.core.sched.set_cluster(&ClusterInfo {
                         name: name.clone(),
                         labels: labels.clone(),
                         nodes: vec![],
@@ -226,8 +272,8 @@ impl Brain {
                         serves: Default::default(),
                     });
                 }
-                self.sched.set_reachable(name, reachable);
-                self.told_reachable.insert(name.clone(), reachable);
+                self.core.sched.set_reachable(name, reachable);
+                self.fleet.told_reachable.insert(name.clone(), reachable);
             }
         }
     }
@@ -235,11 +281,11 @@ impl Brain {
     /// Whether every MemberCluster has been described to the core, or could not be reached
     /// (its connection failed, or it has not synced for 30 s since the controller started).
     pub(super) fn members_settled(&self) -> bool {
-        let patience = self.epoch.elapsed() > Duration::from_secs(30);
-        self.stores.members.state().iter().all(|mc| {
+        let patience = self.ctx.epoch.elapsed() > Duration::from_secs(30);
+        self.ctx.stores.members.state().iter().all(|mc| {
             let name = mc.name_any();
-            self.told_nodes.contains_key(&name)
-                || self.member_errors.contains_key(&name)
+            self.fleet.told_nodes.contains_key(&name)
+                || self.fleet.errors.contains_key(&name)
                 || patience
         })
     }
@@ -248,13 +294,13 @@ impl Brain {
     /// those muster's own copies made, the copies of the jobs that hold a reservation (the copy
     /// UID each record holds, on the member it names; see `owned`).
     pub(super) fn sync_usage(&mut self) {
-        let admitted = self.book.iter().filter(|(_, e)| {
-            e.id.is_some_and(|id| matches!(self.sched.state(id), JobState::Admitted { .. }))
+        let admitted = self.core.book.iter().filter(|(_, e)| {
+            e.id.is_some_and(|id| matches!(self.core.sched.state(id), JobState::Admitted { .. }))
         });
         let mut recorded: BTreeMap<String, HashSet<String>> = BTreeMap::new();
         for r in admitted
             .map(|(_, e)| &e.record)
-            .chain(self.book.deleted().map(|(_, r)| r))
+            .chain(self.core.book.deleted().map(|(_, r)| r))
         {
             // A record without a copy UID (not dispatched yet, or written before records held
             // it): its copy's pods are usage, on top of its reservation, until it has one.
@@ -263,8 +309,8 @@ impl Brain {
             }
         }
         let none = HashSet::new();
-        for (name, m) in &self.members {
-            if !m.synced() || !self.told_nodes.contains_key(name) {
+        for (name, m) in &self.fleet.members {
+            if !m.synced() || !self.fleet.told_nodes.contains_key(name) {
                 continue;
             }
             let copies = m.recorded_copies(recorded.get(name).unwrap_or(&none));
@@ -273,34 +319,40 @@ impl Brain {
             for p in problems {
                 tracing::warn!(member = %name, problem = %p, "pod usage unreadable");
             }
-            let before = self.told_usage.get(name).cloned().unwrap_or_default();
+            let before = self.fleet.told_usage.get(name).cloned().unwrap_or_default();
             if before == usage {
                 continue;
             }
             for node in before.keys().filter(|n| !usage.contains_key(*n)) {
-                self.sched
+                self.core
+                    .sched
                     .set_external_usage(name, node, &ResourceList::new());
             }
             for (node, used) in &usage {
                 if before.get(node) != Some(used) {
-                    self.sched.set_external_usage(name, node, used);
+                    self.core.sched.set_external_usage(name, node, used);
                 }
             }
-            self.told_usage.insert(name.clone(), usage);
+            self.fleet.told_usage.insert(name.clone(), usage);
         }
     }
 
     pub(super) fn write_member_statuses(&mut self) {
-        let names: Vec<String> = self.member_status.keys().cloned().collect();
+        let names: Vec<String> = self.fleet.status.keys().cloned().collect();
         for name in names {
-            let table = &self.sched.table;
-            let cluster = self.sched.clusters().iter().find(|c| c.name == name);
+            let table = &self.core.sched.table;
+            let cluster = self.core.sched.clusters().iter().find(|c| c.name == name);
             let mut st = MemberClusterStatus::default();
             let (mode, why) = self.placement_mode(&name);
             st.placement = Some(mode.as_str().to_string());
             st.placement_reason = Some(why);
-            let reachable = self.told_reachable.get(&name).copied().unwrap_or(false);
-            let (status, reason, message) = match (self.member_errors.get(&name), cluster) {
+            let reachable = self
+                .fleet
+                .told_reachable
+                .get(&name)
+                .copied()
+                .unwrap_or(false);
+            let (status, reason, message) = match (self.fleet.errors.get(&name), cluster) {
                 (Some(e), _) if e.starts_with(secret_ref::FIELD) => {
                     ("False", secret_ref::REFUSED_REASON, e.clone())
                 }
@@ -361,13 +413,15 @@ impl Brain {
                 }
             }
             let prev = self
-                .member_status
+                .fleet
+                .status
                 .get(&name)
                 .map(|(s, _)| s.clone())
                 .unwrap_or_default();
             let prev_cond = prev.conditions.first();
             let same_cond = prev_cond.is_some_and(|c| c.status == status && c.message == message);
             let last_contact = self
+                .fleet
                 .members
                 .get(&name)
                 .and_then(|m| m.health.silent_for())

@@ -23,6 +23,7 @@
 mod brain;
 pub mod clock;
 pub mod crd;
+mod ctx;
 pub mod dispatch;
 mod events;
 mod execute;
@@ -366,7 +367,7 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
         tokio::spawn(r.keep(covered.clone(), token.clone()));
     }
     let mut brain = brain::Brain::new(hub, opts, stores, covered, recorder, wake.clone(), metrics);
-    brain.leadership = leadership.clone();
+    brain.ctx.leadership = leadership.clone();
     brain.snapshots = Some(snap_rx);
     tracing::info!("hub view synced; acting as leader");
     let mut result = Ok(());
@@ -386,15 +387,16 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
         }
         let started = Instant::now();
         brain.sync().await;
-        let busy = brain.sched.has_work();
+        let busy = brain.core.sched.has_work();
         // No later than the earliest deadline of any record.
         let until_deadline = brain
+            .core
             .next_wake
             .map(|at| Duration::from_millis(at.saturating_sub(now_ms())));
         let pause = if busy {
             Duration::ZERO
         } else {
-            until_deadline.map_or(brain.opts.resync, |d| d.min(brain.opts.resync))
+            until_deadline.map_or(brain.ctx.opts.resync, |d| d.min(brain.ctx.opts.resync))
         };
         tokio::select! {
             _ = wake.notified() => {}

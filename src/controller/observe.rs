@@ -234,7 +234,8 @@ impl View {
 impl Brain {
     /// Whether `cluster` is connected, in sync and answering.
     pub(super) fn answering(&self, cluster: &str) -> bool {
-        self.members
+        self.fleet
+            .members
             .get(cluster)
             .is_some_and(|m| m.synced() && m.health.failures() == 0)
     }
@@ -248,10 +249,10 @@ impl Brain {
             now,
             members: BTreeMap::new(),
         };
-        let start = now.saturating_sub(self.epoch.elapsed().as_millis() as u64);
-        for mc in self.stores.members.state() {
+        let start = now.saturating_sub(self.ctx.epoch.elapsed().as_millis() as u64);
+        for mc in self.ctx.stores.members.state() {
             let name = mc.name_any();
-            let v = match self.members.get(&name) {
+            let v = match self.fleet.members.get(&name) {
                 Some(m) if m.synced() && m.health.failures() == 0 => {
                     let mut copies = HashMap::new();
                     let mut versions = HashMap::new();
@@ -260,7 +261,7 @@ impl Brain {
                         versions.insert(kind, store.version());
                         for o in store.state() {
                             let labels = o.labels();
-                            if labels.get(ORIGIN_LABEL) != Some(&self.opts.origin) {
+                            if labels.get(ORIGIN_LABEL) != Some(&self.ctx.opts.origin) {
                                 continue;
                             }
                             if let Some(uid) = labels.get(JOB_UID_LABEL) {
@@ -277,8 +278,8 @@ impl Brain {
                     // Whether its operators act on muster's copies.
                     for ((kind, uid), o) in &copies {
                         let n = pods.get(uid).map_or(0, Vec::len);
-                        if self.operators.observe(&name, *kind, o, n, now) {
-                            self.wake.notify_one();
+                        if self.fleet.operators.observe(&name, *kind, o, n, now) {
+                            self.ctx.wake.notify_one();
                         }
                     }
                     MemberView::Answering {
@@ -298,12 +299,18 @@ impl Brain {
                     since: now.saturating_sub(m.connected_at.elapsed().as_millis() as u64),
                 }),
                 _ => MemberView::Not(Member::Unconnected {
-                    since: self.unconnected_since.get(&name).copied().unwrap_or(start),
+                    since: self
+                        .fleet
+                        .unconnected_since
+                        .get(&name)
+                        .copied()
+                        .unwrap_or(start),
                 }),
             };
             view.members.insert(name, v);
         }
         let placed: Vec<(String, String)> = self
+            .core
             .book
             .iter()
             .filter(|(_, e)| e.record.holds() || e.record.phase.terminal())
@@ -318,13 +325,15 @@ impl Brain {
 
     /// One placed job's copy on its answering member: what it needs written goes to `writes`.
     fn follow_copy(&mut self, view: &View, uid: &str, cluster: &str, writes: &mut Vec<Write>) {
-        let Some(j) = self.jobs.get(uid) else { return };
+        let Some(j) = self.hubjobs.jobs.get(uid) else {
+            return;
+        };
         let Some((copy, pods)) = view.copy_and_pods(cluster, uid, j) else {
             return;
         };
         // Only the copy this record made: while a job is admitted again (or its record names
         // another copy), what is there is an earlier copy on its way out.
-        let trusted = self.book.get(uid).is_some_and(|e| {
+        let trusted = self.core.book.get(uid).is_some_and(|e| {
             made_for_admission(copy, e.record.admitted_at)
                 && e.record.phase != crate::lifecycle::Phase::Admitted
                 && e.record
@@ -336,17 +345,18 @@ impl Brain {
             return;
         }
         let expected = self
+            .core
             .book
             .get(uid)
             .map_or(0, |e| e.record.expected_pods(&j.spec));
         let kind = j.kind;
-        let holds = self.book.get(uid).is_some_and(|e| e.record.holds());
+        let holds = self.core.book.get(uid).is_some_and(|e| e.record.holds());
         let tally = status::tally(&pods);
         if holds {
             // Once every pod is bound, the reservation becomes where the pods really are.
             if expected > 0
                 && tally.scheduled == expected
-                && let Some(id) = self.book.get(uid).and_then(|e| e.id)
+                && let Some(id) = self.core.book.get(uid).and_then(|e| e.id)
             {
                 let mut plan: Plan = BTreeMap::new();
                 for p in &pods {
@@ -355,22 +365,23 @@ impl Brain {
                         *plan.entry(comp).or_default().entry(node).or_insert(0) += 1;
                     }
                 }
-                self.sched.rebind(id, &plan);
+                self.core.sched.rebind(id, &plan);
             }
             let placed = self.place_pods(uid, cluster, &copy.data, &pods, writes);
             // Pods missing: what the member refused, if it said (a quota, an admission webhook).
             let refused = (tally.running + tally.waiting + tally.succeeded < expected)
-                .then(|| self.members.get(cluster)?.refusal(copy.as_ref()))
+                .then(|| self.fleet.members.get(cluster)?.refusal(copy.as_ref()))
                 .flatten()
                 .map(|r| format!("{cluster} refuses: {r}"));
             // Or its operator there does not act at all.
             let refused = refused.or_else(|| {
-                self.operators
+                self.fleet
+                    .operators
                     .reason(cluster, kind)
                     .filter(|_| tally.running + tally.waiting + tally.succeeded == 0)
                     .map(str::to_string)
             });
-            if let Some(j) = self.jobs.get_mut(uid) {
+            if let Some(j) = self.hubjobs.jobs.get_mut(uid) {
                 let waiting = placed.pending.or(placed.held);
                 j.waiting = match (refused, waiting) {
                     (Some(r), Some(w)) => Some(format!("{r}; {w}")),
@@ -385,27 +396,34 @@ impl Brain {
         }
         // The member's job status, copied to the hub job.
         let member_status = copy.data.get("status").cloned();
-        let Some(j) = self.jobs.get(uid) else { return };
+        let Some(j) = self.hubjobs.jobs.get(uid) else {
+            return;
+        };
         let Some(st) = member_status else { return };
-        if j.synced_status.as_ref() == Some(&st) || !self.leadership.is_leader() {
+        if j.synced_status.as_ref() == Some(&st) || !self.ctx.leadership.is_leader() {
             return;
         }
         // While the job runs, its status is copied at most every STATUS_EVERY (a pod's start,
         // readiness and end would be a write each); an ended job's at once, in the pass that
         // sees it end (before its record says so).
         let ended = status::outcome(j.kind, &copy.data).is_some()
-            || self.book.get(uid).is_none_or(|e| e.record.phase.terminal());
+            || self
+                .core
+                .book
+                .get(uid)
+                .is_none_or(|e| e.record.phase.terminal());
         if let Some(due) = j
             .synced_at
             .map(|at| STATUS_EVERY.saturating_sub(at.elapsed()))
             .filter(|d| !ended && !d.is_zero())
         {
             let at = now_ms() + due.as_millis() as u64;
-            self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+            self.core.next_wake = Some(self.core.next_wake.map_or(at, |w| w.min(at)));
             return;
         }
         let (kind, ns, name, label) = (j.kind, j.namespace.clone(), j.name.clone(), j.label());
         let hub_status = self
+            .ctx
             .stores
             .job(kind, &ns, &name)
             .and_then(|o| o.data.get("status").cloned());
@@ -424,12 +442,13 @@ impl Brain {
     /// The lifecycle book's pass: every job stepped from the view, one scheduling cycle (when a
     /// tree is in force).
     pub(super) fn step_all(&mut self, view: &View) -> Vec<(String, Intent)> {
-        let jobs = &self.jobs;
+        let jobs = &self.hubjobs.jobs;
         let mut spec = |uid: &str| jobs.get(uid).map(|j| j.spec.clone());
         let mut seen = |uid: &str, r: &Record| view.seen(uid, r, jobs.get(uid));
-        let admit = self.sched.quota().is_some();
-        self.book
-            .pass(&mut self.sched, &mut spec, &mut seen, view.now, admit)
+        let admit = self.core.sched.quota().is_some();
+        self.core
+            .book
+            .pass(&mut self.core.sched, &mut spec, &mut seen, view.now, admit)
     }
 }
 

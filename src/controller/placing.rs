@@ -36,6 +36,7 @@ impl Brain {
     /// How plans are carried out on `cluster`, and why.
     pub(super) fn placement_mode(&self, cluster: &str) -> (Mode, String) {
         let policy = self
+            .ctx
             .stores
             .members
             .state()
@@ -47,7 +48,7 @@ impl Brain {
             PlacementPolicy::Gates => (Mode::Gates, "spec.placement is Gates".into()),
             PlacementPolicy::Pinned => (Mode::Pinned, "spec.placement is Pinned".into()),
             PlacementPolicy::Auto => {
-                let version = self.members.get(cluster).map(|m| m.server_version);
+                let version = self.fleet.members.get(cluster).map(|m| m.server_version);
                 if let Some((major, minor)) = version
                     && (major, minor) != (0, 0)
                     && (major, minor) < (1, 30)
@@ -59,7 +60,7 @@ impl Brain {
                         ),
                     );
                 }
-                if let Some(why) = self.gates_dropped.get(cluster) {
+                if let Some(why) = self.fleet.gates_dropped.get(cluster) {
                     return (Mode::Pinned, why.clone());
                 }
                 (
@@ -81,10 +82,14 @@ impl Brain {
         writes: &mut Vec<Write>,
     ) -> Placed {
         let mut out = Placed::default();
-        let (Some(t), Some(m)) = (self.jobs.get(uid), self.members.get(cluster)) else {
+        let (Some(t), Some(m)) = (self.hubjobs.jobs.get(uid), self.fleet.members.get(cluster))
+        else {
             return out;
         };
-        let (Ok(w), Some(plan)) = (t.spec.0.as_ref(), self.book.plan(&self.sched, uid)) else {
+        let (Ok(w), Some(plan)) = (
+            t.spec.0.as_ref(),
+            self.core.book.plan(&self.core.sched, uid),
+        ) else {
             return out;
         };
         // Components whose pods muster can see and gate (their templates carry its labels).
@@ -120,7 +125,7 @@ impl Brain {
         let label = t.label();
 
         // A member that drops the gate: pinned mode from now on (said once, loudly).
-        if !self.gates_dropped.contains_key(cluster)
+        if !self.fleet.gates_dropped.contains_key(cluster)
             && let Some(p) = seen
                 .iter()
                 .find(|p| gated_copy.contains(&p.component) && gates::gate_stripped(p))
@@ -130,12 +135,14 @@ impl Brain {
                 p.name
             );
             tracing::warn!(member = %cluster, "{why}; placing by node set from now on");
-            self.gates_dropped.insert(cluster.to_string(), why.clone());
+            self.fleet
+                .gates_dropped
+                .insert(cluster.to_string(), why.clone());
             self.event(uid, true, "GatesDropped", format!("{cluster}: {why}"));
         }
 
         // Releases: one write per pod, carried out after the pass looked at every job.
-        if self.leadership.is_leader() && !step.release.is_empty() {
+        if self.ctx.leadership.is_leader() && !step.release.is_empty() {
             let by_name = gates::by_name(pods);
             for (pod, node) in &step.release {
                 if let Some(p) = by_name.get(pod) {
@@ -152,7 +159,7 @@ impl Brain {
 
         // Pods off their plan: an error, counted and said once per pod.
         let mut new_mismatches = Vec::new();
-        if let Some(t) = self.jobs.get_mut(uid) {
+        if let Some(t) = self.hubjobs.jobs.get_mut(uid) {
             for mm in &step.mismatches {
                 if t.mismatched.insert(mm.pod.clone()) {
                     new_mismatches.push(format!("pod {} on {}: {}", mm.pod, mm.node, mm.why));
@@ -173,7 +180,7 @@ impl Brain {
                 .collect();
         }
         for note in new_mismatches {
-            self.metrics.placement_mismatch(cluster);
+            self.ctx.metrics.placement_mismatch(cluster);
             tracing::error!(job = %label, member = %cluster, "{note}");
             self.event(uid, true, "PlacementMismatch", format!("{cluster}: {note}"));
         }

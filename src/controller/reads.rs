@@ -25,26 +25,31 @@ impl Brain {
     pub(super) fn settle_sent(&mut self) {
         let now = now_ms();
         let due: Vec<(String, String)> = self
+            .core
             .book
             .sent
             .unsettled(now)
             .map(|(u, c)| (u.to_string(), c.to_string()))
-            .filter(|k| !self.in_flight.contains(k) && !self.reading.contains(k))
+            .filter(|k| !self.flight.in_flight.contains(k) && !self.flight.reading.contains(k))
             .collect();
         for (uid, cluster) in due {
             if !self.answering(&cluster) {
                 continue;
             }
-            let Some(m) = self.members.get(&cluster) else {
+            let Some(m) = self.fleet.members.get(&cluster) else {
                 continue;
             };
             // The job's kind; for a job known only from its record, every kind watched there.
-            let kinds: Vec<JobKind> = match self.jobs.get(&uid) {
+            let kinds: Vec<JobKind> = match self.hubjobs.jobs.get(&uid) {
                 Some(j) => vec![j.kind],
                 None => m.jobs.keys().copied().collect(),
             };
-            let (client, tx, wake) = (m.client.clone(), self.done_tx.clone(), self.wake.clone());
-            self.reading.insert((uid.clone(), cluster.clone()));
+            let (client, tx, wake) = (
+                m.client.clone(),
+                self.flight.done_tx.clone(),
+                self.ctx.wake.clone(),
+            );
+            self.flight.reading.insert((uid.clone(), cluster.clone()));
             tokio::spawn(async move {
                 let found = read(&client, &kinds, &uid).await;
                 let _ = tx.send(Done::Read {
@@ -64,9 +69,9 @@ impl Brain {
         cluster: String,
         found: Result<Option<u64>, String>,
     ) {
-        self.reading.remove(&(uid.clone(), cluster.clone()));
+        self.flight.reading.remove(&(uid.clone(), cluster.clone()));
         match found {
-            Ok(found) => self.book.sent.read(&uid, &cluster, found, now_ms()),
+            Ok(found) => self.core.book.sent.read(&uid, &cluster, found, now_ms()),
             Err(e) => {
                 tracing::debug!(job = %uid, %cluster, error = %e, "could not read the member for a copy it does not show yet; tried again")
             }

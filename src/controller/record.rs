@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use super::brain::{Brain, truncate};
+use super::brain::Brain;
 use super::crd::{JobRef, QueuedJob, QueuedJobSpec, QueuedJobState, QueuedJobStatus};
+use super::events::truncate;
 use super::queued_job_name;
 use super::writes::Put;
 use crate::lifecycle::outbox::Candidate;
@@ -69,19 +70,20 @@ impl Brain {
     /// [`FIGURES_EVERY`], and otherwise every 30 s.
     pub(super) fn sync_reasons(&mut self) {
         let ids: Vec<(String, crate::scheduler::JobId)> = self
+            .core
             .book
             .iter()
             .filter_map(|(u, e)| Some((u.clone(), e.id?)))
             .collect();
         let mut refresh: Option<Duration> = None;
         for (uid, id) in ids {
-            let Some(j) = self.jobs.get_mut(&uid) else {
+            let Some(j) = self.hubjobs.jobs.get_mut(&uid) else {
                 continue;
             };
-            j.queue = Some(self.sched.queue_name(id).to_string());
-            j.priority = Some(self.sched.priority(id));
+            j.queue = Some(self.core.sched.queue_name(id).to_string());
+            j.priority = Some(self.core.sched.priority(id));
             let waiting = matches!(
-                self.sched.state(id),
+                self.core.sched.state(id),
                 JobState::Pending | JobState::Inadmissible(_)
             );
             if !waiting {
@@ -90,14 +92,14 @@ impl Brain {
                 j.explained = None;
                 continue;
             }
-            let core_reason = self.sched.reason(id).unwrap_or_default();
+            let core_reason = self.core.sched.reason(id).unwrap_or_default();
             let stale = j.explained.as_ref().is_none_or(|(r, at)| {
                 let age = at.elapsed();
                 (*r != core_reason && (age >= FIGURES_EVERY || words(r) != words(&core_reason)))
                     || age > Duration::from_secs(30)
             });
             if stale {
-                let e = self.sched.explain(id);
+                let e = self.core.sched.explain(id);
                 j.summary = Some(e.summary());
                 j.explanation = Some(truncate(&e.to_string(), 8000));
                 j.explained = Some((core_reason, Instant::now()));
@@ -111,13 +113,13 @@ impl Brain {
         }
         if let Some(d) = refresh {
             let at = super::now_ms() + d.as_millis() as u64;
-            self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+            self.core.next_wake = Some(self.core.next_wake.map_or(at, |w| w.min(at)));
         }
     }
 
     /// The whole QueuedJob status of `uid` for record `r`.
     fn compose(&self, uid: &str, r: &Record) -> Option<QueuedJobStatus> {
-        let j = self.jobs.get(uid)?;
+        let j = self.hubjobs.jobs.get(uid)?;
         let twice: Vec<String> = r
             .orphans
             .keys()
@@ -129,7 +131,7 @@ impl Brain {
         st.priority = j.priority;
         let waiting = matches!(r.phase, Phase::Queued | Phase::Rejected)
             && r.backoff_until.is_none()
-            && self.book.get(uid).is_some_and(|e| e.id.is_some());
+            && self.core.book.get(uid).is_some_and(|e| e.id.is_some());
         if matches!(r.phase, Phase::Queued | Phase::Rejected) {
             let written = j.written.as_ref().and_then(|w| w.estimate.as_ref());
             st.estimate = self.estimate_for(uid, written);
@@ -160,30 +162,33 @@ impl Brain {
     /// whose words changed only in their figures (the live usage a reason quotes) at most
     /// every [`FIGURES_EVERY`].
     pub(super) fn write_records(&mut self) {
-        let plan = self.outbox.plan(&self.book, |uid, record, _changed| {
-            let st = self.compose(uid, record)?;
-            let j = self.jobs.get(uid)?;
-            // What the hub holds is known only when no write since the last that landed
-            // failed or went unanswered; otherwise the status goes now, whole.
-            if let Some(w) = &j.written
-                && j.unsure.is_none()
-            {
-                if same(&st, w) {
-                    return Some(Candidate::Same);
+        let plan = self
+            .writer
+            .outbox
+            .plan(&self.core.book, |uid, record, _changed| {
+                let st = self.compose(uid, record)?;
+                let j = self.hubjobs.jobs.get(uid)?;
+                // What the hub holds is known only when no write since the last that landed
+                // failed or went unanswered; otherwise the status goes now, whole.
+                if let Some(w) = &j.written
+                    && j.unsure.is_none()
+                {
+                    if same(&st, w) {
+                        return Some(Candidate::Same);
+                    }
+                    let age = j.written_at.map_or(FIGURES_EVERY, |t| t.elapsed());
+                    if figures_only(&st, w) && age < FIGURES_EVERY {
+                        let wait = (FIGURES_EVERY - age).as_millis() as u64;
+                        return Some(Candidate::Later(wait));
+                    }
                 }
-                let age = j.written_at.map_or(FIGURES_EVERY, |t| t.elapsed());
-                if figures_only(&st, w) && age < FIGURES_EVERY {
-                    let wait = (FIGURES_EVERY - age).as_millis() as u64;
-                    return Some(Candidate::Later(wait));
-                }
-            }
-            self.put(uid, st).map(Candidate::Send)
-        });
+                self.put(uid, st).map(Candidate::Send)
+            });
         if let Some(wait) = plan.wait {
             let at = super::now_ms() + wait;
-            self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+            self.core.next_wake = Some(self.core.next_wake.map_or(at, |w| w.min(at)));
         }
-        if let Some(batch) = self.outbox.sending(&mut self.book, plan) {
+        if let Some(batch) = self.writer.outbox.sending(&mut self.core.book, plan) {
             self.send_records(batch);
         }
     }
@@ -192,10 +197,11 @@ impl Brain {
     /// written, or the one the hub's QueuedJob has), and the QueuedJob itself first when none
     /// is known.
     fn put(&self, uid: &str, status: QueuedJobStatus) -> Option<Put> {
-        let t = self.jobs.get(uid)?;
+        let t = self.hubjobs.jobs.get(uid)?;
         let name = queued_job_name(t.kind, &t.name);
         let key = kube::runtime::reflector::ObjectRef::<QueuedJob>::new(&name).within(&t.namespace);
         let stored = self
+            .ctx
             .stores
             .queued
             .get(&key)
@@ -232,7 +238,7 @@ impl Brain {
             (held.as_ref(), t.unsure.as_ref()),
             (t.namespace.clone(), name),
             create,
-            self.book.settings.defect,
+            self.core.book.settings.defect,
         ))
     }
 }

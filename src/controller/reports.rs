@@ -64,12 +64,16 @@ impl Brain {
             // A pass comes when it is due, even if nothing else happens by then.
             let left = REPORT_EVERY.saturating_sub(t.elapsed()).as_millis() as u64;
             let at = super::now_ms() + left;
-            self.next_wake = Some(self.next_wake.map_or(at, |w| w.min(at)));
+            self.core.next_wake = Some(self.core.next_wake.map_or(at, |w| w.min(at)));
             return;
         }
         r.out.insert(key.clone());
         r.sent.insert(key.clone(), Instant::now());
-        let (hub, tx, wake) = (self.hub.clone(), self.done_tx.clone(), self.wake.clone());
+        let (hub, tx, wake) = (
+            self.ctx.hub.clone(),
+            self.flight.done_tx.clone(),
+            self.ctx.wake.clone(),
+        );
         tokio::spawn(async move {
             let result = match tokio::time::timeout(REPORT_TIMEOUT, write(&hub, &report)).await {
                 Ok(r) => r,
@@ -88,10 +92,10 @@ impl Brain {
     pub(super) fn reported(&mut self, key: String, report: Report, result: Result<(), String>) {
         self.reports.out.remove(&key);
         match (report, result) {
-            (Report::Tree { status, .. }, Ok(())) => self.tree_status_written = Some(status),
+            (Report::Tree { status, .. }, Ok(())) => self.tree.written = Some(status),
             (Report::Member { name, status }, Ok(())) => {
                 // Only for a member still known (it may have been removed meanwhile).
-                if let Some((st, _)) = self.member_status.get_mut(&name) {
+                if let Some((st, _)) = self.fleet.status.get_mut(&name) {
                     *st = status;
                 }
             }

@@ -46,10 +46,11 @@ impl Brain {
     pub(super) fn snapshot(&self) -> Scenario {
         let now = super::now_ms();
         let mut clusters: Vec<ClusterSpec> = self
+            .fleet
             .told_nodes
             .values()
             .map(|c| {
-                let usage = self.told_usage.get(&c.name);
+                let usage = self.fleet.told_usage.get(&c.name);
                 ClusterSpec {
                     name: c.name.clone(),
                     labels: c.labels.clone(),
@@ -70,7 +71,12 @@ impl Brain {
                         })
                         .collect(),
                     placement: c.placement,
-                    reachable: self.told_reachable.get(&c.name).copied().unwrap_or(true),
+                    reachable: self
+                        .fleet
+                        .told_reachable
+                        .get(&c.name)
+                        .copied()
+                        .unwrap_or(true),
                     serves: c.serves.clone(),
                 }
             })
@@ -81,14 +87,14 @@ impl Brain {
         let mut running = Vec::new();
         let mut waiting: Vec<(u64, String, JobSpec)> = Vec::new();
         let mut later = Vec::new();
-        for (uid, e) in self.book.iter() {
-            let Some(j) = self.jobs.get(uid) else {
+        for (uid, e) in self.core.book.iter() {
+            let Some(j) = self.hubjobs.jobs.get(uid) else {
                 continue;
             };
             if j.gone || j.spec.0.is_err() {
                 continue;
             }
-            let Some(obj) = self.stores.job(j.kind, &j.namespace, &j.name) else {
+            let Some(obj) = self.ctx.stores.job(j.kind, &j.namespace, &j.name) else {
                 continue;
             };
             let Ok(mut manifest) = serde_json::to_value(obj.as_ref()) else {
@@ -112,10 +118,13 @@ impl Brain {
                     }
                 }
             };
-            match (e.id.map(|id| self.sched.state(id)), e.record.backoff_until) {
+            match (
+                e.id.map(|id| self.core.sched.state(id)),
+                e.record.backoff_until,
+            ) {
                 (Some(JobState::Admitted { .. }), _) => {
                     let Some(id) = e.id else { continue };
-                    let Some((cluster, plan)) = self.sched.plan(id) else {
+                    let Some((cluster, plan)) = self.core.sched.plan(id) else {
                         continue;
                     };
                     let started = e.record.admitted_at.unwrap_or(now);
@@ -163,14 +172,15 @@ impl Brain {
         jobs.extend(later);
         Scenario {
             clusters,
-            quota: self.tree_manifest.clone(),
+            quota: self.tree.manifest.clone(),
             priority_classes: self
+                .hubjobs
                 .priorities
                 .clone()
                 .into_iter()
                 .collect::<BTreeMap<_, _>>(),
             jobs,
-            runtimes: self.runtimes.objects(),
+            runtimes: self.hubjobs.runtimes.objects(),
             changes: Vec::new(),
         }
     }

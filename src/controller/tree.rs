@@ -7,16 +7,45 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{Resource, ResourceExt};
 
-use super::brain::{Brain, truncate};
+use super::brain::Brain;
 use super::crd;
 use super::crd::{ElasticQuotaTreeStatus, QuotaNodeStatus};
+use super::events::truncate;
 use super::reports::Report;
 use crate::quantity::Quantity;
 use crate::quota::QuotaTree;
 
+/// The quota tree in force: what was last applied or refused, its status, and the namespaces
+/// it covers (shared with the webhook).
+pub(super) struct Tree {
+    pub covered: super::intake::Covered,
+    /// (uid, generation) of the object last applied or rejected.
+    pub seen: Option<(String, i64)>,
+    pub status: Option<ElasticQuotaTreeStatus>,
+    /// The status last written.
+    pub written: Option<ElasticQuotaTreeStatus>,
+    /// Its namespace and name.
+    pub reference: Option<(String, String)>,
+    /// The tree in force, as applied (for snapshots).
+    pub manifest: Option<serde_json::Value>,
+}
+
+impl Tree {
+    pub fn new(covered: super::intake::Covered) -> Tree {
+        Tree {
+            covered,
+            seen: None,
+            status: None,
+            written: None,
+            reference: None,
+            manifest: None,
+        }
+    }
+}
+
 impl Brain {
     pub(super) async fn sync_tree(&mut self) {
-        let trees = self.stores.trees.state();
+        let trees = self.ctx.stores.trees.state();
         let Some(tree) = crd::tree_in_force(&trees) else {
             return;
         };
@@ -24,26 +53,26 @@ impl Brain {
             tree.uid().unwrap_or_default(),
             tree.metadata.generation.unwrap_or(0),
         );
-        if self.tree_seen.as_ref() == Some(&key) {
+        if self.tree.seen.as_ref() == Some(&key) {
             return;
         }
-        self.tree_seen = Some(key);
-        self.tree_ref = Some((tree.namespace().unwrap_or_default(), tree.name_any()));
+        self.tree.seen = Some(key);
+        self.tree.reference = Some((tree.namespace().unwrap_or_default(), tree.name_any()));
         let oref = tree.object_ref(&());
         let now = Time(super::clock::now());
         let manifest = tree.manifest();
         match QuotaTree::parse(&manifest) {
             Ok(t) => {
-                self.tree_manifest = Some(manifest.clone());
+                self.tree.manifest = Some(manifest.clone());
                 let ns = t.namespaces();
                 tracing::info!(tree = %tree.name_any(), leaves = ns.len(), "quota tree applied");
-                self.sched.set_quota_tree(Some(t));
+                self.core.sched.set_quota_tree(Some(t));
                 // Jobs it did not cover are looked at again.
-                self.ignored.clear();
-                if let Ok(mut c) = self.covered.write() {
+                self.hubjobs.ignored.clear();
+                if let Ok(mut c) = self.tree.covered.write() {
                     *c = Some(ns);
                 }
-                self.tree_status = Some(ElasticQuotaTreeStatus {
+                self.tree.status = Some(ElasticQuotaTreeStatus {
                     conditions: vec![Condition {
                         type_: "Valid".into(),
                         status: "True".into(),
@@ -65,12 +94,12 @@ impl Brain {
             Err(problems) => {
                 let msgs: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
                 tracing::warn!(tree = %tree.name_any(), problems = ?msgs, "invalid quota tree; the last valid one stays in force");
-                let in_force = if self.sched.quota().is_some() {
+                let in_force = if self.core.sched.quota().is_some() {
                     "the last valid tree stays in force"
                 } else {
                     "no tree is in force: no job is queued"
                 };
-                self.tree_status = Some(ElasticQuotaTreeStatus {
+                self.tree.status = Some(ElasticQuotaTreeStatus {
                     conditions: vec![Condition {
                         type_: "Valid".into(),
                         status: "False".into(),
@@ -80,7 +109,7 @@ impl Brain {
                         observed_generation: tree.metadata.generation,
                     }],
                     problems: msgs.clone(),
-                    nodes: self.tree_status.take().map(|s| s.nodes).unwrap_or_default(),
+                    nodes: self.tree.status.take().map(|s| s.nodes).unwrap_or_default(),
                 });
                 self.publish(
                     &oref,
@@ -93,12 +122,13 @@ impl Brain {
     }
 
     pub(super) fn write_tree_status(&mut self) {
-        let (Some((ns, name)), Some(mut st)) = (self.tree_ref.clone(), self.tree_status.clone())
+        let (Some((ns, name)), Some(mut st)) =
+            (self.tree.reference.clone(), self.tree.status.clone())
         else {
             return;
         };
-        if let Some(q) = self.sched.quota() {
-            let table = &self.sched.table;
+        if let Some(q) = self.core.sched.quota() {
+            let table = &self.core.sched.table;
             st.nodes = q
                 .tree
                 .nodes
@@ -135,12 +165,13 @@ impl Brain {
                 })
                 .collect();
         }
-        if self.tree_status_written.as_ref() == Some(&st) {
+        if self.tree.written.as_ref() == Some(&st) {
             return;
         }
         // Usage alone changes with every admission: written at most every REPORT_EVERY.
         let urgent = self
-            .tree_status_written
+            .tree
+            .written
             .as_ref()
             .is_none_or(|w| w.conditions != st.conditions || w.problems != st.problems);
         let report = Report::Tree {

@@ -217,6 +217,14 @@ fn key(w: &Write) -> String {
     }
 }
 
+/// QueuedJob status batches (which go, and when: the core's outbox) and writes in flight.
+#[derive(Default)]
+pub(super) struct Writer {
+    pub outbox: crate::lifecycle::outbox::Outbox,
+    /// Permits and observed writes under way.
+    pub in_flight: InFlight,
+}
+
 impl Brain {
     /// Sends a batch the outbox planned off the loop: its records that free capacity, and
     /// only if the outbox says so once they are back ([`outbox::rest_goes`]: every one
@@ -225,13 +233,13 @@ impl Brain {
     /// nothing and is tried again in a later batch.
     pub(super) fn send_records(&mut self, batch: Batch<Put>) {
         let freeing = batch.freeing();
-        let defect = self.book.settings.defect;
-        let permits = self.in_flight_writes.record_permits.clone();
+        let defect = self.core.book.settings.defect;
+        let permits = self.writer.in_flight.record_permits.clone();
         let (hub, leadership, tx, wake) = (
-            self.hub.clone(),
-            self.leadership.clone(),
-            self.done_tx.clone(),
-            self.wake.clone(),
+            self.ctx.hub.clone(),
+            self.ctx.leadership.clone(),
+            self.flight.done_tx.clone(),
+            self.ctx.wake.clone(),
         );
         let Batch { frees, rest } = batch;
         tokio::spawn(async move {
@@ -248,19 +256,20 @@ impl Brain {
 
     /// What the hub now holds of a batch's records.
     pub(super) fn records_landed(&mut self, freeing: bool, out: Vec<(Item<Put>, Landed)>) {
-        self.outbox.landed(
-            &mut self.book,
+        self.writer.outbox.landed(
+            &mut self.core.book,
             freeing,
             out.iter().map(|(i, l)| (i.uid.as_str(), &i.record, l)),
         );
         for (Item { uid, write: p, .. }, landed) in out {
             // What may be on the hub beyond the last status known to have landed.
-            if let Some(j) = self.jobs.get_mut(&uid) {
+            if let Some(j) = self.hubjobs.jobs.get_mut(&uid) {
                 j.unsure = patch::unsure_after(j.unsure.as_ref(), &p.sent(), &landed);
             }
             match landed {
                 Landed::Written => {
                     let was = self
+                        .hubjobs
                         .jobs
                         .get(&uid)
                         .and_then(|j| j.written.as_ref().map(|w| w.state));
@@ -271,7 +280,7 @@ impl Brain {
                         let note = p.status.reason.clone().unwrap_or_default();
                         self.event(&uid, false, "Queued", note);
                     }
-                    if let Some(j) = self.jobs.get_mut(&uid) {
+                    if let Some(j) = self.hubjobs.jobs.get_mut(&uid) {
                         j.written = Some(p.status);
                         j.written_at = Some(Instant::now());
                     }
@@ -289,7 +298,7 @@ impl Brain {
     /// Carries out the writes observing asked for, off the loop: each once at a time per
     /// object, [`WRITES_IN_FLIGHT`] at once, each bounded to [`WRITE_TIMEOUT`].
     pub(super) fn carry_out(&mut self, writes: Vec<Write>) {
-        let f = &mut self.in_flight_writes;
+        let f = &mut self.writer.in_flight;
         f.released.retain(|_, at| at.elapsed() < RELEASED_FOR);
         let permits = f.permits.clone();
         for w in writes {
@@ -299,11 +308,11 @@ impl Brain {
             }
             f.observed.insert(k.clone());
             let (hub, tx, wake, permits, leadership) = (
-                self.hub.clone(),
-                self.done_tx.clone(),
-                self.wake.clone(),
+                self.ctx.hub.clone(),
+                self.flight.done_tx.clone(),
+                self.ctx.wake.clone(),
                 permits.clone(),
-                self.leadership.clone(),
+                self.ctx.leadership.clone(),
             );
             tokio::spawn(async move {
                 // Never closed: a permit always comes.
@@ -342,7 +351,7 @@ impl Brain {
     /// An observed write that finished.
     pub(super) fn observed_landed(&mut self, w: Write, result: Result<(), String>) {
         let k = key(&w);
-        self.in_flight_writes.observed.remove(&k);
+        self.writer.in_flight.observed.remove(&k);
         match (w, result) {
             (
                 Write::Release {
@@ -354,8 +363,8 @@ impl Brain {
                 },
                 Ok(()),
             ) => {
-                self.in_flight_writes.released.insert(k, Instant::now());
-                self.metrics.pods_released(&cluster, 1);
+                self.writer.in_flight.released.insert(k, Instant::now());
+                self.ctx.metrics.pods_released(&cluster, 1);
                 tracing::debug!(job = %label, pod = %pod.name_any(), %node, "released onto its planned node");
             }
             (
@@ -367,7 +376,7 @@ impl Brain {
                 tracing::warn!(job = %label, pod = %pod.name_any(), %node, error = %e, "could not release a pod; retried on the next pass");
             }
             (Write::HubStatus { uid, status, .. }, Ok(())) => {
-                if let Some(j) = self.jobs.get_mut(&uid) {
+                if let Some(j) = self.hubjobs.jobs.get_mut(&uid) {
                     j.synced_status = Some(status);
                     j.synced_at = Some(Instant::now());
                 }
