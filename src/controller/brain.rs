@@ -18,6 +18,7 @@ use kube::runtime::events::Recorder;
 use tokio::sync::{Notify, mpsc};
 
 use super::ctx::{Core, Ctx};
+use super::reports::Report;
 use super::{HubStores, Options, intake, leader};
 use crate::lifecycle::{Book, Settings};
 use crate::metrics::Metrics;
@@ -95,18 +96,20 @@ impl Brain {
         self.core.next_wake = None;
         self.sync_priorities();
         self.sync_runtimes();
-        self.sync_tree().await;
-        self.sync_members().await;
+        self.tree
+            .sync(&self.ctx, &mut self.core.sched, &mut self.hubjobs.ignored);
+        self.fleet.sync(&self.ctx, &mut self.core).await;
         t.mark("tree+members");
-        if !self.members_settled() {
+        if !self.fleet.settled(&self.ctx) {
             // Deciding before every member's nodes are known would call jobs unfit (or place
             // them on the members that happened to answer first).
             return;
         }
         self.collect_done();
+        self.reports_landed();
         self.discover_kinds().await;
         let gone = self.sync_jobs().await;
-        self.sync_usage();
+        self.fleet.sync_usage(&mut self.core);
         t.mark("jobs");
         // 2. The housekeeping (the core's `tidy`): gone hub jobs, copies to collect, QueuedJobs
         // deleted or to keep. Then every followed job on its members (pods to place, hub status
@@ -130,13 +133,15 @@ impl Brain {
         t.mark("reasons");
         self.write_records();
         t.mark("records");
-        self.write_tree_status();
-        self.write_member_statuses();
+        self.tree
+            .write_status(&self.ctx, &mut self.core, &mut self.reports);
+        self.fleet
+            .write_statuses(&self.ctx, &mut self.core, &mut self.reports);
         self.ctx.metrics.observe(&self.core.sched);
         let mut twice: BTreeMap<String, i64> = BTreeMap::new();
         for (_, e) in self.core.book.iter() {
             for c in e.record.orphans.keys() {
-                if e.record.cluster.as_deref() != Some(c) && !self.answering(c) {
+                if e.record.cluster.as_deref() != Some(c) && !self.fleet.answering(c) {
                     *twice.entry(c.clone()).or_default() += 1;
                 }
             }
@@ -148,6 +153,16 @@ impl Brain {
         self.answer_snapshots();
         t.mark("forecast");
         t.report(self.core.book.iter().count());
+    }
+
+    /// What the status reports that landed hold, kept by the step that owns each object.
+    fn reports_landed(&mut self) {
+        for report in self.reports.landed() {
+            match report {
+                Report::Tree { status, .. } => self.tree.written = Some(status),
+                Report::Member { name, status } => self.fleet.report_landed(&name, status),
+            }
+        }
     }
 
     fn sync_priorities(&mut self) {

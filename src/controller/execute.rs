@@ -66,12 +66,6 @@ pub(super) enum Done {
         policy: String,
         outcome: super::hubcheck::Outcome,
     },
-    /// A status report (quota tree, member).
-    Reported {
-        key: String,
-        report: super::reports::Report,
-        result: Result<(), String>,
-    },
 }
 
 /// Member I/O under way off the loop.
@@ -186,11 +180,6 @@ impl Brain {
                     policy,
                     outcome,
                 } => self.hub_checked(namespace, digest, policy, outcome),
-                Done::Reported {
-                    key,
-                    report,
-                    result,
-                } => self.reported(key, report, result),
                 Done::Read {
                     uid,
                     cluster,
@@ -361,7 +350,7 @@ impl Brain {
         let Ok(hub_value) = serde_json::to_value(hub.as_ref()) else {
             return;
         };
-        let gates = self.placement_mode(cluster).0 == PlacementMode::Gates;
+        let gates = self.fleet.placement_mode(&self.ctx.stores, cluster).0 == PlacementMode::Gates;
         let mut copy = dispatch::member_copy(
             &hub_value,
             w,

@@ -78,7 +78,11 @@ impl Brain {
                 .into_iter()
                 .filter_map(|qj| {
                     let ns = qj.namespace()?;
-                    let hub = if self.hub_job_gone(&qj, &qj.spec.job_ref.uid) {
+                    let hub = if super::finalizers::hub_job_gone(
+                        &self.ctx.stores,
+                        &qj,
+                        &qj.spec.job_ref.uid,
+                    ) {
                         HubJob::Gone
                     } else {
                         HubJob::Unknown
@@ -179,6 +183,6 @@ impl Brain {
             .into_iter()
             .filter_map(|(uid, change)| Some((Arc::clone(by_uid.get(uid.as_str())?), change)))
             .collect();
-        self.change_finalizers(changes);
+        super::finalizers::change(&self.ctx, &self.finalizing, changes);
     }
 }

@@ -12,13 +12,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use kube::api::Api;
 
-use super::brain::Brain;
-use super::crd::{MemberCluster, MemberClusterStatus};
+use super::HubStores;
+use super::crd::{MemberCluster, MemberClusterStatus, PlacementPolicy};
+use super::ctx::{Core, Ctx};
 use super::members::{self, Member};
 use super::owned;
-use super::reports::Report;
+use super::reports::{Report, Reports};
 use super::secret_ref;
-use crate::fleet::ClusterInfo;
+use crate::fleet::{ClusterInfo, PlacementMode as Mode};
 use crate::lifecycle::Ms;
 use crate::quantity::{Quantity, ResourceList};
 use crate::resources::MAX_JOBS;
@@ -51,32 +52,84 @@ pub(super) struct Fleet {
     pub rediscover: BTreeMap<String, Instant>,
 }
 
-impl Brain {
+impl Fleet {
+    /// Whether `cluster` is connected, in sync and answering.
+    pub(super) fn answering(&self, cluster: &str) -> bool {
+        self.members
+            .get(cluster)
+            .is_some_and(|m| m.synced() && m.health.failures() == 0)
+    }
+
+    /// How plans are carried out on `cluster`, and why.
+    pub(super) fn placement_mode(&self, stores: &HubStores, cluster: &str) -> (Mode, String) {
+        let policy = stores
+            .members
+            .state()
+            .iter()
+            .find(|m| m.name_any() == cluster)
+            .and_then(|m| m.spec.placement)
+            .unwrap_or_default();
+        match policy {
+            PlacementPolicy::Gates => (Mode::Gates, "spec.placement is Gates".into()),
+            PlacementPolicy::Pinned => (Mode::Pinned, "spec.placement is Pinned".into()),
+            PlacementPolicy::Auto => {
+                let version = self.members.get(cluster).map(|m| m.server_version);
+                if let Some((major, minor)) = version
+                    && (major, minor) != (0, 0)
+                    && (major, minor) < (1, 30)
+                {
+                    return (
+                        Mode::Pinned,
+                        format!(
+                            "the API server is v{major}.{minor}; scheduling gates with mutable node affinity need 1.30"
+                        ),
+                    );
+                }
+                if let Some(why) = self.gates_dropped.get(cluster) {
+                    return (Mode::Pinned, why.clone());
+                }
+                (
+                    Mode::Gates,
+                    "every pod is released onto its planned node through a scheduling gate".into(),
+                )
+            }
+        }
+    }
+
+    /// A member's status report landed: what the hub now holds (only for a member still
+    /// known: it may have been removed meanwhile).
+    pub(super) fn report_landed(&mut self, name: &str, status: MemberClusterStatus) {
+        if let Some((st, _)) = self.status.get_mut(name) {
+            *st = status;
+        }
+    }
+}
+
+impl Fleet {
     pub(super) async fn kubeconfig_of(
-        &self,
+        ctx: &Ctx,
         mc: &MemberCluster,
     ) -> Result<(String, String), String> {
         let r = &mc.spec.kubeconfig_secret_ref;
         // Decided before anything is read: a refused Secret is never fetched.
         let ns = secret_ref::secret_namespace(
             r.namespace.as_deref(),
-            &self.ctx.opts.namespace,
-            &self.ctx.opts.member_secret_namespaces,
+            &ctx.opts.namespace,
+            &ctx.opts.member_secret_namespaces,
         )?;
         let key = r.key.clone().unwrap_or_else(|| "kubeconfig".into());
-        let api: Api<Secret> = Api::namespaced(self.ctx.hub.clone(), &ns);
+        let api: Api<Secret> = Api::namespaced(ctx.hub.clone(), &ns);
         let secret = api
             .get(&r.name)
             .await
             .map_err(|e| format!("Secret {ns}/{}: {e}", r.name))?;
-        let allow = self.ctx.opts.allow_kubeconfig_files_and_exec;
+        let allow = ctx.opts.allow_kubeconfig_files_and_exec;
         let text = secret_ref::kubeconfig_in(&secret, &format!("{ns}/{}", r.name), &key, allow)?;
         Ok((text, secret.resource_version().unwrap_or_default()))
     }
 
-    pub(super) async fn sync_members(&mut self) {
-        let wanted: BTreeMap<String, Arc<MemberCluster>> = self
-            .ctx
+    pub(super) async fn sync(&mut self, ctx: &Ctx, core: &mut Core) {
+        let wanted: BTreeMap<String, Arc<MemberCluster>> = ctx
             .stores
             .members
             .state()
@@ -85,7 +138,6 @@ impl Brain {
             .collect();
         // Removed members: stop watching; nothing more is placed there.
         let gone: Vec<String> = self
-            .fleet
             .members
             .keys()
             .filter(|n| !wanted.contains_key(*n))
@@ -93,26 +145,25 @@ impl Brain {
             .collect();
         for name in gone {
             tracing::info!(member = %name, "member removed");
-            self.fleet.members.remove(&name);
-            self.core.sched.set_cluster(&ClusterInfo {
+            self.members.remove(&name);
+            core.sched.set_cluster(&ClusterInfo {
                 name: name.clone(),
                 ..Default::default()
             });
-            self.core.sched.set_reachable(&name, false);
-            self.fleet.told_nodes.remove(&name);
-            self.fleet.told_reachable.insert(name.clone(), false);
-            self.fleet.told_usage.remove(&name);
-            self.fleet.status.remove(&name);
+            core.sched.set_reachable(&name, false);
+            self.told_nodes.remove(&name);
+            self.told_reachable.insert(name.clone(), false);
+            self.told_usage.remove(&name);
+            self.status.remove(&name);
         }
         let done: Vec<String> = self
-            .fleet
             .connecting
             .iter()
             .filter(|(n, (_, t))| t.is_finished() || !wanted.contains_key(*n))
             .map(|(n, _)| n.clone())
             .collect();
         for name in done {
-            let Some((_, task)) = self.fleet.connecting.remove(&name) else {
+            let Some((_, task)) = self.connecting.remove(&name) else {
                 continue;
             };
             if !wanted.contains_key(&name) {
@@ -122,27 +173,26 @@ impl Brain {
             match task.await {
                 Ok(Ok(m)) => {
                     tracing::info!(member = %name, kinds = ?m.kinds, "member connected");
-                    self.fleet.rediscover.remove(&name);
-                    self.fleet.errors.remove(&name);
-                    if self.fleet.members.contains_key(&name) {
+                    self.rediscover.remove(&name);
+                    self.errors.remove(&name);
+                    if self.members.contains_key(&name) {
                         // A reconnection: the old connection serves until the new one is in
                         // sync, so that the member never looks silent meanwhile.
-                        self.fleet.incoming.insert(name.clone(), m);
+                        self.incoming.insert(name.clone(), m);
                     } else {
-                        self.fleet.members.insert(name.clone(), m);
+                        self.members.insert(name.clone(), m);
                     }
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(member = %name, error = %e, "cannot connect to member");
-                    self.fleet.errors.insert(name.clone(), e.to_string());
+                    self.errors.insert(name.clone(), e.to_string());
                 }
                 Err(e) => {
-                    self.fleet.errors.insert(name.clone(), e.to_string());
+                    self.errors.insert(name.clone(), e.to_string());
                 }
             }
         }
         let ready: Vec<String> = self
-            .fleet
             .incoming
             .iter()
             .filter(|(n, m)| {
@@ -151,64 +201,49 @@ impl Brain {
             .map(|(n, _)| n.clone())
             .collect();
         for name in ready {
-            if let Some(m) = self.fleet.incoming.remove(&name)
+            if let Some(m) = self.incoming.remove(&name)
                 && wanted.contains_key(&name)
             {
-                self.fleet.members.insert(name, m);
+                self.members.insert(name, m);
             }
         }
         let now = super::now_ms();
         for name in wanted.keys() {
-            if self.fleet.members.contains_key(name) {
-                self.fleet.unconnected_since.remove(name);
+            if self.members.contains_key(name) {
+                self.unconnected_since.remove(name);
             } else {
-                self.fleet
-                    .unconnected_since
-                    .entry(name.clone())
-                    .or_insert(now);
+                self.unconnected_since.entry(name.clone()).or_insert(now);
             }
         }
-        self.fleet
-            .unconnected_since
-            .retain(|n, _| wanted.contains_key(n));
+        self.unconnected_since.retain(|n, _| wanted.contains_key(n));
         for (name, mc) in &wanted {
             // (Re)connect when new, when its spec or Secret changed, checked every few seconds.
             let due = self
-                .fleet
                 .status
                 .get(name)
                 .is_none_or(|(_, at)| at.elapsed() > Duration::from_secs(10))
-                || !self.fleet.members.contains_key(name);
+                || !self.members.contains_key(name);
             if due {
-                match self.kubeconfig_of(mc).await {
+                match Fleet::kubeconfig_of(ctx, mc).await {
                     Ok((text, rv)) => {
                         let source = format!("{}/{rv}", mc.metadata.generation.unwrap_or(0));
                         // Connected again (discovery anew) when a job needs a kind it does not
                         // watch, at most every 30 s.
                         let rediscover = self
-                            .fleet
                             .rediscover
                             .get(name)
                             .is_some_and(|at| at.elapsed() > Duration::from_secs(30));
-                        let newest = self
-                            .fleet
-                            .incoming
-                            .get(name)
-                            .or(self.fleet.members.get(name));
+                        let newest = self.incoming.get(name).or(self.members.get(name));
                         // A CRD installed or removed on the member: discovery anew.
                         let kinds_changed = newest.is_some_and(|m| m.kinds_changed());
                         let stale = rediscover
                             || kinds_changed
                             || newest.is_none_or(|m| m.source != source);
-                        let pending = self
-                            .fleet
-                            .connecting
-                            .get(name)
-                            .is_some_and(|(s, _)| *s == source);
+                        let pending = self.connecting.get(name).is_some_and(|(s, _)| *s == source);
                         if stale && !pending {
                             // Connected off the sync loop: discovery on a frozen member must
                             // not hold back the decisions for the others.
-                            let (n, wake) = (name.clone(), self.ctx.wake.clone());
+                            let (n, wake) = (name.clone(), ctx.wake.clone());
                             let src = source.clone();
                             let task = tokio::spawn(async move {
                                 let c = members::client_from_kubeconfig(&n, &text).await?;
@@ -217,34 +252,34 @@ impl Brain {
                                 m
                             });
                             if let Some((_, old)) =
-                                self.fleet.connecting.insert(name.clone(), (source, task))
+                                self.connecting.insert(name.clone(), (source, task))
                             {
                                 old.abort();
                             }
                         }
                     }
                     Err(e) => {
-                        self.fleet.errors.insert(name.clone(), e);
+                        self.errors.insert(name.clone(), e);
                     }
                 }
-                if let Some((st, _)) = self.fleet.status.get(name).cloned() {
-                    self.fleet.status.insert(name.clone(), (st, Instant::now()));
+                if let Some((st, _)) = self.status.get(name).cloned() {
+                    self.status.insert(name.clone(), (st, Instant::now()));
                 } else {
-                    self.fleet.status.insert(
+                    self.status.insert(
                         name.clone(),
                         (MemberClusterStatus::default(), Instant::now()),
                     );
                 }
             }
             let labels = mc.labels().clone();
-            let (info, reachable) = match self.fleet.members.get(name) {
+            let (info, reachable) = match self.members.get(name) {
                 Some(m) if m.synced() => {
                     let (mut info, problems) =
                         members::cluster_info(name, &labels, &m.nodes.state());
                     // The core makes only robust plans for a member placed by node set.
-                    info.placement = self.placement_mode(name).0;
+                    info.placement = self.placement_mode(&ctx.stores, name).0;
                     info.serves = m.serves();
-                    info.serves.stalled = self.fleet.operators.stalled(name, super::now_ms());
+                    info.serves.stalled = self.operators.stalled(name, super::now_ms());
                     for p in problems {
                         tracing::warn!(member = %name, problem = %p, "node left out");
                     }
@@ -253,18 +288,18 @@ impl Brain {
                 _ => (None, false),
             };
             if let Some(info) = info
-                && self.fleet.told_nodes.get(name) != Some(&info)
+                && self.told_nodes.get(name) != Some(&info)
             {
-                self.core.sched.set_cluster(&info);
-                self.fleet.told_nodes.insert(name.clone(), info);
-                self.fleet.told_usage.remove(name);
+                core.sched.set_cluster(&info);
+                self.told_nodes.insert(name.clone(), info);
+                self.told_usage.remove(name);
             }
-            if self.fleet.told_reachable.get(name) != Some(&reachable)
-                && (self.fleet.told_nodes.contains_key(name) || !reachable)
+            if self.told_reachable.get(name) != Some(&reachable)
+                && (self.told_nodes.contains_key(name) || !reachable)
             {
                 tracing::info!(member = %name, reachable, "member reachability");
-                if !self.fleet.told_nodes.contains_key(name) {
-                    self.core.sched.set_cluster(&ClusterInfo {
+                if !self.told_nodes.contains_key(name) {
+                    core.sched.set_cluster(&ClusterInfo {
                         name: name.clone(),
                         labels: labels.clone(),
                         nodes: vec![],
@@ -272,35 +307,33 @@ impl Brain {
                         serves: Default::default(),
                     });
                 }
-                self.core.sched.set_reachable(name, reachable);
-                self.fleet.told_reachable.insert(name.clone(), reachable);
+                core.sched.set_reachable(name, reachable);
+                self.told_reachable.insert(name.clone(), reachable);
             }
         }
     }
 
     /// Whether every MemberCluster has been described to the core, or could not be reached
     /// (its connection failed, or it has not synced for 30 s since the controller started).
-    pub(super) fn members_settled(&self) -> bool {
-        let patience = self.ctx.epoch.elapsed() > Duration::from_secs(30);
-        self.ctx.stores.members.state().iter().all(|mc| {
+    pub(super) fn settled(&self, ctx: &Ctx) -> bool {
+        let patience = ctx.epoch.elapsed() > Duration::from_secs(30);
+        ctx.stores.members.state().iter().all(|mc| {
             let name = mc.name_any();
-            self.fleet.told_nodes.contains_key(&name)
-                || self.fleet.errors.contains_key(&name)
-                || patience
+            self.told_nodes.contains_key(&name) || self.errors.contains_key(&name) || patience
         })
     }
 
     /// Tells the core what pods it does not account for use, per node: every active pod but
     /// those muster's own copies made, the copies of the jobs that hold a reservation (the copy
     /// UID each record holds, on the member it names; see `owned`).
-    pub(super) fn sync_usage(&mut self) {
-        let admitted = self.core.book.iter().filter(|(_, e)| {
-            e.id.is_some_and(|id| matches!(self.core.sched.state(id), JobState::Admitted { .. }))
+    pub(super) fn sync_usage(&mut self, core: &mut Core) {
+        let admitted = core.book.iter().filter(|(_, e)| {
+            e.id.is_some_and(|id| matches!(core.sched.state(id), JobState::Admitted { .. }))
         });
         let mut recorded: BTreeMap<String, HashSet<String>> = BTreeMap::new();
         for r in admitted
             .map(|(_, e)| &e.record)
-            .chain(self.core.book.deleted().map(|(_, r)| r))
+            .chain(core.book.deleted().map(|(_, r)| r))
         {
             // A record without a copy UID (not dispatched yet, or written before records held
             // it): its copy's pods are usage, on top of its reservation, until it has one.
@@ -309,8 +342,8 @@ impl Brain {
             }
         }
         let none = HashSet::new();
-        for (name, m) in &self.fleet.members {
-            if !m.synced() || !self.fleet.told_nodes.contains_key(name) {
+        for (name, m) in &self.members {
+            if !m.synced() || !self.told_nodes.contains_key(name) {
                 continue;
             }
             let copies = m.recorded_copies(recorded.get(name).unwrap_or(&none));
@@ -319,40 +352,34 @@ impl Brain {
             for p in problems {
                 tracing::warn!(member = %name, problem = %p, "pod usage unreadable");
             }
-            let before = self.fleet.told_usage.get(name).cloned().unwrap_or_default();
+            let before = self.told_usage.get(name).cloned().unwrap_or_default();
             if before == usage {
                 continue;
             }
             for node in before.keys().filter(|n| !usage.contains_key(*n)) {
-                self.core
-                    .sched
+                core.sched
                     .set_external_usage(name, node, &ResourceList::new());
             }
             for (node, used) in &usage {
                 if before.get(node) != Some(used) {
-                    self.core.sched.set_external_usage(name, node, used);
+                    core.sched.set_external_usage(name, node, used);
                 }
             }
-            self.fleet.told_usage.insert(name.clone(), usage);
+            self.told_usage.insert(name.clone(), usage);
         }
     }
 
-    pub(super) fn write_member_statuses(&mut self) {
-        let names: Vec<String> = self.fleet.status.keys().cloned().collect();
+    pub(super) fn write_statuses(&self, ctx: &Ctx, core: &mut Core, reports: &mut Reports) {
+        let names: Vec<String> = self.status.keys().cloned().collect();
         for name in names {
-            let table = &self.core.sched.table;
-            let cluster = self.core.sched.clusters().iter().find(|c| c.name == name);
+            let table = &core.sched.table;
+            let cluster = core.sched.clusters().iter().find(|c| c.name == name);
             let mut st = MemberClusterStatus::default();
-            let (mode, why) = self.placement_mode(&name);
+            let (mode, why) = self.placement_mode(&ctx.stores, &name);
             st.placement = Some(mode.as_str().to_string());
             st.placement_reason = Some(why);
-            let reachable = self
-                .fleet
-                .told_reachable
-                .get(&name)
-                .copied()
-                .unwrap_or(false);
-            let (status, reason, message) = match (self.fleet.errors.get(&name), cluster) {
+            let reachable = self.told_reachable.get(&name).copied().unwrap_or(false);
+            let (status, reason, message) = match (self.errors.get(&name), cluster) {
                 (Some(e), _) if e.starts_with(secret_ref::FIELD) => {
                     ("False", secret_ref::REFUSED_REASON, e.clone())
                 }
@@ -413,7 +440,6 @@ impl Brain {
                 }
             }
             let prev = self
-                .fleet
                 .status
                 .get(&name)
                 .map(|(s, _)| s.clone())
@@ -421,7 +447,6 @@ impl Brain {
             let prev_cond = prev.conditions.first();
             let same_cond = prev_cond.is_some_and(|c| c.status == status && c.message == message);
             let last_contact = self
-                .fleet
                 .members
                 .get(&name)
                 .and_then(|m| m.health.silent_for())
@@ -462,7 +487,7 @@ impl Brain {
             figures.allocatable = st.allocatable.clone();
             figures.last_contact = st.last_contact.clone();
             let urgent = figures != st;
-            self.send_report(Report::Member { name, status: st }, urgent);
+            reports.send(ctx, core, Report::Member { name, status: st }, urgent);
         }
     }
 }

@@ -232,14 +232,6 @@ impl View {
 }
 
 impl Brain {
-    /// Whether `cluster` is connected, in sync and answering.
-    pub(super) fn answering(&self, cluster: &str) -> bool {
-        self.fleet
-            .members
-            .get(cluster)
-            .is_some_and(|m| m.synced() && m.health.failures() == 0)
-    }
-
     /// Every member now, and for each followed job placed on an answering member: its pods
     /// placed (the releases among the writes returned), its reservation where its pods are, its
     /// status copied to the hub (among the writes too).

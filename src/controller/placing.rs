@@ -13,10 +13,9 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 use super::brain::Brain;
-use super::crd::{PlacementPolicy, PodPlacement};
+use super::crd::PodPlacement;
 use super::gates;
 use super::observe::Write;
-use crate::fleet::PlacementMode as Mode;
 use crate::placement::{self, GATE};
 use crate::scheduler::Plan;
 
@@ -33,44 +32,6 @@ pub(super) struct Placed {
 }
 
 impl Brain {
-    /// How plans are carried out on `cluster`, and why.
-    pub(super) fn placement_mode(&self, cluster: &str) -> (Mode, String) {
-        let policy = self
-            .ctx
-            .stores
-            .members
-            .state()
-            .iter()
-            .find(|m| m.name_any() == cluster)
-            .and_then(|m| m.spec.placement)
-            .unwrap_or_default();
-        match policy {
-            PlacementPolicy::Gates => (Mode::Gates, "spec.placement is Gates".into()),
-            PlacementPolicy::Pinned => (Mode::Pinned, "spec.placement is Pinned".into()),
-            PlacementPolicy::Auto => {
-                let version = self.fleet.members.get(cluster).map(|m| m.server_version);
-                if let Some((major, minor)) = version
-                    && (major, minor) != (0, 0)
-                    && (major, minor) < (1, 30)
-                {
-                    return (
-                        Mode::Pinned,
-                        format!(
-                            "the API server is v{major}.{minor}; scheduling gates with mutable node affinity need 1.30"
-                        ),
-                    );
-                }
-                if let Some(why) = self.fleet.gates_dropped.get(cluster) {
-                    return (Mode::Pinned, why.clone());
-                }
-                (
-                    Mode::Gates,
-                    "every pod is released onto its planned node through a scheduling gate".into(),
-                )
-            }
-        }
-    }
-
     /// One placement pass for the dispatched job `uid` on `cluster` (its copy is `copy`): the
     /// releases it decides are added to `writes`, carried out with every other job's.
     pub(super) fn place_pods(

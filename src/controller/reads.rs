@@ -33,7 +33,7 @@ impl Brain {
             .filter(|k| !self.flight.in_flight.contains(k) && !self.flight.reading.contains(k))
             .collect();
         for (uid, cluster) in due {
-            if !self.answering(&cluster) {
+            if !self.fleet.answering(&cluster) {
                 continue;
             }
             let Some(m) = self.fleet.members.get(&cluster) else {

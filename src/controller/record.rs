@@ -123,7 +123,7 @@ impl Brain {
         let twice: Vec<String> = r
             .orphans
             .keys()
-            .filter(|c| !self.answering(c))
+            .filter(|c| !self.fleet.answering(c))
             .cloned()
             .collect();
         let mut st = to_status(r, twice);

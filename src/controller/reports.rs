@@ -1,7 +1,8 @@
 //! The status reports of the quota tree (`ElasticQuotaTree.status`: usage per node) and of the
 //! members (`MemberCluster.status`), written off the sync loop: at most one write per object in
 //! flight, and one whose only news is figures (usage, free capacity) at most every
-//! [`REPORT_EVERY`]. What landed is read by the next pass ([`Done::Reported`]).
+//! [`REPORT_EVERY`]. What landed is read by the next pass
+//! ([`Reports::landed`]), and kept by the step that owns the object (`tree`, `membership`).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -10,9 +11,8 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::MANAGER;
-use super::brain::Brain;
 use super::crd::{ElasticQuotaTree, ElasticQuotaTreeStatus, MemberCluster, MemberClusterStatus};
-use super::execute::Done;
+use super::ctx::{Core, Ctx, Inbox};
 
 /// How often a report whose only news is figures is written.
 pub(super) const REPORT_EVERY: Duration = Duration::from_secs(2);
@@ -48,64 +48,54 @@ impl Report {
 pub(super) struct Reports {
     out: HashSet<String>,
     sent: HashMap<String, Instant>,
+    ended: Inbox<(String, Report, Result<(), String>)>,
 }
 
-impl Brain {
+impl Reports {
     /// Sends `report` off the loop unless one for the same object is still out, or (when
     /// `urgent` is false) the last was sent less than [`REPORT_EVERY`] ago.
-    pub(super) fn send_report(&mut self, report: Report, urgent: bool) {
+    pub(super) fn send(&mut self, ctx: &Ctx, core: &mut Core, report: Report, urgent: bool) {
         let key = report.key();
-        let r = &mut self.reports;
-        if r.out.contains(&key) {
+        if self.out.contains(&key) {
             // Its end wakes a pass, which sends what is new then.
             return;
         }
-        if !urgent && let Some(t) = r.sent.get(&key).filter(|t| t.elapsed() < REPORT_EVERY) {
+        if !urgent && let Some(t) = self.sent.get(&key).filter(|t| t.elapsed() < REPORT_EVERY) {
             // A pass comes when it is due, even if nothing else happens by then.
             let left = REPORT_EVERY.saturating_sub(t.elapsed()).as_millis() as u64;
-            let at = super::now_ms() + left;
-            self.core.next_wake = Some(self.core.next_wake.map_or(at, |w| w.min(at)));
+            core.wake_at(super::now_ms() + left);
             return;
         }
-        r.out.insert(key.clone());
-        r.sent.insert(key.clone(), Instant::now());
-        let (hub, tx, wake) = (
-            self.ctx.hub.clone(),
-            self.flight.done_tx.clone(),
-            self.ctx.wake.clone(),
-        );
+        self.out.insert(key.clone());
+        self.sent.insert(key.clone(), Instant::now());
+        let (hub, tx, wake) = (ctx.hub.clone(), self.ended.sender(), ctx.wake.clone());
         tokio::spawn(async move {
             let result = match tokio::time::timeout(REPORT_TIMEOUT, write(&hub, &report)).await {
                 Ok(r) => r,
                 Err(_) => Err(format!("no answer in {}s", REPORT_TIMEOUT.as_secs())),
             };
-            let _ = tx.send(Done::Reported {
-                key,
-                report,
-                result,
-            });
+            let _ = tx.send((key, report, result));
             wake.notify_one();
         });
     }
 
-    /// A report's write ended: what the hub now holds.
-    pub(super) fn reported(&mut self, key: String, report: Report, result: Result<(), String>) {
-        self.reports.out.remove(&key);
-        match (report, result) {
-            (Report::Tree { status, .. }, Ok(())) => self.tree.written = Some(status),
-            (Report::Member { name, status }, Ok(())) => {
-                // Only for a member still known (it may have been removed meanwhile).
-                if let Some((st, _)) = self.fleet.status.get_mut(&name) {
-                    *st = status;
+    /// The reports whose write ended since the last call, each with what the hub now holds
+    /// (None: the write failed, and is logged).
+    pub(super) fn landed(&mut self) -> Vec<Report> {
+        let mut out = Vec::new();
+        for (key, report, result) in self.ended.drain() {
+            self.out.remove(&key);
+            match (report, result) {
+                (report, Ok(())) => out.push(report),
+                (Report::Tree { name, .. }, Err(e)) => {
+                    tracing::warn!(tree = %name, error = %e, "could not write the quota tree status")
+                }
+                (Report::Member { name, .. }, Err(e)) => {
+                    tracing::warn!(member = %name, error = %e, "could not write MemberCluster status")
                 }
             }
-            (Report::Tree { name, .. }, Err(e)) => {
-                tracing::warn!(tree = %name, error = %e, "could not write the quota tree status")
-            }
-            (Report::Member { name, .. }, Err(e)) => {
-                tracing::warn!(member = %name, error = %e, "could not write MemberCluster status")
-            }
         }
+        out
     }
 }
 

@@ -2,18 +2,20 @@
 //! invalid one is reported and leaves the last valid one in force), and the tree's status (its
 //! Valid condition, problems with their field paths, and per node min, max and usage).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{Resource, ResourceExt};
 
-use super::brain::Brain;
 use super::crd;
 use super::crd::{ElasticQuotaTreeStatus, QuotaNodeStatus};
+use super::ctx::{Core, Ctx};
 use super::events::truncate;
 use super::reports::Report;
+use super::reports::Reports;
 use crate::quantity::Quantity;
 use crate::quota::QuotaTree;
+use crate::scheduler::Scheduler;
 
 /// The quota tree in force: what was last applied or refused, its status, and the namespaces
 /// it covers (shared with the webhook).
@@ -43,9 +45,16 @@ impl Tree {
     }
 }
 
-impl Brain {
-    pub(super) async fn sync_tree(&mut self) {
-        let trees = self.ctx.stores.trees.state();
+impl Tree {
+    /// Applies the tree in force if it changed since the last pass (a valid one replaces the
+    /// scheduler's; an invalid one is reported and changes nothing).
+    pub(super) fn sync(
+        &mut self,
+        ctx: &Ctx,
+        sched: &mut Scheduler,
+        ignored: &mut HashMap<String, i64>,
+    ) {
+        let trees = ctx.stores.trees.state();
         let Some(tree) = crd::tree_in_force(&trees) else {
             return;
         };
@@ -53,26 +62,26 @@ impl Brain {
             tree.uid().unwrap_or_default(),
             tree.metadata.generation.unwrap_or(0),
         );
-        if self.tree.seen.as_ref() == Some(&key) {
+        if self.seen.as_ref() == Some(&key) {
             return;
         }
-        self.tree.seen = Some(key);
-        self.tree.reference = Some((tree.namespace().unwrap_or_default(), tree.name_any()));
+        self.seen = Some(key);
+        self.reference = Some((tree.namespace().unwrap_or_default(), tree.name_any()));
         let oref = tree.object_ref(&());
         let now = Time(super::clock::now());
         let manifest = tree.manifest();
         match QuotaTree::parse(&manifest) {
             Ok(t) => {
-                self.tree.manifest = Some(manifest.clone());
+                self.manifest = Some(manifest.clone());
                 let ns = t.namespaces();
                 tracing::info!(tree = %tree.name_any(), leaves = ns.len(), "quota tree applied");
-                self.core.sched.set_quota_tree(Some(t));
+                sched.set_quota_tree(Some(t));
                 // Jobs it did not cover are looked at again.
-                self.hubjobs.ignored.clear();
-                if let Ok(mut c) = self.tree.covered.write() {
+                ignored.clear();
+                if let Ok(mut c) = self.covered.write() {
                     *c = Some(ns);
                 }
-                self.tree.status = Some(ElasticQuotaTreeStatus {
+                self.status = Some(ElasticQuotaTreeStatus {
                     conditions: vec![Condition {
                         type_: "Valid".into(),
                         status: "True".into(),
@@ -84,7 +93,7 @@ impl Brain {
                     problems: vec![],
                     nodes: vec![],
                 });
-                self.publish(
+                ctx.publish(
                     &oref,
                     false,
                     "QuotaTreeApplied",
@@ -94,12 +103,12 @@ impl Brain {
             Err(problems) => {
                 let msgs: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
                 tracing::warn!(tree = %tree.name_any(), problems = ?msgs, "invalid quota tree; the last valid one stays in force");
-                let in_force = if self.core.sched.quota().is_some() {
+                let in_force = if sched.quota().is_some() {
                     "the last valid tree stays in force"
                 } else {
                     "no tree is in force: no job is queued"
                 };
-                self.tree.status = Some(ElasticQuotaTreeStatus {
+                self.status = Some(ElasticQuotaTreeStatus {
                     conditions: vec![Condition {
                         type_: "Valid".into(),
                         status: "False".into(),
@@ -109,9 +118,9 @@ impl Brain {
                         observed_generation: tree.metadata.generation,
                     }],
                     problems: msgs.clone(),
-                    nodes: self.tree.status.take().map(|s| s.nodes).unwrap_or_default(),
+                    nodes: self.status.take().map(|s| s.nodes).unwrap_or_default(),
                 });
-                self.publish(
+                ctx.publish(
                     &oref,
                     true,
                     "InvalidQuotaTree",
@@ -121,14 +130,14 @@ impl Brain {
         }
     }
 
-    pub(super) fn write_tree_status(&mut self) {
-        let (Some((ns, name)), Some(mut st)) =
-            (self.tree.reference.clone(), self.tree.status.clone())
-        else {
+    /// Sends the tree's status (its usage at most every `REPORT_EVERY`).
+    pub(super) fn write_status(&self, ctx: &Ctx, core: &mut Core, reports: &mut Reports) {
+        let sched = &core.sched;
+        let (Some((ns, name)), Some(mut st)) = (self.reference.clone(), self.status.clone()) else {
             return;
         };
-        if let Some(q) = self.core.sched.quota() {
-            let table = &self.core.sched.table;
+        if let Some(q) = sched.quota() {
+            let table = &sched.table;
             st.nodes = q
                 .tree
                 .nodes
@@ -165,12 +174,11 @@ impl Brain {
                 })
                 .collect();
         }
-        if self.tree.written.as_ref() == Some(&st) {
+        if self.written.as_ref() == Some(&st) {
             return;
         }
         // Usage alone changes with every admission: written at most every REPORT_EVERY.
         let urgent = self
-            .tree
             .written
             .as_ref()
             .is_none_or(|w| w.conditions != st.conditions || w.problems != st.problems);
@@ -179,6 +187,6 @@ impl Brain {
             name,
             status: st,
         };
-        self.send_report(report, urgent);
+        reports.send(ctx, core, report, urgent);
     }
 }
