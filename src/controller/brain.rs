@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::ResourceExt;
 use kube::runtime::events::Recorder;
@@ -107,6 +106,8 @@ impl Brain {
         }
         self.collect_done();
         self.reports_landed();
+        self.writer
+            .landed(&self.ctx, &mut self.core, &mut self.hubjobs);
         self.discover_kinds().await;
         let gone = self.sync_jobs().await;
         self.fleet.sync_usage(&mut self.core);
@@ -116,10 +117,15 @@ impl Brain {
         // to sync).
         self.tidy(gone);
         self.settle_sent();
-        let (view, writes) = self.observe();
+        let (view, writes) = super::observe::observe(
+            &self.ctx,
+            &mut self.core,
+            &mut self.fleet,
+            &mut self.hubjobs,
+        );
         // 3. The lifecycle: every job stepped, one scheduling cycle.
         let started = Instant::now();
-        let intents = self.step_all(&view);
+        let intents = super::observe::step_all(&mut self.core, &self.hubjobs, &view);
         self.ctx
             .metrics
             .cycle_duration(started.elapsed().as_secs_f64());
@@ -127,11 +133,16 @@ impl Brain {
         // 4. Carry out what it says (creates start at once, off the loop), then what observing
         // asked for; send the records (in the book's order, off the loop); report.
         self.execute_all(intents).await;
-        self.carry_out(writes);
+        self.writer.carry_out(&self.ctx, writes);
         t.mark("execute+observed");
-        self.sync_reasons();
+        super::record::sync_reasons(&mut self.core, &mut self.hubjobs);
         t.mark("reasons");
-        self.write_records();
+        super::record::write_records(
+            &self.ctx,
+            &mut self.core,
+            (&self.hubjobs, &self.fleet, &self.forecasts),
+            &mut self.writer,
+        );
         t.mark("records");
         self.tree
             .write_status(&self.ctx, &mut self.core, &mut self.reports);
@@ -149,7 +160,9 @@ impl Brain {
         self.ctx.metrics.maybe_running_twice(&twice);
         t.mark("statuses");
         // 5. Forecasts (off the loop) and snapshots asked for.
-        self.forecast().await;
+        self.forecasts
+            .forecast(&self.ctx, &self.core, &self.hubjobs)
+            .await;
         self.answer_snapshots();
         t.mark("forecast");
         t.report(self.core.book.iter().count());
@@ -198,17 +211,6 @@ impl Brain {
                 }
             }
         }
-    }
-
-    /// An Event on the hub job `uid` (queued, never awaited).
-    pub fn event(&self, uid: &str, warning: bool, reason: &str, note: String) {
-        if let Some(t) = self.hubjobs.jobs.get(uid) {
-            self.publish(&t.object_ref(uid), warning, reason, note);
-        }
-    }
-
-    pub fn publish(&self, oref: &ObjectReference, warning: bool, reason: &str, note: String) {
-        self.ctx.events.send(oref.clone(), warning, reason, &note);
     }
 }
 

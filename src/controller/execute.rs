@@ -46,19 +46,6 @@ pub(super) enum Done {
         cluster: String,
         result: Result<bool, String>,
     },
-    /// A batch of QueuedJob status writes (whether it held records that free capacity).
-    Records {
-        freeing: bool,
-        out: Vec<(
-            crate::lifecycle::outbox::Item<super::writes::Put>,
-            crate::lifecycle::outbox::Landed,
-        )>,
-    },
-    /// A write observing asked for.
-    Observed {
-        write: super::observe::Write,
-        result: Result<(), String>,
-    },
     /// The hub's answer to a dry-run create of a pod template.
     HubChecked {
         namespace: String,
@@ -172,8 +159,6 @@ impl Brain {
                         self.core.book.created(&uid, created);
                     }
                 }
-                Done::Records { freeing, out } => self.records_landed(freeing, out),
-                Done::Observed { write, result } => self.observed_landed(write, result),
                 Done::HubChecked {
                     namespace,
                     digest,
@@ -245,7 +230,7 @@ impl Brain {
                     };
                     self.ctx.metrics.finished(&queue, &cluster, outcome);
                     if succeeded {
-                        self.record_run(&uid);
+                        self.forecasts.record_run(&self.core, &self.hubjobs, &uid);
                     }
                 }
                 Intent::Event { transition, note } => self.transition(&uid, transition, note),

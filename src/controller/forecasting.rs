@@ -11,8 +11,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::brain::Brain;
 use super::crd::StartEstimate;
+use super::ctx::{Core, Ctx};
+use super::jobs::HubJobs;
 use crate::forecast::{self, Arrival, Estimates, Inputs, Start};
 use crate::lifecycle::Ms;
 use crate::runtime::{self, Declared, History, Source};
@@ -49,17 +50,16 @@ struct Outcome {
     took: Duration,
 }
 
-impl Brain {
+impl Forecasts {
     /// What a followed job declares about its run time, and its history key.
-    fn declared(&self, uid: &str) -> Option<Declared> {
-        let j = self.hubjobs.jobs.get(uid)?;
+    fn declared(core: &Core, hubjobs: &HubJobs, uid: &str) -> Option<Declared> {
+        let j = hubjobs.jobs.get(uid)?;
         let w = j.spec.0.as_ref().ok()?;
-        let queue = self
-            .core
+        let queue = core
             .book
             .get(uid)
             .and_then(|e| e.id)
-            .map(|id| self.core.sched.queue_name(id).to_string())
+            .map(|id| core.sched.queue_name(id).to_string())
             .or_else(|| j.queue.clone())
             .unwrap_or_default();
         Some(Declared {
@@ -70,65 +70,68 @@ impl Brain {
     }
 
     /// A followed job's expected run time and where it came from.
-    pub(super) fn expected_runtime(&self, uid: &str) -> (Ms, Source) {
-        match self.declared(uid) {
-            Some(d) => d.expected(&self.forecasts.history, &self.ctx.opts.runtime_rules),
-            None => (self.ctx.opts.runtime_rules.default, Source::Default),
+    pub(super) fn expected_runtime(
+        &self,
+        ctx: &Ctx,
+        core: &Core,
+        hubjobs: &HubJobs,
+        uid: &str,
+    ) -> (Ms, Source) {
+        match Forecasts::declared(core, hubjobs, uid) {
+            Some(d) => d.expected(&self.history, &ctx.opts.runtime_rules),
+            None => (ctx.opts.runtime_rules.default, Source::Default),
         }
     }
 
     /// A job ran to success: its run time (admission to end) joins its queue × shape history.
-    pub(super) fn record_run(&mut self, uid: &str) {
-        let Some(started) = self
-            .core
+    pub(super) fn record_run(&mut self, core: &Core, hubjobs: &HubJobs, uid: &str) {
+        let Some(started) = core
             .book
             .get(uid)
             .and_then(|e| e.record.admitted_at.or(e.record.dispatched_at))
         else {
             return;
         };
-        let Some(d) = self.declared(uid) else { return };
+        let Some(d) = Forecasts::declared(core, hubjobs, uid) else {
+            return;
+        };
         let ran = super::now_ms().saturating_sub(started);
-        self.forecasts.history.record(&d.key, ran);
-        self.forecasts.history_dirty = true;
+        self.history.record(&d.key, ran);
+        self.history_dirty = true;
     }
 
     /// The forecasting step of a pass: read the history once, take a finished forecast in,
     /// keep the history durable, start the next forecast when due.
-    pub(super) async fn forecast(&mut self) {
-        if !self.forecasts.history_loaded {
-            self.load_history().await;
+    pub(super) async fn forecast(&mut self, ctx: &Ctx, core: &Core, hubjobs: &HubJobs) {
+        if !self.history_loaded {
+            self.load_history(ctx).await;
         }
-        if self
-            .forecasts
-            .task
-            .as_ref()
-            .is_some_and(|t| t.is_finished())
-            && let Some(task) = self.forecasts.task.take()
+        if self.task.as_ref().is_some_and(|t| t.is_finished())
+            && let Some(task) = self.task.take()
         {
             match task.await {
-                Ok(o) => self.take_in(o),
+                Ok(o) => self.take_in(ctx, o),
                 Err(e) => tracing::error!(error = %e, "the forecast failed"),
             }
         }
-        if self.forecasts.history_dirty
+        if self.history_dirty
             && self
-                .forecasts
                 .history_written
                 .is_none_or(|t| t.elapsed() >= HISTORY_WRITE_EVERY)
         {
-            self.save_history().await;
+            self.save_history(ctx).await;
         }
-        let every = self.ctx.opts.estimate_interval;
-        let due = self.forecasts.started.is_none_or(|t| t.elapsed() >= every);
-        if every.is_zero() || self.forecasts.task.is_some() || !due {
+        let every = ctx.opts.estimate_interval;
+        let due = self.started.is_none_or(|t| t.elapsed() >= every);
+        if every.is_zero() || self.task.is_some() || !due {
             return;
         }
-        self.forecasts.started = Some(Instant::now());
-        let (inputs, jobs, arrivals, runtimes, queues) = self.forecast_inputs(super::now_ms());
-        let copy = self.core.sched.clone();
-        let wake = self.ctx.wake.clone();
-        self.forecasts.task = Some(tokio::task::spawn_blocking(move || {
+        self.started = Some(Instant::now());
+        let (inputs, jobs, arrivals, runtimes, queues) =
+            self.forecast_inputs(ctx, core, hubjobs, super::now_ms());
+        let copy = core.sched.clone();
+        let wake = ctx.wake.clone();
+        self.task = Some(tokio::task::spawn_blocking(move || {
             let t = Instant::now();
             let est = forecast::forecast(copy, &inputs);
             wake.notify_one();
@@ -149,6 +152,9 @@ impl Brain {
     #[allow(clippy::type_complexity)]
     pub(super) fn forecast_inputs(
         &self,
+        ctx: &Ctx,
+        core: &Core,
+        hubjobs: &HubJobs,
         now: Ms,
     ) -> (
         Inputs,
@@ -159,19 +165,19 @@ impl Brain {
     ) {
         let mut inputs = Inputs {
             now,
-            default_runtime: self.ctx.opts.runtime_rules.default,
+            default_runtime: ctx.opts.runtime_rules.default,
             ..Inputs::default()
         };
         let mut jobs = Vec::new();
         let mut arrivals = Vec::new();
         let mut runtimes = HashMap::new();
         let mut queues = HashMap::new();
-        for (uid, e) in self.core.book.iter() {
-            let (ms, source) = self.expected_runtime(uid);
+        for (uid, e) in core.book.iter() {
+            let (ms, source) = self.expected_runtime(ctx, core, hubjobs, uid);
             match e.id {
                 Some(id) => {
-                    queues.insert(uid.clone(), self.core.sched.queue_name(id).to_string());
-                    match self.core.sched.state(id) {
+                    queues.insert(uid.clone(), core.sched.queue_name(id).to_string());
+                    match core.sched.state(id) {
                         JobState::Admitted { .. } => {
                             let started = e.record.admitted_at.unwrap_or(now);
                             let left = runtime::remaining(started, ms, now);
@@ -188,8 +194,7 @@ impl Brain {
                     }
                 }
                 None => {
-                    let (Some(until), Some(j)) =
-                        (e.record.backoff_until, self.hubjobs.jobs.get(uid))
+                    let (Some(until), Some(j)) = (e.record.backoff_until, hubjobs.jobs.get(uid))
                     else {
                         continue;
                     };
@@ -210,7 +215,7 @@ impl Brain {
         (inputs, jobs, arrivals, runtimes, queues)
     }
 
-    fn take_in(&mut self, o: Outcome) {
+    fn take_in(&mut self, ctx: &Ctx, o: Outcome) {
         let mut by_uid = HashMap::new();
         let mut per_queue: BTreeMap<String, (Vec<u64>, i64)> = BTreeMap::new();
         let answers = o
@@ -256,13 +261,13 @@ impl Brain {
             took_ms = o.took.as_millis() as u64,
             "forecast made"
         );
-        self.ctx.metrics.forecast(&per_queue, o.took.as_secs_f64());
-        self.forecasts.by_uid = by_uid;
-        self.forecasts.made_at = Some(o.now);
+        ctx.metrics.forecast(&per_queue, o.took.as_secs_f64());
+        self.by_uid = by_uid;
+        self.made_at = Some(o.now);
     }
 
-    async fn load_history(&mut self) {
-        let api: Api<ConfigMap> = Api::namespaced(self.ctx.hub.clone(), &self.ctx.opts.namespace);
+    async fn load_history(&mut self, ctx: &Ctx) {
+        let api: Api<ConfigMap> = Api::namespaced(ctx.hub.clone(), &ctx.opts.namespace);
         match api.get_opt(HISTORY_CONFIGMAP).await {
             Ok(cm) => {
                 let text = cm
@@ -271,7 +276,7 @@ impl Brain {
                     .and_then(|d| d.get(HISTORY_KEY));
                 if let Some(text) = text {
                     match serde_json::from_str::<History>(text) {
-                        Ok(h) => self.forecasts.history = h,
+                        Ok(h) => self.history = h,
                         Err(e) => tracing::warn!(
                             configmap = HISTORY_CONFIGMAP,
                             field = HISTORY_KEY,
@@ -280,7 +285,7 @@ impl Brain {
                         ),
                     }
                 }
-                self.forecasts.history_loaded = true;
+                self.history_loaded = true;
             }
             Err(e) => {
                 tracing::warn!(configmap = HISTORY_CONFIGMAP, error = %e, "cannot read the run-time history; trying again next pass");
@@ -288,18 +293,18 @@ impl Brain {
         }
     }
 
-    async fn save_history(&mut self) {
-        if !self.ctx.leadership.is_leader() {
+    async fn save_history(&mut self, ctx: &Ctx) {
+        if !ctx.leadership.is_leader() {
             return;
         }
-        let text = match serde_json::to_string(&self.forecasts.history) {
+        let text = match serde_json::to_string(&self.history) {
             Ok(t) => t,
             Err(e) => {
                 tracing::error!(error = %e, "cannot serialise the run-time history");
                 return;
             }
         };
-        let api: Api<ConfigMap> = Api::namespaced(self.ctx.hub.clone(), &self.ctx.opts.namespace);
+        let api: Api<ConfigMap> = Api::namespaced(ctx.hub.clone(), &ctx.opts.namespace);
         let cm = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": HISTORY_CONFIGMAP,
@@ -307,9 +312,9 @@ impl Brain {
             "data": {HISTORY_KEY: text},
         });
         let pp = PatchParams::apply("muster").force();
-        self.forecasts.history_written = Some(Instant::now());
+        self.history_written = Some(Instant::now());
         match api.patch(HISTORY_CONFIGMAP, &pp, &Patch::Apply(&cm)).await {
-            Ok(_) => self.forecasts.history_dirty = false,
+            Ok(_) => self.history_dirty = false,
             Err(e) => {
                 tracing::warn!(configmap = HISTORY_CONFIGMAP, error = %e, "cannot write the run-time history")
             }
@@ -324,8 +329,8 @@ impl Brain {
         uid: &str,
         written: Option<&StartEstimate>,
     ) -> Option<StartEstimate> {
-        let new = self.forecasts.by_uid.get(uid)?;
-        let (Some(old), Some(now)) = (written, self.forecasts.made_at) else {
+        let new = self.by_uid.get(uid)?;
+        let (Some(old), Some(now)) = (written, self.made_at) else {
             return Some(new.clone());
         };
         let at = |e: &StartEstimate| {

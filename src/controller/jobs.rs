@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use super::brain::Brain;
 use super::crd::{PodCounts, PodPlacement, QueuedJob, QueuedJobStatus};
+use super::ctx::Ctx;
 use super::execute::Done;
 use super::{hubcheck, intake, kinds, queued_job_name, record};
 use crate::lifecycle::tidy::{self, Intake, Name};
@@ -118,6 +119,13 @@ pub(super) struct HubJobs {
 }
 
 impl HubJobs {
+    /// An Event on the hub job `uid` (queued, never awaited).
+    pub fn event(&self, ctx: &Ctx, uid: &str, warning: bool, reason: &str, note: String) {
+        if let Some(t) = self.jobs.get(uid) {
+            ctx.publish(&t.object_ref(uid), warning, reason, note);
+        }
+    }
+
     pub fn new() -> HubJobs {
         HubJobs {
             jobs: HashMap::new(),

@@ -16,10 +16,13 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::json;
 
-use super::brain::Brain;
 use super::crd::PodCounts;
+use super::ctx::{Core, Ctx};
+use super::jobs::HubJobs;
 use super::jobs::Job;
 use super::members::{COMPONENT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL};
+use super::membership::Fleet;
+use super::writes::Write;
 use super::{now_ms, status};
 use crate::lifecycle::{Copy, Intent, Member, Ms, Record, Seen};
 use crate::scheduler::Plan;
@@ -27,28 +30,6 @@ use crate::workload::JobKind;
 
 /// How often a running job's member status is copied to the hub job at most.
 const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// A write that observing a job asks for.
-pub(super) enum Write {
-    /// Lift muster's scheduling gate from a pod onto its planned node.
-    Release {
-        cluster: String,
-        label: String,
-        client: kube::Client,
-        pod: Arc<Pod>,
-        node: String,
-    },
-    /// Copy the member's job status to the hub job.
-    HubStatus {
-        uid: String,
-        label: String,
-        kind: JobKind,
-        namespace: String,
-        name: String,
-        patch: serde_json::Value,
-        status: serde_json::Value,
-    },
-}
 
 /// Whether `pod`'s controller is an object of the copy's `kind` other than the copy `copy_uid`
 /// (an earlier copy of the same job, deleted, whose pods are still there).
@@ -231,217 +212,225 @@ impl View {
     }
 }
 
-impl Brain {
-    /// Every member now, and for each followed job placed on an answering member: its pods
-    /// placed (the releases among the writes returned), its reservation where its pods are, its
-    /// status copied to the hub (among the writes too).
-    pub(super) fn observe(&mut self) -> (View, Vec<Write>) {
-        let now = now_ms();
-        let mut view = View {
-            now,
-            members: BTreeMap::new(),
+/// Every member now, and for each followed job placed on an answering member: its pods
+/// placed (the releases among the writes returned), its reservation where its pods are, its
+/// status copied to the hub (among the writes too).
+pub(super) fn observe(
+    ctx: &Ctx,
+    core: &mut Core,
+    fleet: &mut Fleet,
+    hubjobs: &mut HubJobs,
+) -> (View, Vec<Write>) {
+    let now = now_ms();
+    let mut view = View {
+        now,
+        members: BTreeMap::new(),
+    };
+    let start = now.saturating_sub(ctx.epoch.elapsed().as_millis() as u64);
+    for mc in ctx.stores.members.state() {
+        let name = mc.name_any();
+        let v = match fleet.members.get(&name) {
+            Some(m) if m.synced() && m.health.failures() == 0 => {
+                let mut copies = HashMap::new();
+                let mut versions = HashMap::new();
+                for (&kind, store) in &m.jobs {
+                    // Before the state: it shows every change up to this version.
+                    versions.insert(kind, store.version());
+                    for o in store.state() {
+                        let labels = o.labels();
+                        if labels.get(ORIGIN_LABEL) != Some(&ctx.opts.origin) {
+                            continue;
+                        }
+                        if let Some(uid) = labels.get(JOB_UID_LABEL) {
+                            copies.insert((kind, uid.clone()), o);
+                        }
+                    }
+                }
+                let mut pods: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+                for p in m.pods.state() {
+                    if let Some(uid) = p.labels().get(JOB_UID_LABEL) {
+                        pods.entry(uid.clone()).or_default().push(p.clone());
+                    }
+                }
+                // Whether its operators act on muster's copies.
+                for ((kind, uid), o) in &copies {
+                    let n = pods.get(uid).map_or(0, Vec::len);
+                    if fleet.operators.observe(&name, *kind, o, n, now) {
+                        ctx.wake.notify_one();
+                    }
+                }
+                MemberView::Answering {
+                    copies,
+                    pods,
+                    versions,
+                }
+            }
+            Some(m) if m.health.failures() > 0 => {
+                let silent = m.health.silent_for().unwrap_or_default().as_millis() as u64;
+                MemberView::Not(Member::Silent {
+                    since: now.saturating_sub(silent),
+                })
+            }
+            // Connected, its watches not in sync yet: silent since it connected.
+            Some(m) => MemberView::Not(Member::Silent {
+                since: now.saturating_sub(m.connected_at.elapsed().as_millis() as u64),
+            }),
+            _ => MemberView::Not(Member::Unconnected {
+                since: fleet.unconnected_since.get(&name).copied().unwrap_or(start),
+            }),
         };
-        let start = now.saturating_sub(self.ctx.epoch.elapsed().as_millis() as u64);
-        for mc in self.ctx.stores.members.state() {
-            let name = mc.name_any();
-            let v = match self.fleet.members.get(&name) {
-                Some(m) if m.synced() && m.health.failures() == 0 => {
-                    let mut copies = HashMap::new();
-                    let mut versions = HashMap::new();
-                    for (&kind, store) in &m.jobs {
-                        // Before the state: it shows every change up to this version.
-                        versions.insert(kind, store.version());
-                        for o in store.state() {
-                            let labels = o.labels();
-                            if labels.get(ORIGIN_LABEL) != Some(&self.ctx.opts.origin) {
-                                continue;
-                            }
-                            if let Some(uid) = labels.get(JOB_UID_LABEL) {
-                                copies.insert((kind, uid.clone()), o);
-                            }
-                        }
-                    }
-                    let mut pods: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
-                    for p in m.pods.state() {
-                        if let Some(uid) = p.labels().get(JOB_UID_LABEL) {
-                            pods.entry(uid.clone()).or_default().push(p.clone());
-                        }
-                    }
-                    // Whether its operators act on muster's copies.
-                    for ((kind, uid), o) in &copies {
-                        let n = pods.get(uid).map_or(0, Vec::len);
-                        if self.fleet.operators.observe(&name, *kind, o, n, now) {
-                            self.ctx.wake.notify_one();
-                        }
-                    }
-                    MemberView::Answering {
-                        copies,
-                        pods,
-                        versions,
-                    }
-                }
-                Some(m) if m.health.failures() > 0 => {
-                    let silent = m.health.silent_for().unwrap_or_default().as_millis() as u64;
-                    MemberView::Not(Member::Silent {
-                        since: now.saturating_sub(silent),
-                    })
-                }
-                // Connected, its watches not in sync yet: silent since it connected.
-                Some(m) => MemberView::Not(Member::Silent {
-                    since: now.saturating_sub(m.connected_at.elapsed().as_millis() as u64),
-                }),
-                _ => MemberView::Not(Member::Unconnected {
-                    since: self
-                        .fleet
-                        .unconnected_since
-                        .get(&name)
-                        .copied()
-                        .unwrap_or(start),
-                }),
-            };
-            view.members.insert(name, v);
-        }
-        let placed: Vec<(String, String)> = self
-            .core
-            .book
-            .iter()
-            .filter(|(_, e)| e.record.holds() || e.record.phase.terminal())
-            .filter_map(|(u, e)| Some((u.clone(), e.record.cluster.clone()?)))
-            .collect();
-        let mut writes = Vec::new();
-        for (uid, cluster) in placed {
-            self.follow_copy(&view, &uid, &cluster, &mut writes);
-        }
-        (view, writes)
+        view.members.insert(name, v);
     }
+    let placed: Vec<(String, String)> = core
+        .book
+        .iter()
+        .filter(|(_, e)| e.record.holds() || e.record.phase.terminal())
+        .filter_map(|(u, e)| Some((u.clone(), e.record.cluster.clone()?)))
+        .collect();
+    let mut writes = Vec::new();
+    for (uid, cluster) in placed {
+        follow_copy(
+            (ctx, core),
+            fleet,
+            hubjobs,
+            (&view, &uid, &cluster),
+            &mut writes,
+        );
+    }
+    (view, writes)
+}
 
-    /// One placed job's copy on its answering member: what it needs written goes to `writes`.
-    fn follow_copy(&mut self, view: &View, uid: &str, cluster: &str, writes: &mut Vec<Write>) {
-        let Some(j) = self.hubjobs.jobs.get(uid) else {
-            return;
-        };
-        let Some((copy, pods)) = view.copy_and_pods(cluster, uid, j) else {
-            return;
-        };
-        // Only the copy this record made: while a job is admitted again (or its record names
-        // another copy), what is there is an earlier copy on its way out.
-        let trusted = self.core.book.get(uid).is_some_and(|e| {
-            made_for_admission(copy, e.record.admitted_at)
-                && e.record.phase != crate::lifecycle::Phase::Admitted
-                && e.record
-                    .copy_uid
-                    .as_ref()
-                    .is_none_or(|u| copy.uid().as_ref() == Some(u))
-        });
-        if !trusted {
-            return;
-        }
-        let expected = self
-            .core
-            .book
-            .get(uid)
-            .map_or(0, |e| e.record.expected_pods(&j.spec));
-        let kind = j.kind;
-        let holds = self.core.book.get(uid).is_some_and(|e| e.record.holds());
-        let tally = status::tally(&pods);
-        if holds {
-            // Once every pod is bound, the reservation becomes where the pods really are.
-            if expected > 0
-                && tally.scheduled == expected
-                && let Some(id) = self.core.book.get(uid).and_then(|e| e.id)
-            {
-                let mut plan: Plan = BTreeMap::new();
-                for p in &pods {
-                    let comp = p.labels().get(COMPONENT_LABEL).cloned().unwrap_or_default();
-                    if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
-                        *plan.entry(comp).or_default().entry(node).or_insert(0) += 1;
-                    }
-                }
-                self.core.sched.rebind(id, &plan);
-            }
-            let placed = self.place_pods(uid, cluster, &copy.data, &pods, writes);
-            // Pods missing: what the member refused, if it said (a quota, an admission webhook).
-            let refused = (tally.running + tally.waiting + tally.succeeded < expected)
-                .then(|| self.fleet.members.get(cluster)?.refusal(copy.as_ref()))
-                .flatten()
-                .map(|r| format!("{cluster} refuses: {r}"));
-            // Or its operator there does not act at all.
-            let refused = refused.or_else(|| {
-                self.fleet
-                    .operators
-                    .reason(cluster, kind)
-                    .filter(|_| tally.running + tally.waiting + tally.succeeded == 0)
-                    .map(str::to_string)
-            });
-            if let Some(j) = self.hubjobs.jobs.get_mut(uid) {
-                let waiting = placed.pending.or(placed.held);
-                j.waiting = match (refused, waiting) {
-                    (Some(r), Some(w)) => Some(format!("{r}; {w}")),
-                    (r, w) => r.or(w),
-                };
-                j.pods = Some(PodCounts {
-                    expected,
-                    scheduled: tally.scheduled,
-                    running: tally.running,
-                });
-            }
-        }
-        // The member's job status, copied to the hub job.
-        let member_status = copy.data.get("status").cloned();
-        let Some(j) = self.hubjobs.jobs.get(uid) else {
-            return;
-        };
-        let Some(st) = member_status else { return };
-        if j.synced_status.as_ref() == Some(&st) || !self.ctx.leadership.is_leader() {
-            return;
-        }
-        // While the job runs, its status is copied at most every STATUS_EVERY (a pod's start,
-        // readiness and end would be a write each); an ended job's at once, in the pass that
-        // sees it end (before its record says so).
-        let ended = status::outcome(j.kind, &copy.data).is_some()
-            || self
-                .core
-                .book
-                .get(uid)
-                .is_none_or(|e| e.record.phase.terminal());
-        if let Some(due) = j
-            .synced_at
-            .map(|at| STATUS_EVERY.saturating_sub(at.elapsed()))
-            .filter(|d| !ended && !d.is_zero())
+/// One placed job's copy on its answering member: what it needs written goes to `writes`.
+fn follow_copy(
+    (ctx, core): (&Ctx, &mut Core),
+    fleet: &mut Fleet,
+    hubjobs: &mut HubJobs,
+    (view, uid, cluster): (&View, &str, &str),
+    writes: &mut Vec<Write>,
+) {
+    let Some(j) = hubjobs.jobs.get(uid) else {
+        return;
+    };
+    let Some((copy, pods)) = view.copy_and_pods(cluster, uid, j) else {
+        return;
+    };
+    // Only the copy this record made: while a job is admitted again (or its record names
+    // another copy), what is there is an earlier copy on its way out.
+    let trusted = core.book.get(uid).is_some_and(|e| {
+        made_for_admission(copy, e.record.admitted_at)
+            && e.record.phase != crate::lifecycle::Phase::Admitted
+            && e.record
+                .copy_uid
+                .as_ref()
+                .is_none_or(|u| copy.uid().as_ref() == Some(u))
+    });
+    if !trusted {
+        return;
+    }
+    let expected = core
+        .book
+        .get(uid)
+        .map_or(0, |e| e.record.expected_pods(&j.spec));
+    let kind = j.kind;
+    let holds = core.book.get(uid).is_some_and(|e| e.record.holds());
+    let tally = status::tally(&pods);
+    if holds {
+        // Once every pod is bound, the reservation becomes where the pods really are.
+        if expected > 0
+            && tally.scheduled == expected
+            && let Some(id) = core.book.get(uid).and_then(|e| e.id)
         {
-            let at = now_ms() + due.as_millis() as u64;
-            self.core.next_wake = Some(self.core.next_wake.map_or(at, |w| w.min(at)));
-            return;
+            let mut plan: Plan = BTreeMap::new();
+            for p in &pods {
+                let comp = p.labels().get(COMPONENT_LABEL).cloned().unwrap_or_default();
+                if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                    *plan.entry(comp).or_default().entry(node).or_insert(0) += 1;
+                }
+            }
+            core.sched.rebind(id, &plan);
         }
-        let (kind, ns, name, label) = (j.kind, j.namespace.clone(), j.name.clone(), j.label());
-        let hub_status = self
-            .ctx
-            .stores
-            .job(kind, &ns, &name)
-            .and_then(|o| o.data.get("status").cloned());
-        let patch = status::replace_patch(hub_status.as_ref(), &st);
-        writes.push(Write::HubStatus {
-            uid: uid.to_string(),
-            label,
-            kind,
-            namespace: ns,
-            name,
-            patch: json!({"status": patch}),
-            status: st,
+        let placed = super::placing::place_pods(
+            (ctx, core),
+            fleet,
+            hubjobs,
+            (uid, cluster, &copy.data, &pods),
+            writes,
+        );
+        // Pods missing: what the member refused, if it said (a quota, an admission webhook).
+        let refused = (tally.running + tally.waiting + tally.succeeded < expected)
+            .then(|| fleet.members.get(cluster)?.refusal(copy.as_ref()))
+            .flatten()
+            .map(|r| format!("{cluster} refuses: {r}"));
+        // Or its operator there does not act at all.
+        let refused = refused.or_else(|| {
+            fleet
+                .operators
+                .reason(cluster, kind)
+                .filter(|_| tally.running + tally.waiting + tally.succeeded == 0)
+                .map(str::to_string)
         });
+        if let Some(j) = hubjobs.jobs.get_mut(uid) {
+            let waiting = placed.pending.or(placed.held);
+            j.waiting = match (refused, waiting) {
+                (Some(r), Some(w)) => Some(format!("{r}; {w}")),
+                (r, w) => r.or(w),
+            };
+            j.pods = Some(PodCounts {
+                expected,
+                scheduled: tally.scheduled,
+                running: tally.running,
+            });
+        }
     }
+    // The member's job status, copied to the hub job.
+    let member_status = copy.data.get("status").cloned();
+    let Some(j) = hubjobs.jobs.get(uid) else {
+        return;
+    };
+    let Some(st) = member_status else { return };
+    if j.synced_status.as_ref() == Some(&st) || !ctx.leadership.is_leader() {
+        return;
+    }
+    // While the job runs, its status is copied at most every STATUS_EVERY (a pod's start,
+    // readiness and end would be a write each); an ended job's at once, in the pass that
+    // sees it end (before its record says so).
+    let ended = status::outcome(j.kind, &copy.data).is_some()
+        || core.book.get(uid).is_none_or(|e| e.record.phase.terminal());
+    if let Some(due) = j
+        .synced_at
+        .map(|at| STATUS_EVERY.saturating_sub(at.elapsed()))
+        .filter(|d| !ended && !d.is_zero())
+    {
+        let at = now_ms() + due.as_millis() as u64;
+        core.next_wake = Some(core.next_wake.map_or(at, |w| w.min(at)));
+        return;
+    }
+    let (kind, ns, name, label) = (j.kind, j.namespace.clone(), j.name.clone(), j.label());
+    let hub_status = ctx
+        .stores
+        .job(kind, &ns, &name)
+        .and_then(|o| o.data.get("status").cloned());
+    let patch = status::replace_patch(hub_status.as_ref(), &st);
+    writes.push(Write::HubStatus {
+        uid: uid.to_string(),
+        label,
+        kind,
+        namespace: ns,
+        name,
+        patch: json!({"status": patch}),
+        status: st,
+    });
+}
 
-    /// The lifecycle book's pass: every job stepped from the view, one scheduling cycle (when a
-    /// tree is in force).
-    pub(super) fn step_all(&mut self, view: &View) -> Vec<(String, Intent)> {
-        let jobs = &self.hubjobs.jobs;
-        let mut spec = |uid: &str| jobs.get(uid).map(|j| j.spec.clone());
-        let mut seen = |uid: &str, r: &Record| view.seen(uid, r, jobs.get(uid));
-        let admit = self.core.sched.quota().is_some();
-        self.core
-            .book
-            .pass(&mut self.core.sched, &mut spec, &mut seen, view.now, admit)
-    }
+/// The lifecycle book's pass: every job stepped from the view, one scheduling cycle (when a
+/// tree is in force).
+pub(super) fn step_all(core: &mut Core, hubjobs: &HubJobs, view: &View) -> Vec<(String, Intent)> {
+    let jobs = &hubjobs.jobs;
+    let mut spec = |uid: &str| jobs.get(uid).map(|j| j.spec.clone());
+    let mut seen = |uid: &str, r: &Record| view.seen(uid, r, jobs.get(uid));
+    let admit = core.sched.quota().is_some();
+    core.book
+        .pass(&mut core.sched, &mut spec, &mut seen, view.now, admit)
 }
 
 #[cfg(test)]

@@ -12,10 +12,12 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use serde_json::Value;
 
-use super::brain::Brain;
 use super::crd::PodPlacement;
+use super::ctx::{Core, Ctx};
 use super::gates;
-use super::observe::Write;
+use super::jobs::HubJobs;
+use super::membership::Fleet;
+use super::writes::Write;
 use crate::placement::{self, GATE};
 use crate::scheduler::Plan;
 
@@ -31,160 +33,157 @@ pub(super) struct Placed {
     pub pending: Option<String>,
 }
 
-impl Brain {
-    /// One placement pass for the dispatched job `uid` on `cluster` (its copy is `copy`): the
-    /// releases it decides are added to `writes`, carried out with every other job's.
-    pub(super) fn place_pods(
-        &mut self,
-        uid: &str,
-        cluster: &str,
-        copy: &Value,
-        pods: &[&Arc<Pod>],
-        writes: &mut Vec<Write>,
-    ) -> Placed {
-        let mut out = Placed::default();
-        let (Some(t), Some(m)) = (self.hubjobs.jobs.get(uid), self.fleet.members.get(cluster))
-        else {
-            return out;
-        };
-        let (Ok(w), Some(plan)) = (
-            t.spec.0.as_ref(),
-            self.core.book.plan(&self.core.sched, uid),
-        ) else {
-            return out;
-        };
-        // Components whose pods muster can see and gate (their templates carry its labels).
-        let managed: BTreeSet<String> = w
-            .components
-            .iter()
-            .filter(|c| c.template_pointer.is_some())
-            .map(|c| c.name.clone())
-            .collect();
-        let gated_copy: BTreeSet<String> = w
-            .components
-            .iter()
-            .filter(|c| {
-                c.template_pointer.as_ref().is_some_and(|tp| {
-                    copy.pointer(&format!("{tp}/spec/schedulingGates"))
-                        .and_then(Value::as_array)
-                        .is_some_and(|g| {
-                            g.iter()
-                                .any(|g| g.get("name").and_then(Value::as_str) == Some(GATE))
-                        })
-                })
+/// One placement pass for the dispatched job `uid` on `cluster` (its copy is `copy`): the
+/// releases it decides are added to `writes`, carried out with every other job's.
+pub(super) fn place_pods(
+    (ctx, core): (&Ctx, &Core),
+    fleet: &mut Fleet,
+    hubjobs: &mut HubJobs,
+    (uid, cluster, copy, pods): (&str, &str, &Value, &[&Arc<Pod>]),
+    writes: &mut Vec<Write>,
+) -> Placed {
+    let mut out = Placed::default();
+    let (Some(t), Some(m)) = (hubjobs.jobs.get(uid), fleet.members.get(cluster)) else {
+        return out;
+    };
+    let (Ok(w), Some(plan)) = (t.spec.0.as_ref(), core.book.plan(&core.sched, uid)) else {
+        return out;
+    };
+    // Components whose pods muster can see and gate (their templates carry its labels).
+    let managed: BTreeSet<String> = w
+        .components
+        .iter()
+        .filter(|c| c.template_pointer.is_some())
+        .map(|c| c.name.clone())
+        .collect();
+    let gated_copy: BTreeSet<String> = w
+        .components
+        .iter()
+        .filter(|c| {
+            c.template_pointer.as_ref().is_some_and(|tp| {
+                copy.pointer(&format!("{tp}/spec/schedulingGates"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|g| {
+                        g.iter()
+                            .any(|g| g.get("name").and_then(Value::as_str) == Some(GATE))
+                    })
             })
-            .map(|c| c.name.clone())
-            .collect();
-        let plan: Plan = plan
-            .into_iter()
-            .filter(|(c, _)| managed.contains(c))
-            .collect();
-        let staged = gates::staged(w);
-        let seen: Vec<placement::PodSeen> = pods.iter().map(|p| gates::seen(p)).collect();
-        let pinned: BTreeSet<String> = managed.difference(&gated_copy).cloned().collect();
-        let step = placement::step(&plan, &staged, &pinned, &seen, &t.released);
-        let label = t.label();
+        })
+        .map(|c| c.name.clone())
+        .collect();
+    let plan: Plan = plan
+        .into_iter()
+        .filter(|(c, _)| managed.contains(c))
+        .collect();
+    let staged = gates::staged(w);
+    let seen: Vec<placement::PodSeen> = pods.iter().map(|p| gates::seen(p)).collect();
+    let pinned: BTreeSet<String> = managed.difference(&gated_copy).cloned().collect();
+    let step = placement::step(&plan, &staged, &pinned, &seen, &t.released);
+    let label = t.label();
 
-        // A member that drops the gate: pinned mode from now on (said once, loudly).
-        if !self.fleet.gates_dropped.contains_key(cluster)
-            && let Some(p) = seen
-                .iter()
-                .find(|p| gated_copy.contains(&p.component) && gates::gate_stripped(p))
-        {
-            let why = format!(
-                "pod {} of {label} came up without muster's scheduling gate (an admission webhook or the API server dropped it)",
-                p.name
-            );
-            tracing::warn!(member = %cluster, "{why}; placing by node set from now on");
-            self.fleet
-                .gates_dropped
-                .insert(cluster.to_string(), why.clone());
-            self.event(uid, true, "GatesDropped", format!("{cluster}: {why}"));
-        }
-
-        // Releases: one write per pod, carried out after the pass looked at every job.
-        if self.ctx.leadership.is_leader() && !step.release.is_empty() {
-            let by_name = gates::by_name(pods);
-            for (pod, node) in &step.release {
-                if let Some(p) = by_name.get(pod) {
-                    writes.push(Write::Release {
-                        cluster: cluster.to_string(),
-                        label: label.clone(),
-                        client: m.client.clone(),
-                        pod: Arc::clone(p),
-                        node: node.clone(),
-                    });
-                }
-            }
-        }
-
-        // Pods off their plan: an error, counted and said once per pod.
-        let mut new_mismatches = Vec::new();
-        if let Some(t) = self.hubjobs.jobs.get_mut(uid) {
-            for mm in &step.mismatches {
-                if t.mismatched.insert(mm.pod.clone()) {
-                    new_mismatches.push(format!("pod {} on {}: {}", mm.pod, mm.node, mm.why));
-                }
-            }
-            t.released = step.released.clone();
-            t.pod_placement = step
-                .pods
-                .iter()
-                .take(MAX_LISTED)
-                .map(|r| PodPlacement {
-                    pod: r.pod.clone(),
-                    component: r.component.clone(),
-                    planned_node: r.planned.clone(),
-                    node: r.node.clone(),
-                    gated: r.gated,
-                })
-                .collect();
-        }
-        for note in new_mismatches {
-            self.ctx.metrics.placement_mismatch(cluster);
-            tracing::error!(job = %label, member = %cluster, "{note}");
-            self.event(uid, true, "PlacementMismatch", format!("{cluster}: {note}"));
-        }
-
-        if let Some((pod, why)) = step.held.first() {
-            out.held = Some(if step.held.len() == 1 {
-                format!("pod {pod} gated: {why}")
-            } else {
-                format!("{} pods gated ({pod}: {why})", step.held.len())
-            });
-        }
-        let planned_of = |name: &str| {
-            step.pods
-                .iter()
-                .find(|r| r.pod == name)
-                .and_then(|r| r.planned.clone())
-        };
-        out.pending = pods.iter().find_map(|p| {
-            let gated = p
-                .spec
-                .as_ref()
-                .and_then(|s| s.scheduling_gates.as_ref())
-                .is_some_and(|g| !g.is_empty());
-            if gated {
-                return None;
-            }
-            let c = p
-                .status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
-            let words = c
-                .message
-                .clone()
-                .unwrap_or_else(|| c.reason.clone().unwrap_or_default());
-            let name = p.name_any();
-            Some(match planned_of(&name) {
-                Some(node) => format!("pod {name} (planned on {node}) is not scheduled: {words}"),
-                None => format!("pod {name} is not scheduled: {words}"),
-            })
-        });
-        out
+    // A member that drops the gate: pinned mode from now on (said once, loudly).
+    if !fleet.gates_dropped.contains_key(cluster)
+        && let Some(p) = seen
+            .iter()
+            .find(|p| gated_copy.contains(&p.component) && gates::gate_stripped(p))
+    {
+        let why = format!(
+            "pod {} of {label} came up without muster's scheduling gate (an admission webhook or the API server dropped it)",
+            p.name
+        );
+        tracing::warn!(member = %cluster, "{why}; placing by node set from now on");
+        fleet.gates_dropped.insert(cluster.to_string(), why.clone());
+        hubjobs.event(ctx, uid, true, "GatesDropped", format!("{cluster}: {why}"));
     }
+
+    // Releases: one write per pod, carried out after the pass looked at every job.
+    if ctx.leadership.is_leader() && !step.release.is_empty() {
+        let by_name = gates::by_name(pods);
+        for (pod, node) in &step.release {
+            if let Some(p) = by_name.get(pod) {
+                writes.push(Write::Release {
+                    cluster: cluster.to_string(),
+                    label: label.clone(),
+                    client: m.client.clone(),
+                    pod: Arc::clone(p),
+                    node: node.clone(),
+                });
+            }
+        }
+    }
+
+    // Pods off their plan: an error, counted and said once per pod.
+    let mut new_mismatches = Vec::new();
+    if let Some(t) = hubjobs.jobs.get_mut(uid) {
+        for mm in &step.mismatches {
+            if t.mismatched.insert(mm.pod.clone()) {
+                new_mismatches.push(format!("pod {} on {}: {}", mm.pod, mm.node, mm.why));
+            }
+        }
+        t.released = step.released.clone();
+        t.pod_placement = step
+            .pods
+            .iter()
+            .take(MAX_LISTED)
+            .map(|r| PodPlacement {
+                pod: r.pod.clone(),
+                component: r.component.clone(),
+                planned_node: r.planned.clone(),
+                node: r.node.clone(),
+                gated: r.gated,
+            })
+            .collect();
+    }
+    for note in new_mismatches {
+        ctx.metrics.placement_mismatch(cluster);
+        tracing::error!(job = %label, member = %cluster, "{note}");
+        hubjobs.event(
+            ctx,
+            uid,
+            true,
+            "PlacementMismatch",
+            format!("{cluster}: {note}"),
+        );
+    }
+
+    if let Some((pod, why)) = step.held.first() {
+        out.held = Some(if step.held.len() == 1 {
+            format!("pod {pod} gated: {why}")
+        } else {
+            format!("{} pods gated ({pod}: {why})", step.held.len())
+        });
+    }
+    let planned_of = |name: &str| {
+        step.pods
+            .iter()
+            .find(|r| r.pod == name)
+            .and_then(|r| r.planned.clone())
+    };
+    out.pending = pods.iter().find_map(|p| {
+        let gated = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty());
+        if gated {
+            return None;
+        }
+        let c = p
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+        let words = c
+            .message
+            .clone()
+            .unwrap_or_else(|| c.reason.clone().unwrap_or_default());
+        let name = p.name_any();
+        Some(match planned_of(&name) {
+            Some(node) => format!("pod {name} (planned on {node}) is not scheduled: {words}"),
+            None => format!("pod {name} is not scheduled: {words}"),
+        })
+    });
+    out
 }

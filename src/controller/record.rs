@@ -9,11 +9,15 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use super::brain::Brain;
 use super::crd::{JobRef, QueuedJob, QueuedJobSpec, QueuedJobState, QueuedJobStatus};
+use super::ctx::{Core, Ctx};
 use super::events::truncate;
+use super::forecasting::Forecasts;
+use super::jobs::HubJobs;
+use super::membership::Fleet;
 use super::queued_job_name;
 use super::writes::Put;
+use super::writes::Writer;
 use crate::lifecycle::outbox::Candidate;
 use crate::lifecycle::{Phase, Record};
 use crate::scheduler::JobState;
@@ -63,184 +67,193 @@ fn same(a: &QueuedJobStatus, b: &QueuedJobStatus) -> bool {
     a == *b
 }
 
-impl Brain {
-    /// Each followed job's queue and priority, and for a waiting one why it waits, as the core
-    /// says. The full explanation tries every member, so it is recomputed when the core's
-    /// reason says something new, when only its figures changed at most every
-    /// [`FIGURES_EVERY`], and otherwise every 30 s.
-    pub(super) fn sync_reasons(&mut self) {
-        let ids: Vec<(String, crate::scheduler::JobId)> = self
-            .core
-            .book
-            .iter()
-            .filter_map(|(u, e)| Some((u.clone(), e.id?)))
-            .collect();
-        let mut refresh: Option<Duration> = None;
-        for (uid, id) in ids {
-            let Some(j) = self.hubjobs.jobs.get_mut(&uid) else {
-                continue;
-            };
-            j.queue = Some(self.core.sched.queue_name(id).to_string());
-            j.priority = Some(self.core.sched.priority(id));
-            let waiting = matches!(
-                self.core.sched.state(id),
-                JobState::Pending | JobState::Inadmissible(_)
-            );
-            if !waiting {
-                j.explanation = None;
-                j.summary = None;
-                j.explained = None;
-                continue;
-            }
-            let core_reason = self.core.sched.reason(id).unwrap_or_default();
-            let stale = j.explained.as_ref().is_none_or(|(r, at)| {
-                let age = at.elapsed();
-                (*r != core_reason && (age >= FIGURES_EVERY || words(r) != words(&core_reason)))
-                    || age > Duration::from_secs(30)
-            });
-            if stale {
-                let e = self.core.sched.explain(id);
-                j.summary = Some(e.summary());
-                j.explanation = Some(truncate(&e.to_string(), 8000));
-                j.explained = Some((core_reason, Instant::now()));
-            } else if let Some((r, at)) = &j.explained
-                && *r != core_reason
-            {
-                // New figures: shown once FIGURES_EVERY has passed since the last ones.
-                let due = FIGURES_EVERY.saturating_sub(at.elapsed());
-                refresh = Some(refresh.map_or(due, |d: Duration| d.min(due)));
-            }
-        }
-        if let Some(d) = refresh {
-            let at = super::now_ms() + d.as_millis() as u64;
-            self.core.next_wake = Some(self.core.next_wake.map_or(at, |w| w.min(at)));
-        }
-    }
-
-    /// The whole QueuedJob status of `uid` for record `r`.
-    fn compose(&self, uid: &str, r: &Record) -> Option<QueuedJobStatus> {
-        let j = self.hubjobs.jobs.get(uid)?;
-        let twice: Vec<String> = r
-            .orphans
-            .keys()
-            .filter(|c| !self.fleet.answering(c))
-            .cloned()
-            .collect();
-        let mut st = to_status(r, twice);
-        st.queue = j.queue.clone();
-        st.priority = j.priority;
-        let waiting = matches!(r.phase, Phase::Queued | Phase::Rejected)
-            && r.backoff_until.is_none()
-            && self.core.book.get(uid).is_some_and(|e| e.id.is_some());
-        if matches!(r.phase, Phase::Queued | Phase::Rejected) {
-            let written = j.written.as_ref().and_then(|w| w.estimate.as_ref());
-            st.estimate = self.estimate_for(uid, written);
-        }
-        if waiting {
-            st.explanation = j.explanation.clone();
-            if let Some(s) = &j.summary
-                && r.orphans.is_empty()
-            {
-                st.reason = Some(s.clone());
-            }
-        }
-        if r.holds() || r.phase.terminal() {
-            st.pods = j.pods.clone();
-            st.pod_placement = j.pod_placement.clone();
-        }
-        st.last_transition = match &j.written {
-            Some(w) if w.state == st.state => w.last_transition.clone(),
-            _ => Some(super::clock::now().to_string()),
+/// Each followed job's queue and priority, and for a waiting one why it waits, as the core
+/// says. The full explanation tries every member, so it is recomputed when the core's
+/// reason says something new, when only its figures changed at most every
+/// [`FIGURES_EVERY`], and otherwise every 30 s.
+pub(super) fn sync_reasons(core: &mut Core, hubjobs: &mut HubJobs) {
+    let ids: Vec<(String, crate::scheduler::JobId)> = core
+        .book
+        .iter()
+        .filter_map(|(u, e)| Some((u.clone(), e.id?)))
+        .collect();
+    let mut refresh: Option<Duration> = None;
+    for (uid, id) in ids {
+        let Some(j) = hubjobs.jobs.get_mut(&uid) else {
+            continue;
         };
-        Some(st)
-    }
-
-    /// Sends the next batch of QueuedJob statuses off the loop ([`Brain::send_records`]), as
-    /// the core's outbox plans it (`lifecycle::outbox`: records that free capacity first, the
-    /// rest only once those are durable, nothing while such a batch is out). Each status is
-    /// composed here: one the hub already holds is not written again, and a waiting job's
-    /// whose words changed only in their figures (the live usage a reason quotes) at most
-    /// every [`FIGURES_EVERY`].
-    pub(super) fn write_records(&mut self) {
-        let plan = self
-            .writer
-            .outbox
-            .plan(&self.core.book, |uid, record, _changed| {
-                let st = self.compose(uid, record)?;
-                let j = self.hubjobs.jobs.get(uid)?;
-                // What the hub holds is known only when no write since the last that landed
-                // failed or went unanswered; otherwise the status goes now, whole.
-                if let Some(w) = &j.written
-                    && j.unsure.is_none()
-                {
-                    if same(&st, w) {
-                        return Some(Candidate::Same);
-                    }
-                    let age = j.written_at.map_or(FIGURES_EVERY, |t| t.elapsed());
-                    if figures_only(&st, w) && age < FIGURES_EVERY {
-                        let wait = (FIGURES_EVERY - age).as_millis() as u64;
-                        return Some(Candidate::Later(wait));
-                    }
-                }
-                self.put(uid, st).map(Candidate::Send)
-            });
-        if let Some(wait) = plan.wait {
-            let at = super::now_ms() + wait;
-            self.core.next_wake = Some(self.core.next_wake.map_or(at, |w| w.min(at)));
+        j.queue = Some(core.sched.queue_name(id).to_string());
+        j.priority = Some(core.sched.priority(id));
+        let waiting = matches!(
+            core.sched.state(id),
+            JobState::Pending | JobState::Inadmissible(_)
+        );
+        if !waiting {
+            j.explanation = None;
+            j.summary = None;
+            j.explained = None;
+            continue;
         }
-        if let Some(batch) = self.writer.outbox.sending(&mut self.core.book, plan) {
-            self.send_records(batch);
-        }
-    }
-
-    /// The write of `status` for `uid`: a merge patch from what the hub holds (the status last
-    /// written, or the one the hub's QueuedJob has), and the QueuedJob itself first when none
-    /// is known.
-    fn put(&self, uid: &str, status: QueuedJobStatus) -> Option<Put> {
-        let t = self.hubjobs.jobs.get(uid)?;
-        let name = queued_job_name(t.kind, &t.name);
-        let key = kube::runtime::reflector::ObjectRef::<QueuedJob>::new(&name).within(&t.namespace);
-        let stored = self
-            .ctx
-            .stores
-            .queued
-            .get(&key)
-            .filter(|q| q.spec.job_ref.uid == uid)
-            .and_then(|q| q.status.clone());
-        let held = t.written.clone().or(stored);
-        let create = t.written.is_none().then(|| {
-            let mut qj = QueuedJob::new(
-                &name,
-                QueuedJobSpec {
-                    job_ref: JobRef {
-                        api_version: t.api_version.clone(),
-                        kind: t.kind.as_str().into(),
-                        name: t.name.clone(),
-                        uid: uid.to_string(),
-                    },
-                },
-            );
-            qj.metadata.namespace = Some(t.namespace.clone());
-            // Kept while muster needs the record (see `finalizers`).
-            qj.metadata.finalizers = Some(vec![super::finalizers::RECORD_FINALIZER.into()]);
-            qj.metadata.owner_references = Some(vec![OwnerReference {
-                api_version: t.api_version.clone(),
-                kind: t.kind.as_str().into(),
-                name: t.name.clone(),
-                uid: uid.to_string(),
-                controller: Some(true),
-                block_owner_deletion: Some(false),
-            }]);
-            qj
+        let core_reason = core.sched.reason(id).unwrap_or_default();
+        let stale = j.explained.as_ref().is_none_or(|(r, at)| {
+            let age = at.elapsed();
+            (*r != core_reason && (age >= FIGURES_EVERY || words(r) != words(&core_reason)))
+                || age > Duration::from_secs(30)
         });
-        Some(Put::new(
-            status,
-            (held.as_ref(), t.unsure.as_ref()),
-            (t.namespace.clone(), name),
-            create,
-            self.core.book.settings.defect,
-        ))
+        if stale {
+            let e = core.sched.explain(id);
+            j.summary = Some(e.summary());
+            j.explanation = Some(truncate(&e.to_string(), 8000));
+            j.explained = Some((core_reason, Instant::now()));
+        } else if let Some((r, at)) = &j.explained
+            && *r != core_reason
+        {
+            // New figures: shown once FIGURES_EVERY has passed since the last ones.
+            let due = FIGURES_EVERY.saturating_sub(at.elapsed());
+            refresh = Some(refresh.map_or(due, |d: Duration| d.min(due)));
+        }
     }
+    if let Some(d) = refresh {
+        let at = super::now_ms() + d.as_millis() as u64;
+        core.next_wake = Some(core.next_wake.map_or(at, |w| w.min(at)));
+    }
+}
+
+/// The whole QueuedJob status of `uid` for record `r`.
+fn compose(
+    (core, hubjobs, fleet, forecasts): (&Core, &HubJobs, &Fleet, &Forecasts),
+    uid: &str,
+    r: &Record,
+) -> Option<QueuedJobStatus> {
+    let j = hubjobs.jobs.get(uid)?;
+    let twice: Vec<String> = r
+        .orphans
+        .keys()
+        .filter(|c| !fleet.answering(c))
+        .cloned()
+        .collect();
+    let mut st = to_status(r, twice);
+    st.queue = j.queue.clone();
+    st.priority = j.priority;
+    let waiting = matches!(r.phase, Phase::Queued | Phase::Rejected)
+        && r.backoff_until.is_none()
+        && core.book.get(uid).is_some_and(|e| e.id.is_some());
+    if matches!(r.phase, Phase::Queued | Phase::Rejected) {
+        let written = j.written.as_ref().and_then(|w| w.estimate.as_ref());
+        st.estimate = forecasts.estimate_for(uid, written);
+    }
+    if waiting {
+        st.explanation = j.explanation.clone();
+        if let Some(s) = &j.summary
+            && r.orphans.is_empty()
+        {
+            st.reason = Some(s.clone());
+        }
+    }
+    if r.holds() || r.phase.terminal() {
+        st.pods = j.pods.clone();
+        st.pod_placement = j.pod_placement.clone();
+    }
+    st.last_transition = match &j.written {
+        Some(w) if w.state == st.state => w.last_transition.clone(),
+        _ => Some(super::clock::now().to_string()),
+    };
+    Some(st)
+}
+
+/// Sends the next batch of QueuedJob statuses off the loop ([`Writer::send_records`]), as
+/// the core's outbox plans it (`lifecycle::outbox`: records that free capacity first, the
+/// rest only once those are durable, nothing while such a batch is out). Each status is
+/// composed here: one the hub already holds is not written again, and a waiting job's
+/// whose words changed only in their figures (the live usage a reason quotes) at most
+/// every [`FIGURES_EVERY`].
+pub(super) fn write_records(
+    ctx: &Ctx,
+    core: &mut Core,
+    (hubjobs, fleet, forecasts): (&HubJobs, &Fleet, &Forecasts),
+    writer: &mut Writer,
+) {
+    let shared: &Core = core;
+    let plan = writer.outbox.plan(&shared.book, |uid, record, _changed| {
+        let st = compose((shared, hubjobs, fleet, forecasts), uid, record)?;
+        let j = hubjobs.jobs.get(uid)?;
+        // What the hub holds is known only when no write since the last that landed
+        // failed or went unanswered; otherwise the status goes now, whole.
+        if let Some(w) = &j.written
+            && j.unsure.is_none()
+        {
+            if same(&st, w) {
+                return Some(Candidate::Same);
+            }
+            let age = j.written_at.map_or(FIGURES_EVERY, |t| t.elapsed());
+            if figures_only(&st, w) && age < FIGURES_EVERY {
+                let wait = (FIGURES_EVERY - age).as_millis() as u64;
+                return Some(Candidate::Later(wait));
+            }
+        }
+        put(ctx, shared, hubjobs, uid, st).map(Candidate::Send)
+    });
+    if let Some(wait) = plan.wait {
+        let at = super::now_ms() + wait;
+        core.next_wake = Some(core.next_wake.map_or(at, |w| w.min(at)));
+    }
+    if let Some(batch) = writer.outbox.sending(&mut core.book, plan) {
+        writer.send_records(ctx, core.book.settings.defect, batch);
+    }
+}
+
+/// The write of `status` for `uid`: a merge patch from what the hub holds (the status last
+/// written, or the one the hub's QueuedJob has), and the QueuedJob itself first when none
+/// is known.
+fn put(
+    ctx: &Ctx,
+    core: &Core,
+    hubjobs: &HubJobs,
+    uid: &str,
+    status: QueuedJobStatus,
+) -> Option<Put> {
+    let t = hubjobs.jobs.get(uid)?;
+    let name = queued_job_name(t.kind, &t.name);
+    let key = kube::runtime::reflector::ObjectRef::<QueuedJob>::new(&name).within(&t.namespace);
+    let stored = ctx
+        .stores
+        .queued
+        .get(&key)
+        .filter(|q| q.spec.job_ref.uid == uid)
+        .and_then(|q| q.status.clone());
+    let held = t.written.clone().or(stored);
+    let create = t.written.is_none().then(|| {
+        let mut qj = QueuedJob::new(
+            &name,
+            QueuedJobSpec {
+                job_ref: JobRef {
+                    api_version: t.api_version.clone(),
+                    kind: t.kind.as_str().into(),
+                    name: t.name.clone(),
+                    uid: uid.to_string(),
+                },
+            },
+        );
+        qj.metadata.namespace = Some(t.namespace.clone());
+        // Kept while muster needs the record (see `finalizers`).
+        qj.metadata.finalizers = Some(vec![super::finalizers::RECORD_FINALIZER.into()]);
+        qj.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: t.api_version.clone(),
+            kind: t.kind.as_str().into(),
+            name: t.name.clone(),
+            uid: uid.to_string(),
+            controller: Some(true),
+            block_owner_deletion: Some(false),
+        }]);
+        qj
+    });
+    Some(Put::new(
+        status,
+        (held.as_ref(), t.unsure.as_ref()),
+        (t.namespace.clone(), name),
+        create,
+        core.book.settings.defect,
+    ))
 }
 
 #[cfg(test)]

@@ -109,7 +109,9 @@ impl Brain {
                     md.remove(k);
                 }
             }
-            let (expected, _) = self.expected_runtime(uid);
+            let (expected, _) =
+                self.forecasts
+                    .expected_runtime(&self.ctx, &self.core, &self.hubjobs, uid);
             let declare = |m: &mut Value, ms: u64| {
                 if let Some(md) = m.get_mut("metadata").and_then(Value::as_object_mut) {
                     let ann = md.entry("annotations").or_insert_with(|| json!({}));

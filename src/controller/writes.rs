@@ -6,7 +6,7 @@
 //! release decided before it; at most one write per QueuedJob in flight, [`WRITES_IN_FLIGHT`] in
 //! all),
 //! and the writes observing asks for (pod releases, hub job statuses; at most one per object in
-//! flight). Their outcomes come back as [`Done`](super::execute::Done) and are read at the start
+//! flight). Their outcomes come back to the writer ([`Writer::landed`]) and are read at the start
 //! of the next pass, which is the first to know them durable. Every write is fenced by
 //! leadership and bounded in time.
 
@@ -19,15 +19,16 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 
-use super::brain::Brain;
 use super::crd::{QueuedJob, QueuedJobState, QueuedJobStatus};
-use super::execute::Done;
+use super::ctx::{Core, Ctx, Inbox};
+use super::jobs::HubJobs;
 use super::leader::{self, Fenced};
-use super::observe::Write;
 use super::{MANAGER, gates, kinds};
 use crate::lifecycle::Defect;
 use crate::lifecycle::outbox::{self, Batch, Item, Landed};
 use crate::lifecycle::patch;
+use crate::workload::JobKind;
+use k8s_openapi::api::core::v1::Pod;
 
 /// Writes in flight at once: QueuedJob statuses of every batch together, and observed writes.
 pub(super) const WRITES_IN_FLIGHT: usize = 32;
@@ -36,6 +37,28 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A pod released this recently is not released again (the member's watch may not show the
 /// release yet).
 const RELEASED_FOR: Duration = Duration::from_secs(5);
+
+/// A write that observing a job asks for.
+pub(super) enum Write {
+    /// Lift muster's scheduling gate from a pod onto its planned node.
+    Release {
+        cluster: String,
+        label: String,
+        client: kube::Client,
+        pod: Arc<Pod>,
+        node: String,
+    },
+    /// Copy the member's job status to the hub job.
+    HubStatus {
+        uid: String,
+        label: String,
+        kind: JobKind,
+        namespace: String,
+        name: String,
+        patch: serde_json::Value,
+        status: serde_json::Value,
+    },
+}
 
 /// One QueuedJob status write, with all it needs, made on the loop and sent off it (the job and
 /// its record travel beside it in the outbox's `Item`).
@@ -223,23 +246,37 @@ pub(super) struct Writer {
     pub outbox: crate::lifecycle::outbox::Outbox,
     /// Permits and observed writes under way.
     pub in_flight: InFlight,
+    ended: Inbox<Ended>,
 }
 
-impl Brain {
+/// A write of [`Writer`] that ended.
+enum Ended {
+    /// A batch of QueuedJob status writes (whether it held records that free capacity).
+    Records {
+        freeing: bool,
+        out: Vec<(Item<Put>, Landed)>,
+    },
+    /// A write observing asked for.
+    Observed {
+        write: Write,
+        result: Result<(), String>,
+    },
+}
+
+impl Writer {
     /// Sends a batch the outbox planned off the loop: its records that free capacity, and
     /// only if the outbox says so once they are back ([`outbox::rest_goes`]: every one
     /// durable), the rest. Nothing after a failed release may become durable before it (an
     /// admission using the capacity it frees above all); any other failed write holds back
     /// nothing and is tried again in a later batch.
-    pub(super) fn send_records(&mut self, batch: Batch<Put>) {
+    pub(super) fn send_records(&mut self, ctx: &Ctx, defect: Option<Defect>, batch: Batch<Put>) {
         let freeing = batch.freeing();
-        let defect = self.core.book.settings.defect;
-        let permits = self.writer.in_flight.record_permits.clone();
+        let permits = self.in_flight.record_permits.clone();
         let (hub, leadership, tx, wake) = (
-            self.ctx.hub.clone(),
-            self.ctx.leadership.clone(),
-            self.flight.done_tx.clone(),
-            self.ctx.wake.clone(),
+            ctx.hub.clone(),
+            ctx.leadership.clone(),
+            self.ended.sender(),
+            ctx.wake.clone(),
         );
         let Batch { frees, rest } = batch;
         tokio::spawn(async move {
@@ -249,27 +286,49 @@ impl Brain {
             } else {
                 out.extend(rest.into_iter().map(|i| (i, Landed::NotSent)));
             }
-            let _ = tx.send(Done::Records { freeing, out });
+            let _ = tx.send(Ended::Records { freeing, out });
             wake.notify_one();
         });
     }
 
     /// What the hub now holds of a batch's records.
-    pub(super) fn records_landed(&mut self, freeing: bool, out: Vec<(Item<Put>, Landed)>) {
-        self.writer.outbox.landed(
-            &mut self.core.book,
+    /// What the writes that ended since the last pass did: the records the hub now holds
+    /// (told to the outbox and kept with each job), the pods released, the hub job statuses
+    /// copied.
+    pub(super) fn landed(&mut self, ctx: &Ctx, core: &mut Core, hubjobs: &mut HubJobs) {
+        for e in self.ended.drain() {
+            match e {
+                Ended::Records { freeing, out } => {
+                    self.records_landed(ctx, core, hubjobs, freeing, out)
+                }
+                Ended::Observed { write, result } => {
+                    self.observed_landed(ctx, hubjobs, write, result)
+                }
+            }
+        }
+    }
+
+    fn records_landed(
+        &mut self,
+        ctx: &Ctx,
+        core: &mut Core,
+        hubjobs: &mut HubJobs,
+        freeing: bool,
+        out: Vec<(Item<Put>, Landed)>,
+    ) {
+        self.outbox.landed(
+            &mut core.book,
             freeing,
             out.iter().map(|(i, l)| (i.uid.as_str(), &i.record, l)),
         );
         for (Item { uid, write: p, .. }, landed) in out {
             // What may be on the hub beyond the last status known to have landed.
-            if let Some(j) = self.hubjobs.jobs.get_mut(&uid) {
+            if let Some(j) = hubjobs.jobs.get_mut(&uid) {
                 j.unsure = patch::unsure_after(j.unsure.as_ref(), &p.sent(), &landed);
             }
             match landed {
                 Landed::Written => {
-                    let was = self
-                        .hubjobs
+                    let was = hubjobs
                         .jobs
                         .get(&uid)
                         .and_then(|j| j.written.as_ref().map(|w| w.state));
@@ -278,9 +337,9 @@ impl Brain {
                         && p.status.state == QueuedJobState::Queued
                     {
                         let note = p.status.reason.clone().unwrap_or_default();
-                        self.event(&uid, false, "Queued", note);
+                        hubjobs.event(ctx, &uid, false, "Queued", note);
                     }
-                    if let Some(j) = self.hubjobs.jobs.get_mut(&uid) {
+                    if let Some(j) = hubjobs.jobs.get_mut(&uid) {
                         j.written = Some(p.status);
                         j.written_at = Some(Instant::now());
                     }
@@ -297,8 +356,8 @@ impl Brain {
 
     /// Carries out the writes observing asked for, off the loop: each once at a time per
     /// object, [`WRITES_IN_FLIGHT`] at once, each bounded to [`WRITE_TIMEOUT`].
-    pub(super) fn carry_out(&mut self, writes: Vec<Write>) {
-        let f = &mut self.writer.in_flight;
+    pub(super) fn carry_out(&mut self, ctx: &Ctx, writes: Vec<Write>) {
+        let f = &mut self.in_flight;
         f.released.retain(|_, at| at.elapsed() < RELEASED_FOR);
         let permits = f.permits.clone();
         for w in writes {
@@ -308,11 +367,11 @@ impl Brain {
             }
             f.observed.insert(k.clone());
             let (hub, tx, wake, permits, leadership) = (
-                self.ctx.hub.clone(),
-                self.flight.done_tx.clone(),
-                self.ctx.wake.clone(),
+                ctx.hub.clone(),
+                self.ended.sender(),
+                ctx.wake.clone(),
                 permits.clone(),
-                self.ctx.leadership.clone(),
+                ctx.leadership.clone(),
             );
             tokio::spawn(async move {
                 // Never closed: a permit always comes.
@@ -342,16 +401,22 @@ impl Brain {
                     .await
                     .answer()
                     .and_then(|r| r.map_err(|e| e.to_string()));
-                let _ = tx.send(Done::Observed { write: w, result });
+                let _ = tx.send(Ended::Observed { write: w, result });
                 wake.notify_one();
             });
         }
     }
 
     /// An observed write that finished.
-    pub(super) fn observed_landed(&mut self, w: Write, result: Result<(), String>) {
+    fn observed_landed(
+        &mut self,
+        ctx: &Ctx,
+        hubjobs: &mut HubJobs,
+        w: Write,
+        result: Result<(), String>,
+    ) {
         let k = key(&w);
-        self.writer.in_flight.observed.remove(&k);
+        self.in_flight.observed.remove(&k);
         match (w, result) {
             (
                 Write::Release {
@@ -363,8 +428,8 @@ impl Brain {
                 },
                 Ok(()),
             ) => {
-                self.writer.in_flight.released.insert(k, Instant::now());
-                self.ctx.metrics.pods_released(&cluster, 1);
+                self.in_flight.released.insert(k, Instant::now());
+                ctx.metrics.pods_released(&cluster, 1);
                 tracing::debug!(job = %label, pod = %pod.name_any(), %node, "released onto its planned node");
             }
             (
@@ -376,7 +441,7 @@ impl Brain {
                 tracing::warn!(job = %label, pod = %pod.name_any(), %node, error = %e, "could not release a pod; retried on the next pass");
             }
             (Write::HubStatus { uid, status, .. }, Ok(())) => {
-                if let Some(j) = self.hubjobs.jobs.get_mut(&uid) {
+                if let Some(j) = hubjobs.jobs.get_mut(&uid) {
                     j.synced_status = Some(status);
                     j.synced_at = Some(Instant::now());
                 }
