@@ -17,8 +17,10 @@ use kube::runtime::events::Recorder;
 use tokio::sync::{Notify, mpsc};
 
 use super::ctx::{Core, Ctx};
+use super::options::Options;
 use super::reports::Report;
-use super::{HubStores, Options, intake, leader};
+use super::stores::HubStores;
+use super::{intake, leader};
 use crate::lifecycle::{Book, Settings};
 use crate::metrics::Metrics;
 use crate::scheduler::{Config, Scheduler};
@@ -34,8 +36,10 @@ pub(super) struct Brain {
     pub fleet: super::membership::Fleet,
     /// What the controller knows of each followed hub job beyond its record (`jobs`).
     pub hubjobs: super::jobs::HubJobs,
-    /// Member I/O under way off the loop (`execute`, `reads`).
-    pub flight: super::execute::Flight,
+    /// The jobs' copies being created or deleted on members (`copies`).
+    pub copies: super::copies::Copies,
+    /// Fresh reads of members for creates their views have not shown (`reads`).
+    pub reads: super::reads::Reads,
     /// QueuedJob status batches and observed writes out (`writes`).
     pub writer: super::writes::Writer,
     /// Quota tree and member status reports under way.
@@ -78,7 +82,8 @@ impl Brain {
             tree: super::tree::Tree::new(covered),
             fleet: Default::default(),
             hubjobs: super::jobs::HubJobs::new(),
-            flight: Default::default(),
+            copies: Default::default(),
+            reads: Default::default(),
             writer: Default::default(),
             reports: Default::default(),
             finalizing: Default::default(),
@@ -104,19 +109,38 @@ impl Brain {
             // them on the members that happened to answer first).
             return;
         }
-        self.collect_done();
-        self.reports_landed();
+        // What finished off the loop since the last pass, each read by the step that sent it.
+        self.copies
+            .landed(&self.ctx, &mut self.core, &self.fleet, &self.hubjobs);
+        self.reads.landed(&mut self.core);
         self.writer
             .landed(&self.ctx, &mut self.core, &mut self.hubjobs);
-        self.discover_kinds().await;
-        let gone = self.sync_jobs().await;
+        self.hubjobs.verdicts_landed(&mut self.core);
+        self.reports_landed();
+        self.hubjobs.discover_kinds(&mut self.ctx).await;
+        let (gone, intake) = self
+            .hubjobs
+            .sync_jobs(&self.ctx, &mut self.core, &self.tree)
+            .await;
+        self.execute(intake);
         self.fleet.sync_usage(&mut self.core);
         t.mark("jobs");
         // 2. The housekeeping (the core's `tidy`): gone hub jobs, copies to collect, QueuedJobs
         // deleted or to keep. Then every followed job on its members (pods to place, hub status
         // to sync).
-        self.tidy(gone);
-        self.settle_sent();
+        super::gc::tidy(
+            &self.ctx,
+            &mut self.core,
+            (&self.fleet, &mut self.hubjobs),
+            (&mut self.copies, &self.finalizing),
+            gone,
+        );
+        self.reads.settle_sent(
+            &self.ctx,
+            &self.core,
+            (&self.fleet, &self.hubjobs),
+            &self.copies.in_flight,
+        );
         let (view, writes) = super::observe::observe(
             &self.ctx,
             &mut self.core,
@@ -132,7 +156,7 @@ impl Brain {
         t.mark("decide");
         // 4. Carry out what it says (creates start at once, off the loop), then what observing
         // asked for; send the records (in the book's order, off the loop); report.
-        self.execute_all(intents).await;
+        self.execute(intents);
         self.writer.carry_out(&self.ctx, writes);
         t.mark("execute+observed");
         super::record::sync_reasons(&mut self.core, &mut self.hubjobs);
@@ -163,9 +187,26 @@ impl Brain {
         self.forecasts
             .forecast(&self.ctx, &self.core, &self.hubjobs)
             .await;
-        self.answer_snapshots();
+        super::snapshot::answer(&mut self.snapshots, || {
+            super::snapshot::scenario(
+                &self.ctx,
+                &self.core,
+                (&self.fleet, &self.hubjobs, &self.forecasts, &self.tree),
+            )
+        });
         t.mark("forecast");
         t.report(self.core.book.iter().count());
+    }
+
+    /// Carries out the core's intents, in order (`execute`).
+    fn execute(&mut self, intents: Vec<(String, crate::lifecycle::Intent)>) {
+        super::execute::execute_all(
+            &self.ctx,
+            &mut self.core,
+            (&mut self.fleet, &mut self.hubjobs),
+            (&mut self.copies, &mut self.forecasts),
+            intents,
+        );
     }
 
     /// What the status reports that landed hold, kept by the step that owns each object.

@@ -10,6 +10,31 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::workload::JobKind;
+
+/// Field manager of everything muster writes with server-side apply.
+pub const MANAGER: &str = "muster";
+
+/// Name of the QueuedJob of a job: `<kind>-<name>`, lower-case.
+pub fn queued_job_name(kind: JobKind, name: &str) -> String {
+    let n = format!("{}-{name}", kind.as_str().to_lowercase());
+    if n.len() <= 253 {
+        return n;
+    }
+    // Cut, then made unique again by a hash of the whole name (two long names that share their
+    // first 253 characters must not share a QueuedJob).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in n.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let cut: String = n.chars().take(253 - 11).collect();
+    format!(
+        "{}-{:010x}",
+        cut.trim_end_matches(['-', '.']),
+        h & 0xff_ffff_ffff
+    )
+}
+
 /// Where a member's kubeconfig lives on the hub.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]

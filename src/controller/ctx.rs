@@ -12,7 +12,9 @@ use kube::Client;
 use tokio::sync::{Notify, mpsc};
 
 use super::events::Events;
-use super::{HubStores, Options, leader};
+use super::leader;
+use super::options::Options;
+use super::stores::HubStores;
 use crate::lifecycle::{Book, Ms};
 use crate::metrics::Metrics;
 use crate::scheduler::Scheduler;

@@ -18,11 +18,11 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::HubStores;
-use super::MANAGER;
+use super::crd::MANAGER;
 use super::crd::QueuedJob;
 use super::ctx::Ctx;
 use super::leader::{self, Fenced};
+use super::stores::HubStores;
 use crate::lifecycle::Finalizer;
 use crate::workload::JobKind;
 

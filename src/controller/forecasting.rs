@@ -95,7 +95,7 @@ impl Forecasts {
         let Some(d) = Forecasts::declared(core, hubjobs, uid) else {
             return;
         };
-        let ran = super::now_ms().saturating_sub(started);
+        let ran = super::clock::now_ms().saturating_sub(started);
         self.history.record(&d.key, ran);
         self.history_dirty = true;
     }
@@ -128,7 +128,7 @@ impl Forecasts {
         }
         self.started = Some(Instant::now());
         let (inputs, jobs, arrivals, runtimes, queues) =
-            self.forecast_inputs(ctx, core, hubjobs, super::now_ms());
+            self.forecast_inputs(ctx, core, hubjobs, super::clock::now_ms());
         let copy = core.sched.clone();
         let wake = ctx.wake.clone();
         self.task = Some(tokio::task::spawn_blocking(move || {

@@ -12,177 +12,180 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use super::brain::Brain;
+use super::copies::Copies;
 use super::crd::QueuedJob;
+use super::ctx::{Core, Ctx};
+use super::finalizers::Finalizing;
+use super::jobs::HubJobs;
 use super::members::{JOB_UID_LABEL, ORIGIN_LABEL};
+use super::membership::Fleet;
 use crate::lifecycle::gc::{self, Found, HubJob};
 use crate::lifecycle::{Held, tidy};
 
 /// A QueuedJob, its namespace, and what the hub says of its job.
 type Listed = (Arc<QueuedJob>, String, HubJob);
 
-impl Brain {
-    /// Tidies before the pass; `gone` are the followed jobs intake no longer saw.
-    pub(super) fn tidy(&mut self, gone: Vec<String>) {
-        // Copies: (member, kind, namespace, name, job UID, what the hub knows of the job).
-        let mut found = Vec::new();
-        let mut deleting = Vec::new();
-        for (cluster, m) in &self.fleet.members {
-            if !m.synced() || m.health.failures() > 0 {
-                continue;
-            }
-            for (&kind, store) in &m.jobs {
-                for copy in store.state() {
-                    let labels = copy.labels();
-                    // Only what muster made (its admission annotation): labels alone are
-                    // anyone's to write.
-                    if labels.get(ORIGIN_LABEL) != Some(&self.ctx.opts.origin)
-                        || !super::dispatch::made_by_muster(&copy)
-                    {
-                        continue;
-                    }
-                    let Some(uid) = labels.get(JOB_UID_LABEL) else {
-                        continue;
-                    };
-                    if let Some(t) = &copy.metadata.deletion_timestamp {
-                        let since = t.0.as_millisecond().max(0) as u64;
-                        deleting.push(gc::Deleting {
-                            job: uid.clone(),
-                            member: cluster.clone(),
-                            since,
-                        });
-                        continue;
-                    }
-                    let (ns, name) = (copy.namespace().unwrap_or_default(), copy.name_any());
-                    // A kind the hub does not serve: nothing is known of its jobs.
-                    let hub = if !self.ctx.stores.jobs.contains_key(&kind) {
-                        HubJob::Unknown
-                    } else if self.ctx.stores.job(kind, &ns, &name).is_some_and(|hub| {
-                        hub.metadata.uid.as_deref() == Some(uid.as_str())
-                            && hub.metadata.deletion_timestamp.is_none()
-                    }) {
-                        HubJob::Exists
-                    } else {
-                        HubJob::Gone
-                    };
-                    found.push((cluster.clone(), kind, ns, name, uid.clone(), hub));
+/// Tidies before the pass; `gone` are the followed jobs intake no longer saw.
+pub(super) fn tidy(
+    ctx: &Ctx,
+    core: &mut Core,
+    (fleet, hubjobs): (&Fleet, &mut HubJobs),
+    (copies, finalizing): (&mut Copies, &Finalizing),
+    gone: Vec<String>,
+) {
+    // Copies: (member, kind, namespace, name, job UID, what the hub knows of the job).
+    let mut found = Vec::new();
+    let mut deleting = Vec::new();
+    for (cluster, m) in &fleet.members {
+        if !m.synced() || m.health.failures() > 0 {
+            continue;
+        }
+        for (&kind, store) in &m.jobs {
+            for copy in store.state() {
+                let labels = copy.labels();
+                // Only what muster made (its admission annotation): labels alone are
+                // anyone's to write.
+                if labels.get(ORIGIN_LABEL) != Some(&ctx.opts.origin)
+                    || !super::dispatch::made_by_muster(&copy)
+                {
+                    continue;
                 }
+                let Some(uid) = labels.get(JOB_UID_LABEL) else {
+                    continue;
+                };
+                if let Some(t) = &copy.metadata.deletion_timestamp {
+                    let since = t.0.as_millisecond().max(0) as u64;
+                    deleting.push(gc::Deleting {
+                        job: uid.clone(),
+                        member: cluster.clone(),
+                        since,
+                    });
+                    continue;
+                }
+                let (ns, name) = (copy.namespace().unwrap_or_default(), copy.name_any());
+                // A kind the hub does not serve: nothing is known of its jobs.
+                let hub = if !ctx.stores.jobs.contains_key(&kind) {
+                    HubJob::Unknown
+                } else if ctx.stores.job(kind, &ns, &name).is_some_and(|hub| {
+                    hub.metadata.uid.as_deref() == Some(uid.as_str())
+                        && hub.metadata.deletion_timestamp.is_none()
+                }) {
+                    HubJob::Exists
+                } else {
+                    HubJob::Gone
+                };
+                found.push((cluster.clone(), kind, ns, name, uid.clone(), hub));
             }
         }
-        // QueuedJobs, once listed, with their namespace and what the hub says of their job.
-        let queued: Option<Vec<Listed>> = self.ctx.stores.queued.is_ready().then(|| {
-            self.ctx
-                .stores
-                .queued
-                .state()
-                .into_iter()
-                .filter_map(|qj| {
-                    let ns = qj.namespace()?;
-                    let hub = if super::finalizers::hub_job_gone(
-                        &self.ctx.stores,
-                        &qj,
-                        &qj.spec.job_ref.uid,
-                    ) {
-                        HubJob::Gone
-                    } else {
-                        HubJob::Unknown
-                    };
-                    Some((qj, ns, hub))
-                })
-                .collect()
-        });
-        let by_uid: HashMap<&str, &Arc<QueuedJob>> = queued
-            .iter()
-            .flatten()
-            .map(|(qj, _, _)| (qj.spec.job_ref.uid.as_str(), qj))
-            .collect();
-        let record = |uid: &str| {
-            by_uid
-                .get(uid)
-                .and_then(|qj| qj.status.as_ref())
-                .map(|st| super::record::from_status(st, ""))
-        };
-        let held = queued.as_ref().map(|qs| {
-            qs.iter()
-                .map(|(qj, namespace, hub)| Held {
-                    job: &qj.spec.job_ref.uid,
-                    namespace,
-                    finalizer: qj
-                        .finalizers()
-                        .iter()
-                        .any(|f| f == super::finalizers::RECORD_FINALIZER),
-                    terminating: qj.metadata.deletion_timestamp.is_some(),
+    }
+    // QueuedJobs, once listed, with their namespace and what the hub says of their job.
+    let queued: Option<Vec<Listed>> = ctx.stores.queued.is_ready().then(|| {
+        ctx.stores
+            .queued
+            .state()
+            .into_iter()
+            .filter_map(|qj| {
+                let ns = qj.namespace()?;
+                let hub = if super::finalizers::hub_job_gone(&ctx.stores, &qj, &qj.spec.job_ref.uid)
+                {
+                    HubJob::Gone
+                } else {
+                    HubJob::Unknown
+                };
+                Some((qj, ns, hub))
+            })
+            .collect()
+    });
+    let by_uid: HashMap<&str, &Arc<QueuedJob>> = queued
+        .iter()
+        .flatten()
+        .map(|(qj, _, _)| (qj.spec.job_ref.uid.as_str(), qj))
+        .collect();
+    let record = |uid: &str| {
+        by_uid
+            .get(uid)
+            .and_then(|qj| qj.status.as_ref())
+            .map(|st| crate::lifecycle::wire::from_status(st, ""))
+    };
+    let held = queued.as_ref().map(|qs| {
+        qs.iter()
+            .map(|(qj, namespace, hub)| Held {
+                job: &qj.spec.job_ref.uid,
+                namespace,
+                finalizer: qj
+                    .finalizers()
+                    .iter()
+                    .any(|f| f == super::finalizers::RECORD_FINALIZER),
+                terminating: qj.metadata.deletion_timestamp.is_some(),
+                hub: *hub,
+            })
+            .collect()
+    });
+    let done = tidy::tidy(
+        &mut core.book,
+        &mut core.sched,
+        tidy::Facts {
+            gone,
+            copies: found
+                .iter()
+                .map(|(member, _, _, _, job, hub)| Found {
+                    job,
+                    member,
                     hub: *hub,
                 })
-                .collect()
-        });
-        let done = tidy::tidy(
-            &mut self.core.book,
-            &mut self.core.sched,
-            tidy::Facts {
-                gone,
-                copies: found
-                    .iter()
-                    .map(|(member, _, _, _, job, hub)| Found {
-                        job,
-                        member,
-                        hub: *hub,
-                    })
-                    .collect(),
-                deleting,
-                queued: held,
-                record: &record,
-            },
-            super::now_ms(),
-        );
-        // Carried out: copies deleted (those found here by their own names, a gone job's other
-        // copies by its job's, unless already going), then jobs no longer followed forgotten
-        // once nothing of them is charged.
-        for d in done.deletes {
-            match found
-                .iter()
-                .find(|(m, _, _, _, j, _)| *m == d.member && *j == d.job)
-            {
-                Some((_, kind, ns, name, _, _)) => {
-                    if self
-                        .flight
-                        .in_flight
-                        .contains(&(d.job.clone(), d.member.clone()))
-                    {
-                        continue;
-                    }
-                    tracing::info!(cluster = %d.member, job = %format!("{kind} {ns}/{name}"), why = %d.why, "deleting a copy");
-                    self.spawn_delete(&d.job, &d.member, *kind, ns, name);
+                .collect(),
+            deleting,
+            queued: held,
+            record: &record,
+        },
+        super::clock::now_ms(),
+    );
+    // Carried out: copies deleted (those found here by their own names, a gone job's other
+    // copies by its job's, unless already going), then jobs no longer followed forgotten
+    // once nothing of them is charged.
+    for d in done.deletes {
+        match found
+            .iter()
+            .find(|(m, _, _, _, j, _)| *m == d.member && *j == d.job)
+        {
+            Some((_, kind, ns, name, _, _)) => {
+                if copies
+                    .in_flight
+                    .contains(&(d.job.clone(), d.member.clone()))
+                {
+                    continue;
                 }
-                None => self.delete_copy(&d.job, &d.member, &d.why),
+                tracing::info!(cluster = %d.member, job = %format!("{kind} {ns}/{name}"), why = %d.why, "deleting a copy");
+                copies.spawn_delete(ctx, fleet, &d.job, &d.member, (*kind, ns, name));
             }
+            None => copies.delete(ctx, fleet, hubjobs, &d.job, &d.member, &d.why),
         }
-        for uid in &done.untracked {
-            if let Some(j) = self.hubjobs.jobs.get_mut(uid) {
-                j.gone = true;
-                tracing::info!(job = %j.label(), "hub job gone; its copies are deleted");
-            }
-        }
-        let charged: BTreeSet<String> = self.core.book.deleted().map(|(u, _)| u.clone()).collect();
-        let book = &self.core.book;
-        self.hubjobs
-            .jobs
-            .retain(|u, j| !j.gone || book.get(u).is_some() || charged.contains(u));
-        for uid in done.rewrite {
-            if let Some(j) = self.hubjobs.jobs.get_mut(&uid) {
-                tracing::warn!(job = %j.label(), "its QueuedJob was deleted; writing it again");
-                j.written = None;
-                j.written_at = None;
-            }
-        }
-        for uid in done.restored {
-            tracing::info!(job = %uid, "a deleted job's copy may still run; charged until it is confirmed gone");
-        }
-        let changes: Vec<_> = done
-            .finalizers
-            .into_iter()
-            .filter_map(|(uid, change)| Some((Arc::clone(by_uid.get(uid.as_str())?), change)))
-            .collect();
-        super::finalizers::change(&self.ctx, &self.finalizing, changes);
     }
+    for uid in &done.untracked {
+        if let Some(j) = hubjobs.jobs.get_mut(uid) {
+            j.gone = true;
+            tracing::info!(job = %j.label(), "hub job gone; its copies are deleted");
+        }
+    }
+    let charged: BTreeSet<String> = core.book.deleted().map(|(u, _)| u.clone()).collect();
+    let book = &core.book;
+    hubjobs
+        .jobs
+        .retain(|u, j| !j.gone || book.get(u).is_some() || charged.contains(u));
+    for uid in done.rewrite {
+        if let Some(j) = hubjobs.jobs.get_mut(&uid) {
+            tracing::warn!(job = %j.label(), "its QueuedJob was deleted; writing it again");
+            j.written = None;
+            j.written_at = None;
+        }
+    }
+    for uid in done.restored {
+        tracing::info!(job = %uid, "a deleted job's copy may still run; charged until it is confirmed gone");
+    }
+    let changes: Vec<_> = done
+        .finalizers
+        .into_iter()
+        .filter_map(|(uid, change)| Some((Arc::clone(by_uid.get(uid.as_str())?), change)))
+        .collect();
+    super::finalizers::change(ctx, finalizing, changes);
 }

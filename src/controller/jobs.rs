@@ -15,13 +15,14 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector;
 use serde_json::Value;
 
-use super::brain::Brain;
+use super::crd::queued_job_name;
 use super::crd::{PodCounts, PodPlacement, QueuedJob, QueuedJobStatus};
-use super::ctx::Ctx;
-use super::execute::Done;
-use super::{hubcheck, intake, kinds, queued_job_name, record};
+use super::ctx::{Core, Ctx, Inbox};
+use super::stores::HubStores;
+use super::tree::Tree;
+use super::{hubcheck, intake, kinds};
 use crate::lifecycle::tidy::{self, Intake, Name};
-use crate::lifecycle::{Intent, Phase, REFUSED_BY_HUB, Record, Spec, spec_of};
+use crate::lifecycle::{Book, Intent, Phase, REFUSED_BY_HUB, Record, Spec, spec_of};
 use crate::workload::{JobKind, Workload, interpret_with};
 
 /// What the controller knows of a followed hub job beyond its lifecycle record.
@@ -116,6 +117,8 @@ pub(super) struct HubJobs {
     pub kinds_checked: Instant,
     /// The hub's verdicts on pod templates (server-side dry runs).
     pub hub_checks: hubcheck::HubChecks,
+    /// Verdicts landed off the loop: (namespace, template digest, policy, outcome).
+    verdicts: Inbox<(String, String, String, hubcheck::Outcome)>,
 }
 
 impl HubJobs {
@@ -135,23 +138,19 @@ impl HubJobs {
             runtimes: Default::default(),
             kinds_checked: Instant::now(),
             hub_checks: Default::default(),
+            verdicts: Default::default(),
         }
     }
 }
 
-impl Brain {
-    pub(super) fn covered(&self, ns: &str) -> bool {
-        self.tree
-            .covered
-            .read()
-            .map(|c| c.as_ref().is_some_and(|c| c.contains(ns)))
-            .unwrap_or(false)
-    }
-
+impl HubJobs {
     /// The QueuedJob status recorded for a hub job (what an earlier run decided), by its UID.
-    fn recorded(&self, ns: &str, kind: JobKind, name: &str, uid: &str) -> Option<QueuedJobStatus> {
+    fn recorded(
+        stores: &HubStores,
+        (ns, kind, name, uid): (&str, JobKind, &str, &str),
+    ) -> Option<QueuedJobStatus> {
         let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
-        let qj = self.ctx.stores.queued.get(&key)?;
+        let qj = stores.queued.get(&key)?;
         (qj.spec.job_ref.uid == uid)
             .then(|| qj.status.clone())
             .flatten()
@@ -162,17 +161,17 @@ impl Brain {
     /// record it holds.
     /// The core decides whether the new job waits for it (`tidy::intake`).
     fn name_holder(
-        &self,
-        ns: &str,
-        kind: JobKind,
-        name: &str,
-        uid: &str,
+        stores: &HubStores,
+        (ns, kind, name, uid): (&str, JobKind, &str, &str),
     ) -> Option<(String, bool, Option<Record>)> {
         let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
-        let qj = self.ctx.stores.queued.get(&key)?;
+        let qj = stores.queued.get(&key)?;
         let other = &qj.spec.job_ref.uid;
         (other != uid).then(|| {
-            let record = qj.status.as_ref().map(|st| record::from_status(st, ""));
+            let record = qj
+                .status
+                .as_ref()
+                .map(|st| crate::lifecycle::wire::from_status(st, ""));
             (
                 other.clone(),
                 qj.metadata.deletion_timestamp.is_some(),
@@ -182,8 +181,13 @@ impl Brain {
     }
 
     /// Says once, on the hub job and in the log, that it waits for `earlier`'s record to go.
-    fn wait_for_name(&mut self, uid: &str, kind: JobKind, obj: &DynamicObject, earlier: String) {
-        if self.hubjobs.name_waits.get(uid) == Some(&earlier) {
+    fn wait_for_name(
+        &mut self,
+        ctx: &Ctx,
+        (uid, kind, obj): (&str, JobKind, &DynamicObject),
+        earlier: String,
+    ) {
+        if self.name_waits.get(uid) == Some(&earlier) {
             return;
         }
         let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
@@ -193,8 +197,8 @@ impl Brain {
         );
         tracing::info!(job = %format!("{kind} {ns}/{name}"), "{note}");
         let oref = object_ref(kind.api_version(), kind, &ns, &name, uid);
-        self.ctx.events.send(oref, false, "WaitingForName", &note);
-        self.hubjobs.name_waits.insert(uid.to_string(), earlier);
+        ctx.events.send(oref, false, "WaitingForName", &note);
+        self.name_waits.insert(uid.to_string(), earlier);
     }
 
     /// The job as read, once the hub's admission has judged each of its pod templates
@@ -202,25 +206,25 @@ impl Brain {
     /// `None` while a verdict is missing (the checks it needs are sent).
     fn hub_admission(
         &mut self,
+        ctx: &Ctx,
         ns: &str,
         job: &Value,
         read: Result<Workload, String>,
     ) -> Option<Result<Workload, String>> {
         let w = match read {
-            Ok(w) if self.ctx.opts.hub_pod_admission => w,
+            Ok(w) if ctx.opts.hub_pod_admission => w,
             other => return Some(other),
         };
         let templates = hubcheck::templates(job, &w);
         if templates.is_empty() {
             return Some(Ok(w));
         }
-        let policy = self.namespace_policy(ns);
+        let policy = Self::namespace_policy(ctx, ns);
         let judged = self
-            .hubjobs
             .hub_checks
             .judge(ns, &policy, &templates, Instant::now());
         for t in judged.ask {
-            self.ask_hub(ns, &policy, t);
+            self.ask_hub(ctx, ns, &policy, t);
         }
         match judged.verdict {
             hubcheck::Verdict::Allowed => Some(Ok(w)),
@@ -230,9 +234,8 @@ impl Brain {
     }
 
     /// What a verdict in namespace `ns` depends on: its pod-security labels.
-    fn namespace_policy(&self, ns: &str) -> String {
-        self.ctx
-            .stores
+    fn namespace_policy(ctx: &Ctx, ns: &str) -> String {
+        ctx.stores
             .namespaces
             .get(&reflector::ObjectRef::new(ns))
             .map(|n| hubcheck::policy_key(n.labels()))
@@ -240,12 +243,12 @@ impl Brain {
     }
 
     /// Sends one template to the hub as a dry-run Pod create, off the loop.
-    fn ask_hub(&self, ns: &str, policy: &str, t: hubcheck::Template) {
+    fn ask_hub(&self, ctx: &Ctx, ns: &str, policy: &str, t: hubcheck::Template) {
         let (hub, tx, wake, permits) = (
-            self.ctx.hub.clone(),
-            self.flight.done_tx.clone(),
-            self.ctx.wake.clone(),
-            self.hubjobs.hub_checks.permits.clone(),
+            ctx.hub.clone(),
+            self.verdicts.sender(),
+            ctx.wake.clone(),
+            self.hub_checks.permits.clone(),
         );
         let (namespace, policy) = (ns.to_string(), policy.to_string());
         tokio::spawn(async move {
@@ -265,45 +268,47 @@ impl Brain {
             if let hubcheck::Outcome::Unknown(why) = &outcome {
                 tracing::info!(namespace = %namespace, field = %t.field, %why, "the hub did not judge a pod template; asked again");
             }
-            let _ = tx.send(Done::HubChecked {
-                namespace,
-                digest: t.digest,
-                policy,
-                outcome,
-            });
+            let _ = tx.send((namespace, t.digest, policy, outcome));
             wake.notify_one();
         });
     }
 
+    /// The verdicts that landed since the last pass.
+    pub(super) fn verdicts_landed(&mut self, core: &mut Core) {
+        for (namespace, digest, policy, outcome) in self.verdicts.drain() {
+            self.hub_checked(core, namespace, digest, policy, outcome);
+        }
+    }
+
     /// A verdict landed. When it changes an earlier one, or says nothing and must be asked
     /// again, the namespace's waiting jobs are read again.
-    pub(super) fn hub_checked(
+    fn hub_checked(
         &mut self,
+        core: &mut Core,
         namespace: String,
         digest: String,
         policy: String,
         outcome: hubcheck::Outcome,
     ) {
         let unknown = matches!(outcome, hubcheck::Outcome::Unknown(_));
-        let changed =
-            self.hubjobs
-                .hub_checks
-                .landed(&namespace, &digest, &policy, outcome, Instant::now());
+        let changed = self
+            .hub_checks
+            .landed(&namespace, &digest, &policy, outcome, Instant::now());
         if changed {
-            self.reread_waiting(&namespace);
+            self.reread_waiting(&core.book, &namespace);
         }
         if unknown {
-            let at = super::now_ms() + hubcheck::RETRY.as_millis() as u64;
-            self.core.next_wake = Some(self.core.next_wake.map_or(at, |w| w.min(at)));
+            let at = super::clock::now_ms() + hubcheck::RETRY.as_millis() as u64;
+            core.wake_at(at);
         }
     }
 
     /// The namespace's jobs that are not placed are read (and judged) again: queued or
     /// rejected ones, whose verdict may have changed. Placed jobs run on as admitted, as pods
     /// do when a namespace's policy changes.
-    fn reread_waiting(&mut self, namespace: &str) {
-        for (uid, j) in self.hubjobs.jobs.iter_mut() {
-            if j.namespace == namespace && waiting(&self.core.book, uid) {
+    fn reread_waiting(&mut self, book: &Book, namespace: &str) {
+        for (uid, j) in self.jobs.iter_mut() {
+            if j.namespace == namespace && waiting(book, uid) {
                 j.read_again = true;
             }
         }
@@ -312,12 +317,10 @@ impl Brain {
     /// Waiting jobs whose judgement is due again (`hubcheck::REFUSED_RECHECK` after a refusal,
     /// `hubcheck::RECHECK` otherwise) are read again: a PriorityClass created, a policy
     /// removed or added since, and the hub's verdict changes.
-    fn hub_judgements_due(&mut self) {
+    fn hub_judgements_due(&mut self, book: &Book) {
         let now = Instant::now();
-        for (uid, j) in self.hubjobs.jobs.iter_mut() {
-            let refused = self
-                .core
-                .book
+        for (uid, j) in self.jobs.iter_mut() {
+            let refused = book
                 .get(uid)
                 .is_some_and(|e| e.record.reason.starts_with(REFUSED_BY_HUB));
             let every = if refused {
@@ -325,9 +328,7 @@ impl Brain {
             } else {
                 hubcheck::RECHECK
             };
-            if waiting(&self.core.book, uid)
-                && j.judged_at.is_some_and(|t| now.duration_since(t) >= every)
-            {
+            if waiting(book, uid) && j.judged_at.is_some_and(|t| now.duration_since(t) >= every) {
                 j.read_again = true;
             }
         }
@@ -335,9 +336,8 @@ impl Brain {
 
     /// Namespaces whose pod-security labels changed since the last pass: their waiting jobs
     /// are judged again under the new labels.
-    fn namespace_policies_changed(&mut self) {
-        let now: HashMap<String, String> = self
-            .ctx
+    fn namespace_policies_changed(&mut self, ctx: &Ctx, book: &Book) {
+        let now: HashMap<String, String> = ctx
             .stores
             .namespaces
             .state()
@@ -348,8 +348,7 @@ impl Brain {
             .iter()
             // A namespace seen for the first time had no labels for the jobs judged before.
             .filter(|(ns, p)| {
-                self.hubjobs
-                    .hub_checks
+                self.hub_checks
                     .policies
                     .get(*ns)
                     .map_or(!p.is_empty(), |q| q != *p)
@@ -357,28 +356,31 @@ impl Brain {
             .map(|(ns, _)| ns.clone())
             .collect();
         for ns in &changed {
-            self.reread_waiting(ns);
+            self.reread_waiting(book, ns);
         }
-        self.hubjobs
-            .hub_checks
-            .retain_namespaces(|ns| now.contains_key(ns));
-        self.hubjobs.hub_checks.policies = now;
+        self.hub_checks.retain_namespaces(|ns| now.contains_key(ns));
+        self.hub_checks.policies = now;
     }
 
     /// Intake: follows the hub jobs muster is responsible for (as `lifecycle::tidy::intake`
     /// says). Returns the followed jobs it no longer saw (gone: `tidy` stops following them).
-    pub(super) async fn sync_jobs(&mut self) -> Vec<String> {
-        if self.ctx.opts.hub_pod_admission {
-            self.namespace_policies_changed();
-            self.hub_judgements_due();
+    pub(super) async fn sync_jobs(
+        &mut self,
+        ctx: &Ctx,
+        core: &mut Core,
+        tree: &Tree,
+    ) -> (Vec<String>, Vec<(String, Intent)>) {
+        if ctx.opts.hub_pod_admission {
+            self.namespace_policies_changed(ctx, &core.book);
+            self.hub_judgements_due(&core.book);
         }
         let mut seen: HashSet<String> = HashSet::new();
         let mut exists: HashSet<String> = HashSet::new();
         let mut objs: Vec<(JobKind, Arc<DynamicObject>)> = Vec::new();
-        for (&kind, store) in &self.ctx.stores.jobs {
+        for (&kind, store) in &ctx.stores.jobs {
             // A kind whose watch has not listed yet (its CRD just installed) is not judged.
             if !store.is_ready() {
-                for (u, _) in self.hubjobs.jobs.iter().filter(|(_, j)| j.kind == kind) {
+                for (u, _) in self.jobs.iter().filter(|(_, j)| j.kind == kind) {
                     seen.insert(u.clone());
                     exists.insert(u.clone());
                 }
@@ -406,14 +408,14 @@ impl Brain {
             let ns = obj.namespace().unwrap_or_default();
             let name = obj.name_any();
             let generation = obj.metadata.generation.unwrap_or(0);
-            let followed = self.core.book.get(&uid).is_some();
-            if !followed && self.hubjobs.ignored.get(&uid) == Some(&generation) {
+            let followed = core.book.get(&uid).is_some();
+            if !followed && self.ignored.get(&uid) == Some(&generation) {
                 continue;
             }
             let recorded = if followed {
                 None
             } else {
-                self.recorded(&ns, kind, &name, &uid)
+                Self::recorded(&ctx.stores, (&ns, kind, &name, &uid))
             };
             // Without a tree covering it, only a job muster already has a record for is
             // followed (its copy may run); nothing else is touched. A job made again under
@@ -421,7 +423,7 @@ impl Brain {
             let intake = if followed {
                 Intake::Track
             } else {
-                let holder = self.name_holder(&ns, kind, &name, &uid);
+                let holder = Self::name_holder(&ctx.stores, (&ns, kind, &name, &uid));
                 let held = match (&recorded, &holder) {
                     (Some(_), _) => Name::Ours,
                     (None, Some((other, terminating, record))) => Name::Earlier {
@@ -431,7 +433,7 @@ impl Brain {
                     },
                     (None, None) => Name::Free,
                 };
-                tidy::intake(&self.core.book, held, self.covered(&ns))
+                tidy::intake(&core.book, held, tree.covers(&ns))
             };
             if intake == Intake::Leave {
                 continue;
@@ -439,17 +441,16 @@ impl Brain {
             seen.insert(uid.clone());
             // The hub copy never runs: suspend what the webhook missed (or a user un-suspended).
             if obj.data.pointer(kind.suspend_pointer()) != Some(&Value::Bool(true)) {
-                self.suspend(kind, &ns, &name).await;
+                Self::suspend(ctx, kind, &ns, &name).await;
             }
             if let Intake::WaitForName { earlier } = intake {
-                self.wait_for_name(&uid, kind, &obj, earlier);
+                self.wait_for_name(ctx, (&uid, kind, &obj), earlier);
                 continue;
             }
             if !followed {
-                self.hubjobs.name_waits.remove(&uid);
+                self.name_waits.remove(&uid);
             }
             let fresh = self
-                .hubjobs
                 .jobs
                 .get(&uid)
                 .is_none_or(|j| j.generation != generation || j.read_again);
@@ -460,18 +461,17 @@ impl Brain {
                         // no apiVersion and kind for built-in kinds such as batch Jobs.
                         typed(&mut v, kind);
                         let deadline = crate::runtime::deadline(&v);
-                        let read =
-                            interpret_with(&v, &self.hubjobs.runtimes).map_err(|e| e.to_string());
+                        let read = interpret_with(&v, &self.runtimes).map_err(|e| e.to_string());
                         // Not read until the hub has judged every pod template (read again
                         // once its answer lands; a followed job keeps its last spec meanwhile).
-                        let Some(read) = self.hub_admission(&ns, &v, read) else {
+                        let Some(read) = self.hub_admission(ctx, &ns, &v, read) else {
                             continue;
                         };
                         (spec_of(read), deadline)
                     }
                     Err(e) => (spec_of(Err(e.to_string())), None),
                 };
-                match self.hubjobs.jobs.get_mut(&uid) {
+                match self.jobs.get_mut(&uid) {
                     Some(j) => {
                         j.generation = generation;
                         j.read_again = false;
@@ -496,7 +496,7 @@ impl Brain {
                             new_job(kind, &ns, &name, api_version, generation, spec, queued_at);
                         j.deadline = deadline;
                         j.judged_at = Some(Instant::now());
-                        self.hubjobs.jobs.insert(uid.clone(), j);
+                        self.jobs.insert(uid.clone(), j);
                     }
                 }
             }
@@ -509,15 +509,15 @@ impl Brain {
                 .as_ref()
                 .map(|t| t.0.as_second().max(0) as u64)
                 .unwrap_or(0);
-            let Some(job) = self.hubjobs.jobs.get_mut(&uid) else {
+            let Some(job) = self.jobs.get_mut(&uid) else {
                 continue;
             };
             let durable = recorded
                 .as_ref()
-                .map(|st| record::from_status(st, &job.spec.1));
+                .map(|st| crate::lifecycle::wire::from_status(st, &job.spec.1));
             let label = job.label();
-            match self.core.book.track(
-                &mut self.core.sched,
+            match core.book.track(
+                &mut core.sched,
                 &uid,
                 label,
                 &job.spec,
@@ -526,8 +526,8 @@ impl Brain {
                 durable,
             ) {
                 None => {
-                    self.hubjobs.jobs.remove(&uid);
-                    self.hubjobs.ignored.insert(uid, generation);
+                    self.jobs.remove(&uid);
+                    self.ignored.insert(uid, generation);
                 }
                 Some(intents) => {
                     if let Some(st) = recorded {
@@ -549,63 +549,59 @@ impl Brain {
                 }
             }
         }
-        self.execute_all(intake_events).await;
-        self.hubjobs.ignored.retain(|u, _| exists.contains(u));
-        self.hubjobs.name_waits.retain(|u, _| exists.contains(u));
-        self.core
+        self.ignored.retain(|u, _| exists.contains(u));
+        self.name_waits.retain(|u, _| exists.contains(u));
+        let gone = core
             .book
             .iter()
             .filter(|(u, _)| !seen.contains(*u))
             .map(|(u, _)| u.clone())
-            .collect()
+            .collect();
+        (gone, intake_events)
     }
 
     /// Job kinds whose CRD was installed on the hub after the start are watched from then on
     /// (checked every 30 s): their jobs are suspended by the webhook and must not wait forever.
-    pub(super) async fn discover_kinds(&mut self) {
-        if self.hubjobs.kinds_checked.elapsed() < Duration::from_secs(30) {
+    pub(super) async fn discover_kinds(&mut self, ctx: &mut Ctx) {
+        if self.kinds_checked.elapsed() < Duration::from_secs(30) {
             return;
         }
-        self.hubjobs.kinds_checked = Instant::now();
+        self.kinds_checked = Instant::now();
         let served =
-            match tokio::time::timeout(Duration::from_secs(10), kinds::served(&self.ctx.hub)).await
-            {
+            match tokio::time::timeout(Duration::from_secs(10), kinds::served(&ctx.hub)).await {
                 Ok(Ok(k)) => k,
                 _ => return,
             };
         for kind in served {
-            if self.ctx.stores.jobs.contains_key(&kind) {
+            if ctx.stores.jobs.contains_key(&kind) {
                 continue;
             }
             tracing::info!(kind = %kind, "a job kind installed on the hub since the start: watching it");
             let ar = kinds::api_resource(kind);
-            let api: Api<DynamicObject> = Api::all_with(self.ctx.hub.clone(), &ar);
+            let api: Api<DynamicObject> = Api::all_with(ctx.hub.clone(), &ar);
             let w = super::members::watch(
                 api,
                 kube::runtime::watcher::Config::default(),
                 ar,
-                self.ctx.wake.clone(),
-                &mut self.ctx.stores._tasks,
+                ctx.wake.clone(),
+                &mut ctx.stores._tasks,
             );
-            self.ctx.stores.jobs.insert(kind, w);
+            ctx.stores.jobs.insert(kind, w);
         }
         // TrainJob installed since the start: its runtimes too (then every TrainJob is read).
-        if self.ctx.stores.jobs.contains_key(&JobKind::TrainJob)
-            && self.ctx.stores.runtimes.is_none()
-        {
-            let (hub, wake) = (self.ctx.hub.clone(), self.ctx.wake.clone());
-            match super::runtimes::Watches::start("hub", &hub, &wake, &mut self.ctx.stores._tasks)
-                .await
+        if ctx.stores.jobs.contains_key(&JobKind::TrainJob) && ctx.stores.runtimes.is_none() {
+            let (hub, wake) = (ctx.hub.clone(), ctx.wake.clone());
+            match super::runtimes::Watches::start("hub", &hub, &wake, &mut ctx.stores._tasks).await
             {
-                Ok(w) => self.ctx.stores.runtimes = w,
+                Ok(w) => ctx.stores.runtimes = w,
                 Err(e) => tracing::warn!(error = %e, "cannot watch the hub's training runtimes"),
             }
         }
     }
 
-    async fn suspend(&self, kind: JobKind, ns: &str, name: &str) {
+    async fn suspend(ctx: &Ctx, kind: JobKind, ns: &str, name: &str) {
         let api: Api<DynamicObject> =
-            Api::namespaced_with(self.ctx.hub.clone(), ns, &kinds::api_resource(kind));
+            Api::namespaced_with(ctx.hub.clone(), ns, &kinds::api_resource(kind));
         let patch = Patch::Merge(intake::suspend_merge_patch(kind));
         match api.patch(name, &PatchParams::default(), &patch).await {
             Ok(_) => {

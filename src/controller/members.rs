@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 
 use super::kinds;
 use super::owned;
+pub use super::status::pod_is_active;
 pub(super) use super::watches::optional_watch;
 pub use super::watches::{Watched, watch, watch_trimmed};
 use crate::fleet::{ClusterInfo, NodeInfo, Serves};
@@ -410,17 +411,6 @@ pub fn cluster_info(
         },
         problems,
     )
-}
-
-/// Whether a pod holds node resources: bound and not terminated.
-pub fn pod_is_active(p: &Pod) -> bool {
-    let bound = p
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-    bound && !matches!(phase, Some("Succeeded") | Some("Failed"))
 }
 
 /// Pods of a dispatched job on its member, from the pod store.

@@ -12,13 +12,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use kube::api::Api;
 
-use super::HubStores;
 use super::crd::{MemberCluster, MemberClusterStatus, PlacementPolicy};
 use super::ctx::{Core, Ctx};
 use super::members::{self, Member};
 use super::owned;
 use super::reports::{Report, Reports};
 use super::secret_ref;
+use super::stores::HubStores;
 use crate::fleet::{ClusterInfo, PlacementMode as Mode};
 use crate::lifecycle::Ms;
 use crate::quantity::{Quantity, ResourceList};
@@ -207,7 +207,7 @@ impl Fleet {
                 self.members.insert(name, m);
             }
         }
-        let now = super::now_ms();
+        let now = super::clock::now_ms();
         for name in wanted.keys() {
             if self.members.contains_key(name) {
                 self.unconnected_since.remove(name);
@@ -279,7 +279,7 @@ impl Fleet {
                     // The core makes only robust plans for a member placed by node set.
                     info.placement = self.placement_mode(&ctx.stores, name).0;
                     info.serves = m.serves();
-                    info.serves.stalled = self.operators.stalled(name, super::now_ms());
+                    info.serves.stalled = self.operators.stalled(name, super::clock::now_ms());
                     for p in problems {
                         tracing::warn!(member = %name, problem = %p, "node left out");
                     }

@@ -22,6 +22,7 @@
 
 mod brain;
 pub mod clock;
+mod copies;
 pub mod crd;
 mod ctx;
 pub mod dispatch;
@@ -44,6 +45,7 @@ pub mod members;
 mod membership;
 mod observe;
 mod operators;
+mod options;
 mod owned;
 mod placing;
 mod reads;
@@ -56,126 +58,28 @@ pub mod shutdown;
 pub mod snapshot;
 mod snapshot_fetch;
 pub mod status;
+mod stores;
 pub mod tls;
 mod tree;
 pub mod watches;
 mod writes;
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector;
 use kube::runtime::watcher;
 use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
 use crate::workload::JobKind;
-use crd::{ElasticQuotaTree, MemberCluster, QueuedJob};
-use members::{Watched, watch};
-
-/// Field manager of everything muster writes with server-side apply.
-pub const MANAGER: &str = "muster";
-
-/// How the controller runs.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Kubeconfig of the hub (in-cluster or the default chain when `None`).
-    pub hub_kubeconfig: Option<PathBuf>,
-    /// The controller's namespace: member Secrets without a namespace live here.
-    pub namespace: String,
-    /// Namespace of the ElasticQuotaTree in force.
-    pub quota_namespace: String,
-    /// Identity of this hub, written on member copies (`muster.dev/origin`).
-    pub origin: String,
-    /// Name of this replica (Events, leader election).
-    pub instance: String,
-    /// /healthz, /readyz and /metrics (`http`).
-    pub http_addr: SocketAddr,
-    /// /snapshot (every tenant's jobs): loopback unless `--snapshot-insecure-expose` (`http`).
-    pub snapshot_addr: SocketAddr,
-    /// The admission webhook (TLS); none = no webhook (the sync loop still suspends).
-    pub webhook_addr: Option<SocketAddr>,
-    pub webhook_cert_dir: PathBuf,
-    /// DNS names / IPs the serving certificate is made for.
-    pub webhook_hosts: Vec<String>,
-    /// Register the MutatingWebhookConfiguration pointing here.
-    pub webhook_endpoint: Option<registration::Endpoint>,
-    pub webhook_failure_policy: String,
-    /// Longest time between two syncs when nothing happens.
-    pub resync: Duration,
-    /// How often every waiting job's start is forecast (zero: never).
-    pub estimate_interval: Duration,
-    /// How expected run times are chosen.
-    pub runtime_rules: crate::runtime::Rules,
-    /// Take a dispatched job back when not every pod runs this long after dispatch.
-    pub pods_ready_timeout: Duration,
-    /// Take a running job back when some of its pods are gone (node lost) this long.
-    pub pods_lost_timeout: Duration,
-    /// Requeue the jobs of a member that does not answer for this long.
-    pub member_lost_grace: Duration,
-    /// Backoff before a job taken back is queued again: base·2^(n-1), at most max.
-    pub requeue_backoff: Duration,
-    pub requeue_backoff_max: Duration,
-    /// What to do with the jobs of a member that does not answer (`--partition-policy`).
-    pub partition: crate::lifecycle::Partition,
-    /// Take a job back when its copy stays absent from its answering member this long.
-    pub copy_missing_grace: Duration,
-    /// Take a job back (avoiding the member) when creating its copy fails this long.
-    pub create_give_up: Duration,
-    /// Leader election (None: this replica always acts).
-    pub lease: Option<leader::LeaseConfig>,
-    /// Accept member kubeconfigs that run programs or read files (`kubeconfig::check`).
-    pub allow_kubeconfig_files_and_exec: bool,
-    /// Where member kubeconfig Secrets may be read (`secret_ref`).
-    pub member_secret_namespaces: secret_ref::SecretNamespaces,
-    /// How long the webhook and health servers keep answering, not ready, after a stop.
-    pub shutdown_drain: Duration,
-    /// Check every pod template with a server-side dry-run Pod create in the job's hub
-    /// namespace before a job is queued (`hubcheck`); off with `--hub-pod-admission=false`.
-    pub hub_pod_admission: bool,
-}
-
-/// The hub objects muster watches.
-struct HubStores {
-    trees: Watched<ElasticQuotaTree>,
-    members: Watched<MemberCluster>,
-    queued: Watched<QueuedJob>,
-    priorities: Watched<PriorityClass>,
-    /// The hub's namespaces (their pod-security labels).
-    namespaces: Watched<Namespace>,
-    /// Kubeflow Trainer's runtimes, when the hub serves TrainJob.
-    runtimes: Option<runtimes::Watches>,
-    jobs: BTreeMap<JobKind, Watched<DynamicObject>>,
-    _tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl HubStores {
-    /// A hub job as last seen.
-    fn job(&self, kind: JobKind, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
-        let key = reflector::ObjectRef::<DynamicObject>::new_with(name, kinds::api_resource(kind))
-            .within(namespace);
-        self.jobs.get(&kind)?.get(&key)
-    }
-
-    fn ready(&self) -> bool {
-        self.trees.is_ready()
-            && self.members.is_ready()
-            && self.queued.is_ready()
-            && self.priorities.is_ready()
-            && self.namespaces.is_ready()
-            && self.runtimes.as_ref().is_none_or(|r| r.is_ready())
-            && self.jobs.values().all(|s| s.is_ready())
-    }
-}
+pub use crd::{MANAGER, queued_job_name};
+use members::watch;
+pub use options::{Options, check_flags};
+use stores::HubStores;
 
 /// Runs the controller until SIGTERM / SIGINT (then drains: see `shutdown`).
 pub async fn run(opts: Options) -> anyhow::Result<()> {
@@ -392,7 +296,7 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
         let until_deadline = brain
             .core
             .next_wake
-            .map(|at| Duration::from_millis(at.saturating_sub(now_ms())));
+            .map(|at| Duration::from_millis(at.saturating_sub(clock::now_ms())));
         let pause = if busy {
             Duration::ZERO
         } else {
@@ -441,51 +345,4 @@ async fn shutdown_signal() {
     {
         let _ = ctrl_c.await;
     }
-}
-
-/// Now, in the lifecycle's milliseconds since the Unix epoch.
-/// Now on the hub's clock (see [`clock`]): what every replica dates its records by.
-pub(crate) fn now_ms() -> crate::lifecycle::Ms {
-    clock::now_ms()
-}
-
-/// Name of the QueuedJob of a job: `<kind>-<name>`, lower-case.
-pub fn queued_job_name(kind: JobKind, name: &str) -> String {
-    let n = format!("{}-{name}", kind.as_str().to_lowercase());
-    if n.len() <= 253 {
-        return n;
-    }
-    // Cut, then made unique again by a hash of the whole name (two long names that share their
-    // first 253 characters must not share a QueuedJob).
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in n.bytes() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    let cut: String = n.chars().take(253 - 11).collect();
-    format!(
-        "{}-{:010x}",
-        cut.trim_end_matches(['-', '.']),
-        h & 0xff_ffff_ffff
-    )
-}
-
-/// Flags checked before anything starts: `--origin` must be a label value (it labels every
-/// member copy), and a lease must be renewed at least twice within its duration.
-pub fn check_flags(
-    origin: &str,
-    leader_elect: bool,
-    lease_duration_seconds: u64,
-    lease_retry_seconds: u64,
-) -> Result<(), String> {
-    if !crate::labels::is_label_name(origin) {
-        return Err(format!(
-            "--origin {origin:?}: must be a label value (1-63 characters [A-Za-z0-9_.-], starting and ending with a letter or digit)"
-        ));
-    }
-    if leader_elect && lease_retry_seconds.max(1) * 2 > lease_duration_seconds.max(2) {
-        return Err(format!(
-            "--lease-retry-seconds {lease_retry_seconds}: must be at most half of --lease-duration-seconds ({lease_duration_seconds}), so that the leader renews before its lease can expire"
-        ));
-    }
-    Ok(())
 }

@@ -16,14 +16,15 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::json;
 
+use super::clock::now_ms;
 use super::crd::PodCounts;
 use super::ctx::{Core, Ctx};
 use super::jobs::HubJobs;
 use super::jobs::Job;
 use super::members::{COMPONENT_LABEL, JOB_UID_LABEL, ORIGIN_LABEL};
 use super::membership::Fleet;
+use super::status;
 use super::writes::Write;
-use super::{now_ms, status};
 use crate::lifecycle::{Copy, Intent, Member, Ms, Record, Seen};
 use crate::scheduler::Plan;
 use crate::workload::JobKind;

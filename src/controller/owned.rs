@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::kinds;
-use super::members::{Watched, watch_trimmed};
+use super::watches::{Watched, watch_trimmed};
 use crate::quantity::ResourceList;
 use crate::workload::{JobKind, pod_spec_requests};
 
@@ -117,7 +117,7 @@ pub fn usage_by_node(
     let mut out: BTreeMap<String, ResourceList> = BTreeMap::new();
     let mut problems = Vec::new();
     for p in pods {
-        if !super::members::pod_is_active(p) || copy_of_pod(p, copies, links).is_some() {
+        if !super::status::pod_is_active(p) || copy_of_pod(p, copies, links).is_some() {
             continue;
         }
         let (Some(spec), Some(node)) = (

@@ -10,68 +10,87 @@ use std::time::Duration;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 
-use super::brain::Brain;
-use super::execute::Done;
+use std::collections::BTreeSet;
+
+use super::clock::now_ms;
+use super::ctx::{Core, Ctx, Inbox};
+use super::jobs::HubJobs;
+use super::kinds;
 use super::members::JOB_UID_LABEL;
-use super::{kinds, now_ms};
+use super::membership::Fleet;
 use crate::workload::JobKind;
 
 /// How long one read may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-impl Brain {
+/// Fresh reads under way, and their outcomes.
+#[derive(Default)]
+pub(super) struct Reads {
+    /// Reads under way: (job, member).
+    reading: BTreeSet<(String, String)>,
+    /// (job, member, the version the copy was found at, None when there is none; Err when the
+    /// member could not be read).
+    ended: Inbox<(String, String, Result<Option<u64>, String>)>,
+}
+
+impl Reads {
     /// Starts a read for every create the core wants settled, except those still in flight or
     /// being read, on members that answer.
-    pub(super) fn settle_sent(&mut self) {
+    pub(super) fn settle_sent(
+        &mut self,
+        ctx: &Ctx,
+        core: &Core,
+        (fleet, hubjobs): (&Fleet, &HubJobs),
+        in_flight: &BTreeSet<(String, String)>,
+    ) {
         let now = now_ms();
-        let due: Vec<(String, String)> = self
-            .core
+        let due: Vec<(String, String)> = core
             .book
             .sent
             .unsettled(now)
             .map(|(u, c)| (u.to_string(), c.to_string()))
-            .filter(|k| !self.flight.in_flight.contains(k) && !self.flight.reading.contains(k))
+            .filter(|k| !in_flight.contains(k) && !self.reading.contains(k))
             .collect();
         for (uid, cluster) in due {
-            if !self.fleet.answering(&cluster) {
+            if !fleet.answering(&cluster) {
                 continue;
             }
-            let Some(m) = self.fleet.members.get(&cluster) else {
+            let Some(m) = fleet.members.get(&cluster) else {
                 continue;
             };
             // The job's kind; for a job known only from its record, every kind watched there.
-            let kinds: Vec<JobKind> = match self.hubjobs.jobs.get(&uid) {
+            let kinds: Vec<JobKind> = match hubjobs.jobs.get(&uid) {
                 Some(j) => vec![j.kind],
                 None => m.jobs.keys().copied().collect(),
             };
-            let (client, tx, wake) = (
-                m.client.clone(),
-                self.flight.done_tx.clone(),
-                self.ctx.wake.clone(),
-            );
-            self.flight.reading.insert((uid.clone(), cluster.clone()));
+            let (client, tx, wake) = (m.client.clone(), self.ended.sender(), ctx.wake.clone());
+            self.reading.insert((uid.clone(), cluster.clone()));
             tokio::spawn(async move {
                 let found = read(&client, &kinds, &uid).await;
-                let _ = tx.send(Done::Read {
-                    uid,
-                    cluster,
-                    found,
-                });
+                let _ = tx.send((uid, cluster, found));
                 wake.notify_one();
             });
         }
     }
 
-    /// A read finished: what it found settles the create (a failed read is tried again).
-    pub(super) fn read_done(
+    /// The reads that finished since the last pass: what each found settles its create (a
+    /// failed read is tried again).
+    pub(super) fn landed(&mut self, core: &mut Core) {
+        for (uid, cluster, found) in self.ended.drain() {
+            self.read_done(core, uid, cluster, found);
+        }
+    }
+
+    fn read_done(
         &mut self,
+        core: &mut Core,
         uid: String,
         cluster: String,
         found: Result<Option<u64>, String>,
     ) {
-        self.flight.reading.remove(&(uid.clone(), cluster.clone()));
+        self.reading.remove(&(uid.clone(), cluster.clone()));
         match found {
-            Ok(found) => self.core.book.sent.read(&uid, &cluster, found, now_ms()),
+            Ok(found) => core.book.sent.read(&uid, &cluster, found, now_ms()),
             Err(e) => {
                 tracing::debug!(job = %uid, %cluster, error = %e, "could not read the member for a copy it does not show yet; tried again")
             }

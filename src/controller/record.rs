@@ -9,20 +9,20 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
+use super::crd::queued_job_name;
 use super::crd::{JobRef, QueuedJob, QueuedJobSpec, QueuedJobState, QueuedJobStatus};
 use super::ctx::{Core, Ctx};
 use super::events::truncate;
 use super::forecasting::Forecasts;
 use super::jobs::HubJobs;
 use super::membership::Fleet;
-use super::queued_job_name;
 use super::writes::Put;
 use super::writes::Writer;
 use crate::lifecycle::outbox::Candidate;
 use crate::lifecycle::{Phase, Record};
 use crate::scheduler::JobState;
 
-pub(super) use crate::lifecycle::wire::{from_status, to_status};
+pub(super) use crate::lifecycle::wire::to_status;
 
 /// How often a waiting job's status is written when its words changed only in their figures.
 pub(super) const FIGURES_EVERY: Duration = Duration::from_secs(10);
@@ -114,7 +114,7 @@ pub(super) fn sync_reasons(core: &mut Core, hubjobs: &mut HubJobs) {
         }
     }
     if let Some(d) = refresh {
-        let at = super::now_ms() + d.as_millis() as u64;
+        let at = super::clock::now_ms() + d.as_millis() as u64;
         core.next_wake = Some(core.next_wake.map_or(at, |w| w.min(at)));
     }
 }
@@ -194,7 +194,7 @@ pub(super) fn write_records(
         put(ctx, shared, hubjobs, uid, st).map(Candidate::Send)
     });
     if let Some(wait) = plan.wait {
-        let at = super::now_ms() + wait;
+        let at = super::clock::now_ms() + wait;
         core.next_wake = Some(core.next_wake.map_or(at, |w| w.min(at)));
     }
     if let Some(batch) = writer.outbox.sending(&mut core.book, plan) {

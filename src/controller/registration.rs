@@ -175,7 +175,7 @@ impl Registration {
         let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
         api.patch(
             NAME,
-            &PatchParams::apply(super::MANAGER).force(),
+            &PatchParams::apply(super::crd::MANAGER).force(),
             &Patch::Apply(&mwc),
         )
         .await?;

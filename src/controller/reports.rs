@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::MANAGER;
+use super::crd::MANAGER;
 use super::crd::{ElasticQuotaTree, ElasticQuotaTreeStatus, MemberCluster, MemberClusterStatus};
 use super::ctx::{Core, Ctx, Inbox};
 
@@ -63,7 +63,7 @@ impl Reports {
         if !urgent && let Some(t) = self.sent.get(&key).filter(|t| t.elapsed() < REPORT_EVERY) {
             // A pass comes when it is due, even if nothing else happens by then.
             let left = REPORT_EVERY.saturating_sub(t.elapsed()).as_millis() as u64;
-            core.wake_at(super::now_ms() + left);
+            core.wake_at(super::clock::now_ms() + left);
             return;
         }
         self.out.insert(key.clone());

@@ -10,7 +10,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::members::{Watched, optional_watch};
+use super::watches::{Watched, optional_watch};
 use crate::workload::TrainingRuntimes;
 
 const GROUP: &str = "trainer.kubeflow.org";

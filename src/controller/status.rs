@@ -196,6 +196,17 @@ pub fn replace_patch(old: Option<&Value>, new: &Value) -> Value {
     }
 }
 
+/// Whether a pod holds node resources: bound and not terminated.
+pub fn pod_is_active(p: &Pod) -> bool {
+    let bound = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    bound && !matches!(phase, Some("Succeeded") | Some("Failed"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

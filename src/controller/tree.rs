@@ -33,6 +33,14 @@ pub(super) struct Tree {
 }
 
 impl Tree {
+    /// Whether the tree in force covers namespace `ns`.
+    pub(super) fn covers(&self, ns: &str) -> bool {
+        self.covered
+            .read()
+            .map(|c| c.as_ref().is_some_and(|c| c.contains(ns)))
+            .unwrap_or(false)
+    }
+
     pub fn new(covered: super::intake::Covered) -> Tree {
         Tree {
             covered,

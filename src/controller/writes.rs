@@ -19,11 +19,12 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 
+use super::crd::MANAGER;
 use super::crd::{QueuedJob, QueuedJobState, QueuedJobStatus};
 use super::ctx::{Core, Ctx, Inbox};
 use super::jobs::HubJobs;
 use super::leader::{self, Fenced};
-use super::{MANAGER, gates, kinds};
+use super::{gates, kinds};
 use crate::lifecycle::Defect;
 use crate::lifecycle::outbox::{self, Batch, Item, Landed};
 use crate::lifecycle::patch;
