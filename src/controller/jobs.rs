@@ -9,21 +9,22 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector;
 use serde_json::Value;
 
 use super::crd::queued_job_name;
 use super::crd::{PodCounts, PodPlacement, QueuedJob, QueuedJobStatus};
-use super::ctx::{Core, Ctx, Inbox};
+use super::ctx::{Core, Ctx};
+use super::judging::Judge;
 use super::stores::HubStores;
 use super::tree::Tree;
 use super::{hubcheck, intake, kinds};
 use crate::lifecycle::tidy::{self, Intake, Name};
 use crate::lifecycle::{Book, Intent, Phase, REFUSED_BY_HUB, Record, Spec, spec_of};
-use crate::workload::{JobKind, Workload, interpret_with};
+use crate::workload::{JobKind, interpret_with};
 
 /// What the controller knows of a followed hub job beyond its lifecycle record.
 pub(super) struct Job {
@@ -115,10 +116,8 @@ pub(super) struct HubJobs {
     pub runtimes: crate::workload::TrainingRuntimes,
     /// When the hub's job kinds were last discovered.
     pub kinds_checked: Instant,
-    /// The hub's verdicts on pod templates (server-side dry runs).
-    pub hub_checks: hubcheck::HubChecks,
-    /// Verdicts landed off the loop: (namespace, template digest, policy, outcome).
-    verdicts: Inbox<(String, String, String, hubcheck::Outcome)>,
+    /// The hub's verdicts on pod templates (`judging`).
+    pub judge: Judge,
 }
 
 impl HubJobs {
@@ -137,49 +136,12 @@ impl HubJobs {
             priorities: Default::default(),
             runtimes: Default::default(),
             kinds_checked: Instant::now(),
-            hub_checks: Default::default(),
-            verdicts: Default::default(),
+            judge: Default::default(),
         }
     }
 }
 
 impl HubJobs {
-    /// The QueuedJob status recorded for a hub job (what an earlier run decided), by its UID.
-    fn recorded(
-        stores: &HubStores,
-        (ns, kind, name, uid): (&str, JobKind, &str, &str),
-    ) -> Option<QueuedJobStatus> {
-        let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
-        let qj = stores.queued.get(&key)?;
-        (qj.spec.job_ref.uid == uid)
-            .then(|| qj.status.clone())
-            .flatten()
-    }
-
-    /// The job of this kind and name, other than `uid`, whose QueuedJob holds the name (one
-    /// deleted and made again under its name), whether that QueuedJob is being deleted, and the
-    /// record it holds.
-    /// The core decides whether the new job waits for it (`tidy::intake`).
-    fn name_holder(
-        stores: &HubStores,
-        (ns, kind, name, uid): (&str, JobKind, &str, &str),
-    ) -> Option<(String, bool, Option<Record>)> {
-        let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
-        let qj = stores.queued.get(&key)?;
-        let other = &qj.spec.job_ref.uid;
-        (other != uid).then(|| {
-            let record = qj
-                .status
-                .as_ref()
-                .map(|st| crate::lifecycle::wire::from_status(st, ""));
-            (
-                other.clone(),
-                qj.metadata.deletion_timestamp.is_some(),
-                record,
-            )
-        })
-    }
-
     /// Says once, on the hub job and in the log, that it waits for `earlier`'s record to go.
     fn wait_for_name(
         &mut self,
@@ -201,105 +163,11 @@ impl HubJobs {
         self.name_waits.insert(uid.to_string(), earlier);
     }
 
-    /// The job as read, once the hub's admission has judged each of its pod templates
-    /// (`hubcheck`): unchanged when allowed, the hub's refusal as the reason it cannot run,
-    /// `None` while a verdict is missing (the checks it needs are sent).
-    fn hub_admission(
-        &mut self,
-        ctx: &Ctx,
-        ns: &str,
-        job: &Value,
-        read: Result<Workload, String>,
-    ) -> Option<Result<Workload, String>> {
-        let w = match read {
-            Ok(w) if ctx.opts.hub_pod_admission => w,
-            other => return Some(other),
-        };
-        let templates = hubcheck::templates(job, &w);
-        if templates.is_empty() {
-            return Some(Ok(w));
-        }
-        let policy = Self::namespace_policy(ctx, ns);
-        let judged = self
-            .hub_checks
-            .judge(ns, &policy, &templates, Instant::now());
-        for t in judged.ask {
-            self.ask_hub(ctx, ns, &policy, t);
-        }
-        match judged.verdict {
-            hubcheck::Verdict::Allowed => Some(Ok(w)),
-            hubcheck::Verdict::Refused(why) => Some(Err(why)),
-            hubcheck::Verdict::Pending => None,
-        }
-    }
-
-    /// What a verdict in namespace `ns` depends on: its pod-security labels.
-    fn namespace_policy(ctx: &Ctx, ns: &str) -> String {
-        ctx.stores
-            .namespaces
-            .get(&reflector::ObjectRef::new(ns))
-            .map(|n| hubcheck::policy_key(n.labels()))
-            .unwrap_or_default()
-    }
-
-    /// Sends one template to the hub as a dry-run Pod create, off the loop.
-    fn ask_hub(&self, ctx: &Ctx, ns: &str, policy: &str, t: hubcheck::Template) {
-        let (hub, tx, wake, permits) = (
-            ctx.hub.clone(),
-            self.verdicts.sender(),
-            ctx.wake.clone(),
-            self.hub_checks.permits.clone(),
-        );
-        let (namespace, policy) = (ns.to_string(), policy.to_string());
-        tokio::spawn(async move {
-            let _permit = permits.acquire_owned().await;
-            let outcome = match serde_json::from_value::<Pod>(t.pod) {
-                Ok(pod) => {
-                    let api: Api<Pod> = Api::namespaced(hub, &namespace);
-                    let pp = PostParams {
-                        dry_run: true,
-                        ..Default::default()
-                    };
-                    hubcheck::classify(api.create(&pp, &pod).await.map(|_| ()))
-                }
-                // The hub's own schema would refuse it the same way.
-                Err(e) => hubcheck::Outcome::Refused(format!("not a valid pod template: {e}")),
-            };
-            if let hubcheck::Outcome::Unknown(why) = &outcome {
-                tracing::info!(namespace = %namespace, field = %t.field, %why, "the hub did not judge a pod template; asked again");
-            }
-            let _ = tx.send((namespace, t.digest, policy, outcome));
-            wake.notify_one();
-        });
-    }
-
-    /// The verdicts that landed since the last pass.
+    /// The hub's verdicts that landed since the last pass: the waiting jobs of a namespace
+    /// whose verdicts changed are read (and judged) again.
     pub(super) fn verdicts_landed(&mut self, core: &mut Core) {
-        for (namespace, digest, policy, outcome) in self.verdicts.drain() {
-            self.hub_checked(core, namespace, digest, policy, outcome);
-        }
-    }
-
-    /// A verdict landed. When it changes an earlier one, or says nothing and must be asked
-    /// again, the namespace's waiting jobs are read again.
-    fn hub_checked(
-        &mut self,
-        core: &mut Core,
-        namespace: String,
-        digest: String,
-        policy: String,
-        outcome: hubcheck::Outcome,
-    ) {
-        let unknown = matches!(outcome, hubcheck::Outcome::Unknown(_));
-        let changed = self
-            .hub_checks
-            .landed(&namespace, &digest, &policy, outcome, Instant::now());
-        if changed {
-            self.reread_waiting(&core.book, &namespace);
-        }
-        if unknown {
-            let at = super::clock::now_ms() + hubcheck::RETRY.as_millis() as u64;
-            core.wake_at(at);
+        for ns in self.judge.landed(core) {
+            self.reread_waiting(&core.book, &ns);
         }
     }
 
@@ -334,34 +202,6 @@ impl HubJobs {
         }
     }
 
-    /// Namespaces whose pod-security labels changed since the last pass: their waiting jobs
-    /// are judged again under the new labels.
-    fn namespace_policies_changed(&mut self, ctx: &Ctx, book: &Book) {
-        let now: HashMap<String, String> = ctx
-            .stores
-            .namespaces
-            .state()
-            .iter()
-            .map(|n| (n.name_any(), hubcheck::policy_key(n.labels())))
-            .collect();
-        let changed: Vec<String> = now
-            .iter()
-            // A namespace seen for the first time had no labels for the jobs judged before.
-            .filter(|(ns, p)| {
-                self.hub_checks
-                    .policies
-                    .get(*ns)
-                    .map_or(!p.is_empty(), |q| q != *p)
-            })
-            .map(|(ns, _)| ns.clone())
-            .collect();
-        for ns in &changed {
-            self.reread_waiting(book, ns);
-        }
-        self.hub_checks.retain_namespaces(|ns| now.contains_key(ns));
-        self.hub_checks.policies = now;
-    }
-
     /// Intake: follows the hub jobs muster is responsible for (as `lifecycle::tidy::intake`
     /// says). Returns the followed jobs it no longer saw (gone: `tidy` stops following them).
     pub(super) async fn sync_jobs(
@@ -371,7 +211,9 @@ impl HubJobs {
         tree: &Tree,
     ) -> (Vec<String>, Vec<(String, Intent)>) {
         if ctx.opts.hub_pod_admission {
-            self.namespace_policies_changed(ctx, &core.book);
+            for ns in self.judge.policies_changed(ctx) {
+                self.reread_waiting(&core.book, &ns);
+            }
             self.hub_judgements_due(&core.book);
         }
         let mut seen: HashSet<String> = HashSet::new();
@@ -415,7 +257,7 @@ impl HubJobs {
             let recorded = if followed {
                 None
             } else {
-                Self::recorded(&ctx.stores, (&ns, kind, &name, &uid))
+                recorded(&ctx.stores, (&ns, kind, &name, &uid))
             };
             // Without a tree covering it, only a job muster already has a record for is
             // followed (its copy may run); nothing else is touched. A job made again under
@@ -423,7 +265,7 @@ impl HubJobs {
             let intake = if followed {
                 Intake::Track
             } else {
-                let holder = Self::name_holder(&ctx.stores, (&ns, kind, &name, &uid));
+                let holder = name_holder(&ctx.stores, (&ns, kind, &name, &uid));
                 let held = match (&recorded, &holder) {
                     (Some(_), _) => Name::Ours,
                     (None, Some((other, terminating, record))) => Name::Earlier {
@@ -441,7 +283,7 @@ impl HubJobs {
             seen.insert(uid.clone());
             // The hub copy never runs: suspend what the webhook missed (or a user un-suspended).
             if obj.data.pointer(kind.suspend_pointer()) != Some(&Value::Bool(true)) {
-                Self::suspend(ctx, kind, &ns, &name).await;
+                suspend(ctx, kind, &ns, &name).await;
             }
             if let Intake::WaitForName { earlier } = intake {
                 self.wait_for_name(ctx, (&uid, kind, &obj), earlier);
@@ -464,7 +306,7 @@ impl HubJobs {
                         let read = interpret_with(&v, &self.runtimes).map_err(|e| e.to_string());
                         // Not read until the hub has judged every pod template (read again
                         // once its answer lands; a followed job keeps its last spec meanwhile).
-                        let Some(read) = self.hub_admission(ctx, &ns, &v, read) else {
+                        let Some(read) = self.judge.admission(ctx, &ns, &v, read) else {
                             continue;
                         };
                         (spec_of(read), deadline)
@@ -598,18 +440,54 @@ impl HubJobs {
             }
         }
     }
+}
 
-    async fn suspend(ctx: &Ctx, kind: JobKind, ns: &str, name: &str) {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.hub.clone(), ns, &kinds::api_resource(kind));
-        let patch = Patch::Merge(intake::suspend_merge_patch(kind));
-        match api.patch(name, &PatchParams::default(), &patch).await {
-            Ok(_) => {
-                tracing::info!(kind = %kind, job = %format!("{ns}/{name}"), "suspended on the hub")
-            }
-            Err(e) => {
-                tracing::warn!(kind = %kind, job = %format!("{ns}/{name}"), error = %e, "could not suspend")
-            }
+/// The QueuedJob status recorded for a hub job (what an earlier run decided), by its UID.
+fn recorded(
+    stores: &HubStores,
+    (ns, kind, name, uid): (&str, JobKind, &str, &str),
+) -> Option<QueuedJobStatus> {
+    let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
+    let qj = stores.queued.get(&key)?;
+    (qj.spec.job_ref.uid == uid)
+        .then(|| qj.status.clone())
+        .flatten()
+}
+
+/// The job of this kind and name, other than `uid`, whose QueuedJob holds the name (one
+/// deleted and made again under its name), whether that QueuedJob is being deleted, and the
+/// record it holds.
+/// The core decides whether the new job waits for it (`tidy::intake`).
+fn name_holder(
+    stores: &HubStores,
+    (ns, kind, name, uid): (&str, JobKind, &str, &str),
+) -> Option<(String, bool, Option<Record>)> {
+    let key = reflector::ObjectRef::<QueuedJob>::new(&queued_job_name(kind, name)).within(ns);
+    let qj = stores.queued.get(&key)?;
+    let other = &qj.spec.job_ref.uid;
+    (other != uid).then(|| {
+        let record = qj
+            .status
+            .as_ref()
+            .map(|st| crate::lifecycle::wire::from_status(st, ""));
+        (
+            other.clone(),
+            qj.metadata.deletion_timestamp.is_some(),
+            record,
+        )
+    })
+}
+
+async fn suspend(ctx: &Ctx, kind: JobKind, ns: &str, name: &str) {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.hub.clone(), ns, &kinds::api_resource(kind));
+    let patch = Patch::Merge(intake::suspend_merge_patch(kind));
+    match api.patch(name, &PatchParams::default(), &patch).await {
+        Ok(_) => {
+            tracing::info!(kind = %kind, job = %format!("{ns}/{name}"), "suspended on the hub")
+        }
+        Err(e) => {
+            tracing::warn!(kind = %kind, job = %format!("{ns}/{name}"), error = %e, "could not suspend")
         }
     }
 }

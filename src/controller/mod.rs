@@ -37,6 +37,7 @@ pub mod http;
 pub mod hubcheck;
 pub mod intake;
 mod jobs;
+mod judging;
 pub mod kinds;
 pub mod kubeconfig;
 mod kubeconfig_errors;
