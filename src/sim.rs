@@ -21,6 +21,14 @@ pub use report::{
 };
 pub use scenario::*;
 
+/// Reads a scenario from YAML text; `file` names it in errors. Every field is checked, its
+/// changes too (`changes[i]...`).
+pub fn parse_scenario(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
+    let sc = scenario::read(file, text)?;
+    changes::check(file, &sc)?;
+    Ok(sc)
+}
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 

@@ -1,52 +1,14 @@
 //! `changes:` of a scenario: the quota tree, a member or a member's reachability changing at a
-//! virtual time. Owns the format of a change, its checks when the scenario is read (every change
+//! virtual time (the format of a change is the scenario's). Owns its checks when the scenario is read (every change
 //! up front, errors naming `changes[i]...`), telling the core at its instant (through the same
 //! inputs the controller uses: `set_quota_tree`, `set_cluster`, `set_reachable`), and the fleet's
 //! allocatable over time, which utilization is measured against.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::Value;
-
-use super::scenario::{self, ClusterSpec, Scenario, ScenarioError, de_duration, ser_duration};
+use super::scenario::{self, ClusterSpec, Scenario, ScenarioError};
 use crate::quota::{Problem, QuotaTree};
 use crate::scheduler::Scheduler;
-
-/// One change: at `at`, exactly one of `quota`, `cluster`, `reachable`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ChangeSpec {
-    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
-    pub at: u64,
-    /// A new ElasticQuotaTree replacing the one in force; `null` or `{}` removes the tree
-    /// (`Some(Value::Null)`, unlike an absent `quota`).
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub quota: Option<Value>,
-    /// A member added, or replacing the member of the same name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<ClusterSpec>,
-    /// A member marked (un)reachable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reachable: Option<ReachableSpec>,
-}
-
-/// `reachable: {cluster: member-b, reachable: false}`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ReachableSpec {
-    pub cluster: String,
-    pub reachable: bool,
-}
-
-/// A field that is there, even as `null`.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
-}
 
 /// A change checked, ready to tell the core.
 enum Ready {
@@ -226,8 +188,8 @@ pub(super) fn allocatable(sched: &Scheduler) -> BTreeMap<String, i128> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Scenario, parse_scenario};
-    use super::*;
+    use super::super::{ReachableSpec, Scenario, parse_scenario};
+    use serde_json::Value;
 
     const FLEET: &str =
         "clusters:\n- name: m\n  nodes:\n  - name: n\n    allocatable: {cpu: \"8\"}\n";

@@ -1,6 +1,6 @@
 //! The scenario format of `muster sim` (also what `muster snapshot` writes): members and their
 //! nodes, the quota tree, PriorityClasses, timed job manifests (some already running) and timed
-//! changes (their format and checks: [`super::changes`]), with durations as text; reading it with errors that name the file and the field, and telling the
+//! changes (their format here; their checks in `changes`), with durations as text; reading it with errors that name the file and the field, and telling the
 //! core the fleet it describes.
 
 use std::collections::BTreeMap;
@@ -9,7 +9,6 @@ use k8s_openapi::api::core::v1::Taint;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use super::changes::{ChangeSpec, ReachableSpec};
 use crate::fleet::{ClusterInfo, NodeInfo, PlacementMode, Serves};
 use crate::quantity::ResourceList;
 use crate::quota::Problem;
@@ -251,8 +250,44 @@ pub enum ScenarioError {
     Explain { file: String, job: String },
 }
 
-/// Reads a scenario from YAML text; `file` names it in errors.
-pub fn parse_scenario(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
+/// One change: at `at`, exactly one of `quota`, `cluster`, `reachable`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ChangeSpec {
+    #[serde(deserialize_with = "de_duration", serialize_with = "ser_duration")]
+    pub at: u64,
+    /// A new ElasticQuotaTree replacing the one in force; `null` or `{}` removes the tree
+    /// (`Some(Value::Null)`, unlike an absent `quota`).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub quota: Option<Value>,
+    /// A member added, or replacing the member of the same name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterSpec>,
+    /// A member marked (un)reachable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reachable: Option<ReachableSpec>,
+}
+
+/// `reachable: {cluster: member-b, reachable: false}`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReachableSpec {
+    pub cluster: String,
+    pub reachable: bool,
+}
+
+/// A field that is there, even as `null`.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Reads a scenario from YAML text; `file` names it in errors. Its changes are checked by
+/// [`super::parse_scenario`].
+pub(super) fn read(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
     let de = serde_yaml::Deserializer::from_str(text);
     let sc: Scenario = serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
@@ -297,7 +332,6 @@ pub fn parse_scenario(file: &str, text: &str) -> Result<Scenario, ScenarioError>
             });
         }
     }
-    super::changes::check(file, &sc)?;
     Ok(sc)
 }
 
@@ -315,7 +349,7 @@ pub(super) fn check_cluster(file: &str, field: &str, c: &ClusterSpec) -> Result<
     Ok(())
 }
 
-/// The hub's training runtimes of a scenario (every one of them reads: see [`parse_scenario`]).
+/// The hub's training runtimes of a scenario (every one of them reads: see [`super::parse_scenario`]).
 pub fn runtimes(sc: &Scenario) -> TrainingRuntimes {
     TrainingRuntimes::from_objects(&sc.runtimes).0
 }
