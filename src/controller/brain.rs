@@ -1,11 +1,13 @@
-//! The controller's state and its pass. `Brain::sync` is the one place that says in what order
-//! things happen: read the tree, the members and the hub jobs; observe every followed job on its
-//! members; one pass of the lifecycle book (every job stepped, one scheduling cycle); carry out
-//! the intents, then the writes observing asked for (pod releases, hub statuses); send the
-//! records; report. No step waits for a hub or member write: they go off the loop (`execute`,
-//! `writes`) and their outcomes are read at the start of the next pass. Each step lives in the
-//! module named after what it owns (`tree`, `membership`, `jobs`, `gc`, `observe`, `execute`,
-//! `record`); what each decides is the core's.
+//! The controller's pass. `Brain` holds the parts side by side (the clients in `ctx`, the core's
+//! state in `core`, and each step's own state, defined in that step's module) and `Brain::sync`
+//! is the one place that says in what order things happen, lending each step only the parts it
+//! needs: read what finished off the loop (each step its own outcomes), the tree, the members and
+//! the hub jobs; tidy; observe every followed job on its members; one pass of the lifecycle book
+//! (every job stepped, one scheduling cycle); carry out the intents, then the writes observing
+//! asked for (pod releases, hub statuses); send the records; report. No step waits for a hub or
+//! member write: they go off the loop (`copies`, `reads`, `writes`, `reports`, `judging`) and
+//! their outcomes are read at the start of the next pass. What each step decides is the core's.
+//! No step module imports this one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,29 +29,29 @@ use crate::scheduler::{Config, Scheduler};
 use crate::workload::JobKind;
 
 pub(super) struct Brain {
-    pub ctx: Ctx,
-    pub core: Core,
+    ctx: Ctx,
+    core: Core,
     /// The quota tree in force (`tree`).
-    pub tree: super::tree::Tree,
+    tree: super::tree::Tree,
     /// The members: connections, what the core was told of each, their statuses
     /// (`membership`).
-    pub fleet: super::membership::Fleet,
+    fleet: super::membership::Fleet,
     /// What the controller knows of each followed hub job beyond its record (`jobs`).
-    pub hubjobs: super::jobs::HubJobs,
+    hubjobs: super::jobs::HubJobs,
     /// The jobs' copies being created or deleted on members (`copies`).
-    pub copies: super::copies::Copies,
+    copies: super::copies::Copies,
     /// Fresh reads of members for creates their views have not shown (`reads`).
-    pub reads: super::reads::Reads,
+    reads: super::reads::Reads,
     /// QueuedJob status batches and observed writes out (`writes`).
-    pub writer: super::writes::Writer,
+    writer: super::writes::Writer,
     /// Quota tree and member status reports under way.
-    pub reports: super::reports::Reports,
+    reports: super::reports::Reports,
     /// QueuedJobs whose `muster.dev/record` finalizer is being added or removed.
-    pub finalizing: super::finalizers::Finalizing,
+    finalizing: super::finalizers::Finalizing,
     /// Start-time forecasts and the run-time history.
-    pub forecasts: super::forecasting::Forecasts,
+    forecasts: super::forecasting::Forecasts,
     /// Snapshots asked for over HTTP, answered at the end of a pass.
-    pub snapshots: Option<mpsc::Receiver<super::snapshot::Ask>>,
+    snapshots: Option<mpsc::Receiver<super::snapshot::Ask>>,
 }
 
 impl Brain {
@@ -61,12 +63,16 @@ impl Brain {
         recorder: Recorder,
         wake: Arc<Notify>,
         metrics: Arc<Metrics>,
+        (leadership, snapshots): (
+            Arc<leader::Leadership>,
+            mpsc::Receiver<super::snapshot::Ask>,
+        ),
     ) -> Brain {
         let settings = settings(&opts);
         Brain {
             ctx: Ctx {
                 metrics,
-                leadership: leader::Leadership::always(),
+                leadership,
                 hub,
                 opts,
                 stores,
@@ -88,8 +94,22 @@ impl Brain {
             reports: Default::default(),
             finalizing: Default::default(),
             forecasts: Default::default(),
-            snapshots: None,
+            snapshots: Some(snapshots),
         }
+    }
+
+    /// Whether the core has work left for another pass at once.
+    pub fn busy(&self) -> bool {
+        self.core.sched.has_work()
+    }
+
+    /// How long the loop may wait before the next pass: until the earliest deadline of any
+    /// record, at most `--resync`.
+    pub fn pause(&self) -> std::time::Duration {
+        let resync = self.ctx.opts.resync;
+        self.core.next_wake.map_or(resync, |at| {
+            std::time::Duration::from_millis(at.saturating_sub(super::clock::now_ms())).min(resync)
+        })
     }
 
     /// One pass: observe, decide, act, report. A pass slower than a second says where its

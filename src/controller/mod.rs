@@ -271,9 +271,16 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
     if let Some(r) = registration {
         tokio::spawn(r.keep(covered.clone(), token.clone()));
     }
-    let mut brain = brain::Brain::new(hub, opts, stores, covered, recorder, wake.clone(), metrics);
-    brain.ctx.leadership = leadership.clone();
-    brain.snapshots = Some(snap_rx);
+    let mut brain = brain::Brain::new(
+        hub,
+        opts,
+        stores,
+        covered,
+        recorder,
+        wake.clone(),
+        metrics,
+        (leadership.clone(), snap_rx),
+    );
     tracing::info!("hub view synced; acting as leader");
     let mut result = Ok(());
     loop {
@@ -292,16 +299,11 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
         }
         let started = Instant::now();
         brain.sync().await;
-        let busy = brain.core.sched.has_work();
-        // No later than the earliest deadline of any record.
-        let until_deadline = brain
-            .core
-            .next_wake
-            .map(|at| Duration::from_millis(at.saturating_sub(clock::now_ms())));
-        let pause = if busy {
+        // No later than the earliest deadline of any record; at once while the core has work.
+        let pause = if brain.busy() {
             Duration::ZERO
         } else {
-            until_deadline.map_or(brain.ctx.opts.resync, |d| d.min(brain.ctx.opts.resync))
+            brain.pause()
         };
         tokio::select! {
             _ = wake.notified() => {}
