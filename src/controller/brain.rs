@@ -10,21 +10,16 @@
 //! No step module imports this one.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Instant;
 
-use kube::Client;
 use kube::ResourceExt;
-use kube::runtime::events::Recorder;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
 use super::ctx::{Core, Ctx};
+use super::intake;
 use super::options::Options;
 use super::reports::Report;
-use super::stores::HubStores;
-use super::{intake, leader};
 use crate::lifecycle::{Book, Settings};
-use crate::metrics::Metrics;
 use crate::scheduler::{Config, Scheduler};
 use crate::workload::JobKind;
 
@@ -56,30 +51,13 @@ pub(super) struct Brain {
 
 impl Brain {
     pub fn new(
-        hub: Client,
-        opts: Options,
-        stores: HubStores,
+        ctx: Ctx,
         covered: intake::Covered,
-        recorder: Recorder,
-        wake: Arc<Notify>,
-        metrics: Arc<Metrics>,
-        (leadership, snapshots): (
-            Arc<leader::Leadership>,
-            mpsc::Receiver<super::snapshot::Ask>,
-        ),
+        snapshots: mpsc::Receiver<super::snapshot::Ask>,
     ) -> Brain {
-        let settings = settings(&opts);
+        let settings = settings(&ctx.opts);
         Brain {
-            ctx: Ctx {
-                metrics,
-                leadership,
-                hub,
-                opts,
-                stores,
-                events: super::events::Events::start(recorder),
-                wake,
-                epoch: Instant::now(),
-            },
+            ctx,
             core: Core {
                 sched: Scheduler::new(Config::default()),
                 book: Book::new(settings),

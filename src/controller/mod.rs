@@ -271,16 +271,17 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
     if let Some(r) = registration {
         tokio::spawn(r.keep(covered.clone(), token.clone()));
     }
-    let mut brain = brain::Brain::new(
+    let ctx = ctx::Ctx {
         hub,
         opts,
         stores,
-        covered,
-        recorder,
-        wake.clone(),
+        events: events::Events::start(recorder),
+        wake: wake.clone(),
         metrics,
-        (leadership.clone(), snap_rx),
-    );
+        leadership: leadership.clone(),
+        epoch: Instant::now(),
+    };
+    let mut brain = brain::Brain::new(ctx, covered, snap_rx);
     tracing::info!("hub view synced; acting as leader");
     let mut result = Ok(());
     loop {
