@@ -294,3 +294,29 @@ fn a_copy_is_created_only_for_the_admission_the_hub_holds() {
         assert_eq!(o.violation, None, "{}", report(&o));
     }
 }
+
+#[test]
+fn a_job_made_again_while_the_hub_watches_are_down_is_taken_in_once_they_relist() {
+    // Seed 161: the replica's watches of the hub's jobs and QueuedJobs drop at 223 s and
+    // relist at 226 s; meanwhile job j13 is deleted (its QueuedJob left behind by
+    // `--cascade=orphan`) and made again under its name as j13n. The replica sees neither until
+    // the relist, then follows j13n, which takes the QueuedJob over once the earlier record
+    // keeps nothing; every invariant holds throughout.
+    let o = run(&Options {
+        seed: 161,
+        partition: Partition::Replace,
+        ..Options::default()
+    });
+    assert_eq!(o.violation, None, "{}", report(&o));
+    let at = |what: &str| {
+        o.trace
+            .iter()
+            .position(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no {what:?} in the trace:\n{}", o.trace.join("\n")))
+    };
+    let dropped = at("its hub watches drop until 226s");
+    let deleted = at("hub job j13 deleted");
+    let relisted = at("its hub watches relist");
+    let tracked = at("track j13n");
+    assert!(dropped < deleted && deleted < relisted && relisted < tracked);
+}

@@ -15,6 +15,7 @@ mod world;
 mod writes;
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use crate::lifecycle::{Member, Ms, Partition, Record, Seen, Settings};
 use check::Checker;
@@ -111,13 +112,18 @@ pub fn settings(partition: Partition, defect: Option<Defect>) -> Settings {
     }
 }
 
+/// The hub jobs by UID.
+pub type Jobs = BTreeMap<String, HubJob>;
+
 /// The whole simulated world.
 pub struct World {
     pub rng: Rng,
     pub now: Ms,
     pub members: BTreeMap<String, SimMember>,
-    pub jobs: BTreeMap<String, HubJob>,
-    pub store: Store,
+    /// The hub jobs and the hub's QueuedJobs, shared with the snapshots replicas whose watches
+    /// dropped still see (copied on a write while one is held).
+    pub jobs: Rc<Jobs>,
+    pub store: Rc<Store>,
     /// Root max of the tree on the hub, and whether it is valid.
     pub tree: (u64, bool),
     /// The tree before its last change, and when it changed (a lagging watch still shows it).
@@ -143,10 +149,11 @@ impl World {
         self.trace.push(format!("{:>5}s {line}", self.now / 1000));
     }
 
-    /// What a controller observes of the job `uid` whose record is `r`: its spec as read now
-    /// and the generation it was read at, and each member the record names.
-    fn seen(&self, uid: &str, r: &Record) -> Seen {
-        let job = self.jobs.get(uid);
+    /// What a controller observes of the job `uid` whose record is `r`: its spec as read from
+    /// `jobs` (the hub as its watches show it) and the generation it was read at, and each
+    /// member the record names.
+    fn seen(&self, jobs: &Jobs, uid: &str, r: &Record) -> Seen {
+        let job = jobs.get(uid);
         let expected = job.map_or(0, |j| r.expected_pods(&j.spec));
         let member = |c: &str| {
             self.members
@@ -187,8 +194,8 @@ pub fn run(o: &Options) -> Outcome {
                 )
             })
             .collect(),
-        jobs: BTreeMap::new(),
-        store: Store::default(),
+        jobs: Rc::new(BTreeMap::new()),
+        store: Rc::new(Store::default()),
         freed_early: Default::default(),
         tree: (TREE_MAX.0, true),
         tree_before: ((TREE_MAX.0, true), 0),
@@ -253,7 +260,7 @@ pub fn run(o: &Options) -> Outcome {
             job.runs / 1000,
             job.submitted
         ));
-        w.jobs.insert(job.uid.clone(), job);
+        Rc::make_mut(&mut w.jobs).insert(job.uid.clone(), job);
     }
     let mut ck = Checker::new(fault_end);
     let mut term = 1;

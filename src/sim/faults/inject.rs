@@ -1,6 +1,8 @@
 //! The faults of a run: which member, controller, hub job, QueuedJob or tree goes wrong at
 //! each step (drawn from the run's seed), and the moment every fault heals.
 
+use std::rc::Rc;
+
 use super::world::Rng;
 use super::{MEMBERS, Process, TICK, World};
 use crate::lifecycle::{Defect, Ms};
@@ -34,7 +36,7 @@ pub(super) fn runtime_edits(w: &mut World) -> u32 {
         w.runtime.edits.remove(0);
         w.runtime.cpu = 3 - w.runtime.cpu;
         let cpu = w.runtime.cpu;
-        for j in w.jobs.values_mut().filter(|j| j.trains) {
+        for j in Rc::make_mut(&mut w.jobs).values_mut().filter(|j| j.trains) {
             j.read(cpu);
         }
         w.log(format!(
@@ -126,7 +128,7 @@ pub(super) fn faults(
         n += 1;
     } else if proc.is_some() && r < 12 {
         *term += 1;
-        w.store.term = *term;
+        Rc::make_mut(&mut w.store).term = *term;
         let Some(old) = proc.take() else {
             return n;
         };
@@ -159,7 +161,7 @@ pub(super) fn faults(
     } else if r < 16 {
         let k = w.rng.below(w.jobs.len() as u64) as usize;
         let runtime = w.runtime.cpu;
-        if let Some(j) = w.jobs.values_mut().nth(k) {
+        if let Some(j) = Rc::make_mut(&mut w.jobs).values_mut().nth(k) {
             j.generation += 1;
             if r < 14 {
                 j.cpu = 3 - j.cpu;
@@ -191,7 +193,7 @@ pub(super) fn faults(
         // gone; without one the record goes.
         let k = w.rng.below(w.jobs.len() as u64) as usize;
         if let Some(uid) = w.store.records.keys().nth(k).cloned() {
-            let gone = w.store.delete(&uid);
+            let gone = Rc::make_mut(&mut w.store).delete(&uid);
             let up = if proc.is_some() {
                 ""
             } else {
@@ -229,7 +231,7 @@ pub(super) fn faults(
             let k = w.rng.below(w.jobs.len() as u64) as usize;
             w.jobs.keys().nth(k).cloned()
         };
-        if let Some(j) = uid.and_then(|u| w.jobs.get_mut(&u))
+        if let Some(j) = uid.and_then(|u| Rc::make_mut(&mut w.jobs).get_mut(&u))
             && !j.deleted
         {
             j.deleted = true;
@@ -239,7 +241,7 @@ pub(super) fn faults(
             // the earlier job's, for a job made again under the name to find.
             let held = w.store.records.contains_key(&uid);
             let orphan = w.rng.chance(200);
-            let gone = !orphan && w.store.delete(&uid);
+            let gone = !orphan && Rc::make_mut(&mut w.store).delete(&uid);
             w.log(format!(
                 "hub job {uid} deleted, its QueuedJob with it ({})",
                 if !held {
@@ -268,7 +270,7 @@ pub(super) fn faults(
                         "hub job {}/{} made again as {} at {}s",
                         j.namespace, j.name, j.uid, j.submitted
                     ));
-                    w.jobs.insert(j.uid.clone(), j);
+                    Rc::make_mut(&mut w.jobs).insert(j.uid.clone(), j);
                 }
             }
         }

@@ -5,11 +5,12 @@
 
 use super::check::Checker;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use serde_json::Value;
 
-use super::world::{self, Rng, StatusWrite, cluster_info, tree};
-use super::{Defect, MEMBERS, TICK, World};
+use super::world::{self, Rng, StatusWrite, Store, cluster_info, tree};
+use super::{Defect, Jobs, MEMBERS, TICK, World};
 use crate::lifecycle::outbox::{Batch, Outbox};
 use crate::lifecycle::tidy::{self, Intake};
 use crate::lifecycle::{
@@ -46,6 +47,16 @@ pub(super) struct Process {
     pub(super) tree_lag: Ms,
     /// Jobs said to wait for an earlier job's QueuedJob of their name (said once).
     pub(super) name_waits: std::collections::BTreeSet<String>,
+    /// Whether its watches of the hub's jobs and QueuedJobs drop now and then (one replica in
+    /// three started while faults last).
+    pub(super) drops: bool,
+    /// While they are down (dropped, then relisting): until when, and the hub as they last
+    /// showed it, which is all this replica sees of the hub meanwhile.
+    /// The training runtime is read as it is (its watch is not dropped here: see
+    /// `docs/sim.md`), so each job's spec is as the runtime's per-pod cpu says now.
+    pub(super) dropped: Option<(Ms, Rc<Jobs>, Rc<Store>)>,
+    /// The runtime's per-pod cpu the jobs of `dropped` were read against.
+    pub(super) dropped_cpu: u32,
 }
 
 /// The clock of the replica that starts as `term`, minus the hub's. While faults last, one in
@@ -74,6 +85,13 @@ fn tree_lag(w: &World, term: u64) -> Ms {
         return 0;
     }
     (2 + r.below(9)) * 1_000
+}
+
+/// Whether the hub watches of the replica that starts as `term` drop now and then: one in three
+/// started while faults last. Drawn apart from the run's randomness.
+fn drops(w: &World, term: u64) -> bool {
+    let mut r = Rng::new(w.now ^ term.rotate_left(23) ^ 0xD209);
+    w.now < w.fault_end && r.chance(333)
 }
 
 /// A controller process ends (crashed, or replaced by another replica): it sends nothing more,
@@ -111,11 +129,15 @@ impl Process {
             tree_lag: tree_lag(w, term),
             name_waits: Default::default(),
             known: BTreeMap::new(),
+            drops: drops(w, term),
+            dropped: None,
+            dropped_cpu: 0,
         };
         for name in MEMBERS {
             p.sched.set_cluster(&cluster_info(name));
         }
-        w.store.term = w.store.term.max(term);
+        let store = Rc::make_mut(&mut w.store);
+        store.term = store.term.max(term);
         // Its watches start with a list: they show each member as it is now.
         for m in w.members.values_mut() {
             m.relist();
@@ -127,7 +149,47 @@ impl Process {
         if p.tree_lag != 0 {
             w.log(format!("its watch of the tree lags {} ms", p.tree_lag));
         }
+        if p.drops {
+            w.log("its watches of the hub's jobs and QueuedJobs drop now and then".into());
+        }
         p
+    }
+
+    /// The hub's jobs and QueuedJobs as this replica's watches show them. A replica whose
+    /// watches drop (see [`drops`]) loses them now and then for 2–10 s while faults last
+    /// (a watch that ends, and relists): meanwhile it sees the hub as they last showed it, and
+    /// then the hub as it is, whatever happened between (a job deleted and made again, a
+    /// QueuedJob deleted and written again, its own writes).
+    pub(super) fn hub(&mut self, w: &mut World) -> (Rc<Jobs>, Rc<Store>) {
+        if let Some((until, _, _)) = &self.dropped
+            && w.now >= *until
+        {
+            self.dropped = None;
+            w.log("its hub watches relist: it sees the hub as it is".into());
+        }
+        let mut r = Rng::new(w.now ^ self.term.rotate_left(41) ^ 0xD40B);
+        if self.dropped.is_none() && self.drops && w.now < w.fault_end && r.chance(20) {
+            let until = w.now + (2 + r.below(9)) * 1_000;
+            self.dropped = Some((until, Rc::clone(&w.jobs), Rc::clone(&w.store)));
+            self.dropped_cpu = w.runtime.cpu;
+            w.log(format!(
+                "its hub watches drop until {}s: it sees the hub as it is now till then",
+                until / 1000
+            ));
+        }
+        match &mut self.dropped {
+            Some((_, jobs, store)) => {
+                // Jobs that name the training runtime read as it says now.
+                if self.dropped_cpu != w.runtime.cpu {
+                    self.dropped_cpu = w.runtime.cpu;
+                    for j in Rc::make_mut(jobs).values_mut().filter(|j| j.trains) {
+                        j.read(w.runtime.cpu);
+                    }
+                }
+                (Rc::clone(jobs), Rc::clone(store))
+            }
+            None => (Rc::clone(&w.jobs), Rc::clone(&w.store)),
+        }
     }
 
     /// Now, as this replica dates things.
@@ -159,24 +221,25 @@ impl Process {
                 self.tree = Some(on_hub.0);
             }
         }
+        // The hub as its watches show it (the hub itself, unless they dropped).
+        let (jobs, store) = self.hub(w);
         for (name, m) in w.members.iter_mut() {
             self.sched.set_reachable(name, m.up());
             m.back_unseen &= !m.up();
         }
         // Intake: a job not followed yet is taken in as the core says (`tidy::intake`), from
         // its durable record if any, or waits for an earlier job's QueuedJob of its name.
-        let visible: Vec<String> = w
-            .jobs
+        let visible: Vec<String> = jobs
             .values()
             .filter(|j| !j.deleted && j.submitted * 1000 <= w.now)
             .map(|j| j.uid.clone())
             .collect();
         for uid in visible {
-            let Some(j) = w.jobs.get(&uid) else { continue };
+            let Some(j) = jobs.get(&uid) else { continue };
             if self.book.get(&uid).is_some() {
                 continue;
             }
-            let name = w.store.name(&j.queued_name(), &uid);
+            let name = store.name(&j.queued_name(), &uid);
             match tidy::intake(&self.book, name, self.tree.is_some()) {
                 Intake::Leave => continue,
                 Intake::WaitForName { earlier } => {
@@ -189,7 +252,7 @@ impl Process {
             }
             let spec = j.spec.clone();
             let label = format!("{} {}/{}", "job", j.namespace, j.name);
-            let durable = w.store.records.get(&uid).cloned();
+            let durable = store.records.get(&uid).cloned();
             let submitted = j.submitted;
             if self
                 .book
@@ -209,7 +272,7 @@ impl Process {
         }
         // The housekeeping (the core's `tidy`, in its order): gone hub jobs, copies on members
         // that answer, QueuedJobs deleted or to keep.
-        let hub = |uid: &str| match w.jobs.get(uid) {
+        let hub = |uid: &str| match jobs.get(uid) {
             Some(j) if !j.deleted => gc::HubJob::Exists,
             _ => gc::HubJob::Gone,
         };
@@ -237,19 +300,18 @@ impl Process {
                 }
             }
         }
-        let queued: Vec<Held> = w
-            .store
+        let queued: Vec<Held> = store
             .records
             .keys()
             .map(|uid| Held {
                 job: uid,
-                namespace: w.jobs.get(uid).map_or("", |j| j.namespace.as_str()),
-                finalizer: w.store.finalized.contains(uid),
-                terminating: w.store.terminating.contains(uid),
+                namespace: jobs.get(uid).map_or("", |j| j.namespace.as_str()),
+                finalizer: store.finalized.contains(uid),
+                terminating: store.terminating.contains(uid),
                 hub: hub(uid),
             })
             .collect();
-        let record = |uid: &str| w.store.records.get(uid).cloned();
+        let record = |uid: &str| store.records.get(uid).cloned();
         let facts = tidy::Facts {
             gone,
             copies,
@@ -272,11 +334,11 @@ impl Process {
         for (uid, change) in done.finalizers {
             match change {
                 Finalizer::Add => {
-                    w.store.finalized.insert(uid);
+                    Rc::make_mut(&mut w.store).finalized.insert(uid);
                 }
                 Finalizer::Remove => {
                     w.log(format!("QueuedJob of {uid} let go"));
-                    w.store.release(&uid);
+                    Rc::make_mut(&mut w.store).release(&uid);
                 }
             }
         }
@@ -305,10 +367,10 @@ impl Process {
         // Every job stepped, one cycle.
         let intents = {
             let world: &World = w;
-            let spec = |uid: &str| world.jobs.get(uid).map(|j| j.spec.clone());
+            let spec = |uid: &str| jobs.get(uid).map(|j| j.spec.clone());
             let clock = self.clock;
             let mut seen = |uid: &str, r: &Record| {
-                let mut s = world.seen(uid, r);
+                let mut s = world.seen(&jobs, uid, r);
                 // How long a member has been silent, dated by this replica's clock.
                 for m in s.here.iter_mut().chain(s.orphans.values_mut()) {
                     if let Member::Silent { since } = m {
@@ -328,9 +390,9 @@ impl Process {
             {
                 ck.respecced(w, &uid, c);
             }
-            self.execute(w, ck, &uid, i);
+            self.execute(w, ck, &jobs, &uid, i);
         }
-        self.write(w);
+        self.write(w, &store);
     }
 
     /// Another replica leads now: this one knows (its lease is over) and does nothing.
@@ -338,7 +400,7 @@ impl Process {
         self.term < w.store.term && self.defect != Some(Defect::Unfenced)
     }
 
-    fn execute(&mut self, w: &mut World, ck: &mut Checker, uid: &str, i: Intent) {
+    fn execute(&mut self, w: &mut World, ck: &mut Checker, jobs: &Jobs, uid: &str, i: Intent) {
         if self.fenced(w) {
             return;
         }
@@ -347,7 +409,7 @@ impl Process {
                 delete(w, ck, uid, &cluster, &why);
             }
             Intent::Create { cluster } => {
-                let Some(j) = w.jobs.get(uid).cloned() else {
+                let Some(j) = jobs.get(uid).cloned() else {
                     return;
                 };
                 // What is dispatched is what was admitted.

@@ -425,7 +425,7 @@ pub fn cpu_used(c: &SimCopy) -> u64 {
 /// QueuedJob carries muster's finalizer (unless the defect leaves it out): deleted, it stays
 /// (Terminating, its record readable and written) until the controller lets go of it; without
 /// it, a delete takes the record with it.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Store {
     /// By job UID: the record the QueuedJob holding the job's name holds (decoded).
     pub records: BTreeMap<String, Record>,

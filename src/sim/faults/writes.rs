@@ -7,7 +7,9 @@
 
 use serde_json::json;
 
-use super::world::StatusWrite;
+use std::rc::Rc;
+
+use super::world::{StatusWrite, Store};
 use super::{Process, TICK, World};
 use crate::lifecycle::outbox::{self, Batch, Candidate, Item, Landed};
 use crate::lifecycle::patch::{patch_for, unsure_after};
@@ -18,7 +20,7 @@ impl Process {
     /// The batches due land (while faults last, a batch lands one to three passes after it
     /// was sent, so batches out together land in any order); then the next batch the outbox
     /// plans is sent. The outbox is the controller's own (`lifecycle::outbox`).
-    pub(super) fn write(&mut self, w: &mut World) {
+    pub(super) fn write(&mut self, w: &mut World, hub: &Store) {
         let (mut due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.sent)
             .into_iter()
             .partition(|(at, _)| *at <= w.now);
@@ -33,7 +35,7 @@ impl Process {
         // Each changed record as the controller writes it: its status (the record's wire form),
         // as a merge patch from what this process believes the hub holds (the last write known
         // to have landed, else what it read), covering every key a write since may have left.
-        let (known, store, defect) = (&self.known, &w.store, self.defect);
+        let (known, store, defect) = (&self.known, hub, self.defect);
         let plan = self.outbox.plan(&self.book, |uid, record, changed| {
             if !changed {
                 return None;
@@ -157,7 +159,7 @@ impl Process {
             w.freed_early.insert(uid.to_string());
         }
         let name = w.jobs.get(uid).map(|j| j.queued_name()).unwrap_or_default();
-        match w.store.put(&name, uid, write, self.defect) {
+        match Rc::make_mut(&mut w.store).put(&name, uid, write, self.defect) {
             Err(why) => {
                 w.log(format!("write {uid} refused: QueuedJob {name} {why}"));
                 return Landed::Failed(why);
@@ -168,7 +170,7 @@ impl Process {
         // The QueuedJob is made with muster's finalizer (one made without it gets it at this
         // write; a deleted one cannot, and keeps the one it has).
         if self.defect != Some(Defect::NoRecordFinalizer) && !w.store.terminating.contains(uid) {
-            w.store.finalized.insert(uid.to_string());
+            Rc::make_mut(&mut w.store).finalized.insert(uid.to_string());
         }
         if failing && roll < 70 {
             w.log(format!(
