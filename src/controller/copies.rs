@@ -85,43 +85,30 @@ impl Copies {
                     });
                     let trusted =
                         |copy: &str| record.is_some_and(|r| r.copy_uid.as_deref() == Some(copy));
-                    let created = match result {
+                    // A copy made for an earlier admission goes (the record that took the job
+                    // back is durable, or the job is admitted again), whether this create made
+                    // it or found it holding the name.
+                    let (created, stale) = match result {
                         Ok((copy_uid, _)) if !current && !trusted(&copy_uid) => {
-                            // Made for an earlier admission: it goes (the record that took
-                            // the job back is durable, or the job is admitted again).
                             tracing::info!(job = %label, %cluster, "copy created for an earlier admission; deleting it");
-                            self.delete(
-                                ctx,
-                                fleet,
-                                hubjobs,
-                                &uid,
-                                &cluster,
-                                "it was made for an earlier admission",
-                            );
-                            continue;
+                            (None, true)
                         }
                         Ok((copy_uid, _)) => {
                             tracing::info!(job = %label, %cluster, "copy created");
-                            Created::Ok { uid: copy_uid }
+                            (Some(Created::Ok { uid: copy_uid }), false)
                         }
                         Err((message, failure, earlier)) => {
                             ctx.metrics.dispatch_error(&cluster, failure);
                             tracing::warn!(job = %label, %cluster, error = %message, "dispatch failed");
-                            if earlier {
-                                self.delete(
-                                    ctx,
-                                    fleet,
-                                    hubjobs,
-                                    &uid,
-                                    &cluster,
-                                    "it was made for an earlier admission",
-                                );
-                            }
-                            Created::Failed { message }
+                            (Some(Created::Failed { message }), earlier)
                         }
                     };
-                    if current {
-                        core.book.created(&uid, created);
+                    if stale {
+                        let why = "it was made for an earlier admission";
+                        self.delete(ctx, fleet, hubjobs, &uid, &cluster, why);
+                    }
+                    if let (true, Some(c)) = (current, created) {
+                        core.book.created(&uid, c);
                     }
                 }
                 Ended::Deleted {

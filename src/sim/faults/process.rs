@@ -192,6 +192,14 @@ impl Process {
         }
     }
 
+    /// The QueuedJobs as its watch shows them: what it dropped with, else the hub's.
+    pub(super) fn hub_store(&self, w: &World) -> Rc<Store> {
+        match &self.dropped {
+            Some((_, _, store)) => Rc::clone(store),
+            None => Rc::clone(&w.store),
+        }
+    }
+
     /// Now, as this replica dates things.
     pub(super) fn now(&self, w: &World) -> Ms {
         (w.now as i64).saturating_add(self.clock).max(0) as Ms
@@ -320,6 +328,8 @@ impl Process {
             record: &record,
         };
         let done = tidy::tidy(&mut self.book, &mut self.sched, facts, now);
+        // Let go before the hub is written (a write would copy a store still shared).
+        drop(store);
         for d in done.deletes {
             delete(w, ck, &d.job, &d.member, &d.why);
         }
@@ -392,7 +402,7 @@ impl Process {
             }
             self.execute(w, ck, &jobs, &uid, i);
         }
-        self.write(w, &store);
+        self.write(w);
     }
 
     /// Another replica leads now: this one knows (its lease is over) and does nothing.

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use std::rc::Rc;
 
-use super::world::{StatusWrite, Store};
+use super::world::StatusWrite;
 use super::{Process, TICK, World};
 use crate::lifecycle::outbox::{self, Batch, Candidate, Item, Landed};
 use crate::lifecycle::patch::{patch_for, unsure_after};
@@ -20,7 +20,7 @@ impl Process {
     /// The batches due land (while faults last, a batch lands one to three passes after it
     /// was sent, so batches out together land in any order); then the next batch the outbox
     /// plans is sent. The outbox is the controller's own (`lifecycle::outbox`).
-    pub(super) fn write(&mut self, w: &mut World, hub: &Store) {
+    pub(super) fn write(&mut self, w: &mut World) {
         let (mut due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.sent)
             .into_iter()
             .partition(|(at, _)| *at <= w.now);
@@ -35,7 +35,9 @@ impl Process {
         // Each changed record as the controller writes it: its status (the record's wire form),
         // as a merge patch from what this process believes the hub holds (the last write known
         // to have landed, else what it read), covering every key a write since may have left.
-        let (known, store, defect) = (&self.known, hub, self.defect);
+        // What its watch shows of the QueuedJobs (taken after the landing above, which writes).
+        let hub = self.hub_store(w);
+        let (known, store, defect) = (&self.known, &*hub, self.defect);
         let plan = self.outbox.plan(&self.book, |uid, record, changed| {
             if !changed {
                 return None;
