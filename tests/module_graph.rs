@@ -44,7 +44,16 @@ fn without_tests(text: &str) -> String {
     let mut cut = text.len();
     for (i, _) in text.match_indices("#[cfg(test)]") {
         let rest = text[i + "#[cfg(test)]".len()..].trim_start();
-        if rest.starts_with("mod ") || rest.starts_with("pub mod ") {
+        let declared = rest
+            .strip_prefix("pub ")
+            .unwrap_or(rest)
+            .strip_prefix("mod ");
+        // An inline test module (`mod tests {`) ends the file's code; a declared one
+        // (`mod tests;`, a file of its own) does not.
+        if declared.is_some_and(|d| {
+            d.find('{')
+                .is_some_and(|b| d.find(';').is_none_or(|s| b < s))
+        }) {
             cut = cut.min(i);
         }
     }
@@ -278,6 +287,9 @@ fn the_reader_sees_groups_paths_and_the_parent() {
         .map(|s| s.to_string())
         .collect();
     assert_eq!(n, want);
+    // A test module declared in a file of its own does not end the code.
+    let n = names("#[cfg(test)]\nmod x_tests;\nuse super::a;", "x", &siblings);
+    assert!(n.contains("a"), "{n:?}");
     // Only tests name `d`: left out.
     let n = names("#[cfg(test)]\nmod tests { use super::d; }", "x", &siblings);
     assert!(n.is_empty(), "{n:?}");
