@@ -403,7 +403,7 @@ fn follow_copy(
         .filter(|d| !ended && !d.is_zero())
     {
         let at = now_ms() + due.as_millis() as u64;
-        core.next_wake = Some(core.next_wake.map_or(at, |w| w.min(at)));
+        core.wake_at(at);
         return;
     }
     let (kind, ns, name, label) = (j.kind, j.namespace.clone(), j.name.clone(), j.label());

@@ -115,7 +115,7 @@ pub(super) fn sync_reasons(core: &mut Core, hubjobs: &mut HubJobs) {
     }
     if let Some(d) = refresh {
         let at = super::clock::now_ms() + d.as_millis() as u64;
-        core.next_wake = Some(core.next_wake.map_or(at, |w| w.min(at)));
+        core.wake_at(at);
     }
 }
 
@@ -195,7 +195,7 @@ pub(super) fn write_records(
     });
     if let Some(wait) = plan.wait {
         let at = super::clock::now_ms() + wait;
-        core.next_wake = Some(core.next_wake.map_or(at, |w| w.min(at)));
+        core.wake_at(at);
     }
     if let Some(batch) = writer.outbox.sending(&mut core.book, plan) {
         writer.send_records(ctx, core.book.settings.defect, batch);

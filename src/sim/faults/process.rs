@@ -52,11 +52,7 @@ pub(super) struct Process {
     pub(super) drops: bool,
     /// While they are down (dropped, then relisting): until when, and the hub as they last
     /// showed it, which is all this replica sees of the hub meanwhile.
-    /// The training runtime is read as it is (its watch is not dropped here: see
-    /// `docs/sim.md`), so each job's spec is as the runtime's per-pod cpu says now.
-    pub(super) dropped: Option<(Ms, Rc<Jobs>, Rc<Store>)>,
-    /// The runtime's per-pod cpu the jobs of `dropped` were read against.
-    pub(super) dropped_cpu: u32,
+    pub(super) dropped: Option<Dropped>,
 }
 
 /// The clock of the replica that starts as `term`, minus the hub's. While faults last, one in
@@ -85,6 +81,17 @@ fn tree_lag(w: &World, term: u64) -> Ms {
         return 0;
     }
     (2 + r.below(9)) * 1_000
+}
+
+/// What a replica whose hub watches dropped still sees, until they relist at `until`: the hub's
+/// jobs and QueuedJobs as they last showed them. The training runtime is read as it is (its
+/// watch is not dropped here: see `docs/sim.md`); `cpu` is the runtime's per-pod cpu `jobs`
+/// were last read against.
+pub(super) struct Dropped {
+    until: Ms,
+    jobs: Rc<Jobs>,
+    store: Rc<Store>,
+    cpu: u32,
 }
 
 /// Whether the hub watches of the replica that starts as `term` drop now and then: one in three
@@ -131,7 +138,6 @@ impl Process {
             known: BTreeMap::new(),
             drops: drops(w, term),
             dropped: None,
-            dropped_cpu: 0,
         };
         for name in MEMBERS {
             p.sched.set_cluster(&cluster_info(name));
@@ -161,41 +167,44 @@ impl Process {
     /// then the hub as it is, whatever happened between (a job deleted and made again, a
     /// QueuedJob deleted and written again, its own writes).
     pub(super) fn hub(&mut self, w: &mut World) -> (Rc<Jobs>, Rc<Store>) {
-        if let Some((until, _, _)) = &self.dropped
-            && w.now >= *until
-        {
+        if self.dropped.as_ref().is_some_and(|d| w.now >= d.until) {
             self.dropped = None;
             w.log("its hub watches relist: it sees the hub as it is".into());
         }
         let mut r = Rng::new(w.now ^ self.term.rotate_left(41) ^ 0xD40B);
         if self.dropped.is_none() && self.drops && w.now < w.fault_end && r.chance(20) {
             let until = w.now + (2 + r.below(9)) * 1_000;
-            self.dropped = Some((until, Rc::clone(&w.jobs), Rc::clone(&w.store)));
-            self.dropped_cpu = w.runtime.cpu;
+            self.dropped = Some(Dropped {
+                until,
+                jobs: Rc::clone(&w.jobs),
+                store: Rc::clone(&w.store),
+                cpu: w.runtime.cpu,
+            });
             w.log(format!(
                 "its hub watches drop until {}s: it sees the hub as it is now till then",
                 until / 1000
             ));
         }
-        match &mut self.dropped {
-            Some((_, jobs, store)) => {
+        let jobs = match &mut self.dropped {
+            Some(d) => {
                 // Jobs that name the training runtime read as it says now.
-                if self.dropped_cpu != w.runtime.cpu {
-                    self.dropped_cpu = w.runtime.cpu;
-                    for j in Rc::make_mut(jobs).values_mut().filter(|j| j.trains) {
+                if d.cpu != w.runtime.cpu {
+                    d.cpu = w.runtime.cpu;
+                    for j in Rc::make_mut(&mut d.jobs).values_mut().filter(|j| j.trains) {
                         j.read(w.runtime.cpu);
                     }
                 }
-                (Rc::clone(jobs), Rc::clone(store))
+                Rc::clone(&d.jobs)
             }
-            None => (Rc::clone(&w.jobs), Rc::clone(&w.store)),
-        }
+            None => Rc::clone(&w.jobs),
+        };
+        (jobs, self.hub_store(w))
     }
 
     /// The QueuedJobs as its watch shows them: what it dropped with, else the hub's.
     pub(super) fn hub_store(&self, w: &World) -> Rc<Store> {
         match &self.dropped {
-            Some((_, _, store)) => Rc::clone(store),
+            Some(d) => Rc::clone(&d.store),
             None => Rc::clone(&w.store),
         }
     }
