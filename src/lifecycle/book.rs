@@ -8,7 +8,7 @@ mod deleted;
 
 pub use deleted::{Finalizer, Held};
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     Created, Intent, Member, Ms, Phase, Record, Seen, Settings, Transition, admitted, gone,
@@ -63,7 +63,9 @@ pub fn charge_of(w: &Workload) -> BTreeMap<String, crate::quantity::ResourceList
 pub struct Book {
     pub settings: Settings,
     jobs: BTreeMap<String, Entry>,
-    by_id: HashMap<JobId, String>,
+    /// Job id → UID; ordered, since step 4 of `pass` walks it and may submit jobs again (the
+    /// order it walks is the order they are submitted in, so it must not depend on hash keys).
+    by_id: BTreeMap<JobId, String>,
     /// Hub jobs deleted while a copy may still run on a member that does not answer: their
     /// quota stays charged (the last record, with its member and orphans) until every such
     /// member confirms the copy gone.
