@@ -92,11 +92,17 @@ pub enum Defect {
     /// its hub job was not edited (issue 28: "editing a hub training runtime respecs, and so
     /// kills, running TrainJobs", after the restart that reads it again).
     RuntimeRespecs,
+    /// A driver trusts that nobody else changes a record on the hub: its status patches carry no
+    /// resourceVersion precondition, and a record its view shows changed by someone else
+    /// (`kubectl edit --subresource=status`, another tool) is not written again
+    /// ([`Book::drifted`]), so the edit stays wherever the driver's patches do not reach
+    /// (issue 28: resourceVersion preconditions and conflicts).
+    Unconditioned,
 }
 
 impl Defect {
     /// Every defect with its name on the command line (`muster sim --faults-defect NAME`).
-    pub const ALL: [(Defect, &'static str); 15] = [
+    pub const ALL: [(Defect, &'static str); 16] = [
         (Defect::CollectUnknown, "collect-unknown"),
         (Defect::Unfenced, "unfenced"),
         (Defect::WritesUnordered, "writes-unordered"),
@@ -112,7 +118,22 @@ impl Defect {
         (Defect::PatchFromBelief, "patch-from-belief"),
         (Defect::StatusTakenOver, "status-taken-over"),
         (Defect::RuntimeRespecs, "runtime-respecs"),
+        (Defect::Unconditioned, "unconditioned"),
     ];
+
+    /// Whether the defect is of a driver that trusts its belief of what the hub holds: with it,
+    /// status patches carry no resourceVersion precondition and a record someone else changed
+    /// is not written again (as in the versions these defects come from; either would repair
+    /// what the defect breaks, and the checker would not see it).
+    pub fn trusts_belief(self) -> bool {
+        matches!(
+            self,
+            Defect::Unconditioned
+                | Defect::PatchFromBelief
+                | Defect::StatusTakenOver
+                | Defect::ReleaseEarly
+        )
+    }
 
     /// The defect called `name` on the command line.
     pub fn named(name: &str) -> Option<Defect> {

@@ -155,7 +155,7 @@ fn checker_catches_a_deleted_jobs_charge_kept_only_in_memory() {
     // its record (kept by muster's finalizer) says that copy may run. A controller that starts
     // meanwhile and does not charge the job again from the record lets the QueuedJob go: the
     // copy runs with nothing durable naming it, and its capacity goes to others.
-    let (seed, v) = caught(Defect::ChargeInMemory, Partition::Replace, 15..16).expect("not caught");
+    let (seed, v) = caught(Defect::ChargeInMemory, Partition::Replace, 42..43).expect("not caught");
     assert!(v.starts_with("invariant 7"), "seed {seed}: {v}");
 }
 
@@ -300,8 +300,9 @@ fn a_job_made_again_while_the_hub_watches_are_down_is_taken_in_once_they_relist(
     // Seed 161: the replica's watches of the hub's jobs and QueuedJobs drop at 223 s and
     // relist at 226 s; meanwhile job j13 is deleted (its QueuedJob left behind by
     // `--cascade=orphan`) and made again under its name as j13n. The replica sees neither until
-    // the relist, then follows j13n, which takes the QueuedJob over once the earlier record
-    // keeps nothing; every invariant holds throughout.
+    // the relist, then follows j13n. Its first create meets j13's QueuedJob and takes nothing
+    // over until the core has said that record keeps nothing (`tidy::takes_over`, asked where
+    // the write lands); the next write takes it. Every invariant holds throughout.
     let o = run(&Options {
         seed: 161,
         partition: Partition::Replace,
@@ -319,6 +320,9 @@ fn a_job_made_again_while_the_hub_watches_are_down_is_taken_in_once_they_relist(
     let relisted = at("its hub watches relist");
     let tracked = at("track j13n");
     assert!(dropped < deleted && deleted < relisted && relisted < tracked);
+    let met = at("write j13n: QueuedJob team-b/job-13 holds j13's record; nothing taken over");
+    let taken = at("write j13n: QueuedJob team-b/job-13 taken over");
+    assert!(tracked < met && met < taken);
 }
 
 #[test]
@@ -350,4 +354,36 @@ fn a_seed_replays_the_same_run_whatever_the_hash_keys() {
                 .unwrap_or_else(|| "(one trace is longer)".into())
         );
     }
+}
+
+#[test]
+fn checker_catches_a_record_someone_else_changed_left_as_they_left_it() {
+    // Someone edits a QueuedJob's status (its requeue count) while faults last. A driver that
+    // trusts nobody else writes there (no resourceVersion precondition, no look at what the
+    // hub shows) never writes that key again, and the hub's record stays other than the
+    // controller's. Now the core sees the record shown otherwise for the settle time
+    // (`Book::drifted`) and the job's record is written again, whole, against the view's
+    // resourceVersion (a view that lags meets a conflict and the patch is made from what is
+    // there).
+    let (seed, v) = caught(Defect::Unconditioned, Partition::Replace, 2..3).expect("not caught");
+    assert!(v.starts_with("invariant 6"), "seed {seed}: {v}");
+    assert!(v.contains("requeues"), "seed {seed}: {v}");
+    holds_without_the_defect(seed);
+    let o = run(&Options {
+        seed,
+        partition: Partition::Replace,
+        ..Options::default()
+    });
+    let edited = o
+        .trace
+        .iter()
+        .position(|l| l.contains("someone edits the status"))
+        .expect("an edit");
+    assert!(
+        o.trace[edited..]
+            .iter()
+            .any(|l| l.contains("holds a record someone else changed; written again")),
+        "the edit was never written over:\n{}",
+        report(&o)
+    );
 }

@@ -131,7 +131,7 @@ impl Brain {
             &mut self.core,
             (&self.fleet, &mut self.hubjobs),
             (&mut self.copies, &self.finalizing),
-            gone,
+            (&mut self.writer.outbox, gone),
         );
         self.reads.settle_sent(
             &self.ctx,

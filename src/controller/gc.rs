@@ -31,7 +31,7 @@ pub(super) fn tidy(
     core: &mut Core,
     (fleet, hubjobs): (&Fleet, &mut HubJobs),
     (copies, finalizing): (&mut Copies, &Finalizing),
-    gone: Vec<String>,
+    (outbox, gone): (&mut crate::lifecycle::outbox::Outbox, Vec<String>),
 ) {
     // Copies: (member, kind, namespace, name, job UID, what the hub knows of the job).
     let mut found = Vec::new();
@@ -177,6 +177,22 @@ pub(super) fn tidy(
             tracing::warn!(job = %j.label(), "its QueuedJob was deleted; writing it again");
             j.written = None;
             j.written_at = None;
+            j.version = None;
+        }
+    }
+    for uid in done.drifted {
+        // Someone else changed its record: written again, whole, from what the view shows and
+        // against the view's resourceVersion (a view that lags meets a conflict, and the patch
+        // is made again from what is there).
+        let key = by_uid
+            .get(uid.as_str())
+            .map(|qj| (qj.status.clone(), qj.metadata.resource_version.clone()));
+        if let (Some(j), Some((status, version))) = (hubjobs.jobs.get_mut(&uid), key) {
+            tracing::warn!(job = %j.label(), "its QueuedJob holds a record someone else changed; writing it again");
+            j.unsure = status.as_ref().and_then(|st| serde_json::to_value(st).ok());
+            j.written = status;
+            j.version = version;
+            outbox.doubt(&core.book, &uid);
         }
     }
     for uid in done.restored {

@@ -63,6 +63,9 @@ pub(super) struct Job {
     /// The QueuedJob status last written (None: the QueuedJob may not exist), and when.
     pub written: Option<QueuedJobStatus>,
     pub written_at: Option<Instant>,
+    /// The QueuedJob's resourceVersion `written` was read or written at: the precondition of
+    /// the next status patch (None: unknown, read first).
+    pub version: Option<String>,
     /// The keys of QueuedJob statuses sent since `written` whose outcome is unknown
     /// (`lifecycle::patch::unsure_keys`): the next write covers them.
     pub unsure: Option<Value>,
@@ -275,7 +278,12 @@ impl HubJobs {
                     },
                     (None, None) => Name::Free,
                 };
-                tidy::intake(&core.book, held, tree.covers(&ns))
+                tidy::intake(
+                    &core.book,
+                    (&uid, held),
+                    tree.covers(&ns),
+                    super::clock::now_ms(),
+                )
             };
             if intake == Intake::Leave {
                 continue;
@@ -567,6 +575,7 @@ pub(super) fn new_job(
         synced_at: None,
         written: None,
         written_at: None,
+        version: None,
         unsure: None,
         judged_at: None,
         gone: false,

@@ -191,7 +191,8 @@ pub(super) fn write_records(
                 return Some(Candidate::Later(wait));
             }
         }
-        put(ctx, shared, hubjobs, uid, st).map(Candidate::Send)
+        let take_over = writer.outbox.may_take(uid).map(str::to_string);
+        put(ctx, shared, hubjobs, (uid, st), take_over).map(Candidate::Send)
     });
     if let Some(wait) = plan.wait {
         let at = super::clock::now_ms() + wait;
@@ -209,19 +210,25 @@ fn put(
     ctx: &Ctx,
     core: &Core,
     hubjobs: &HubJobs,
-    uid: &str,
-    status: QueuedJobStatus,
+    (uid, status): (&str, QueuedJobStatus),
+    take_over: Option<String>,
 ) -> Option<Put> {
     let t = hubjobs.jobs.get(uid)?;
     let name = queued_job_name(t.kind, &t.name);
     let key = kube::runtime::reflector::ObjectRef::<QueuedJob>::new(&name).within(&t.namespace);
-    let stored = ctx
-        .stores
-        .queued
-        .get(&key)
-        .filter(|q| q.spec.job_ref.uid == uid)
-        .and_then(|q| q.status.clone());
-    let held = t.written.clone().or(stored);
+    // What the hub holds, with the resourceVersion it was seen at: the last write that landed,
+    // else the view's.
+    let (held, version) = match &t.written {
+        Some(w) => (Some(w.clone()), t.version.clone()),
+        None => ctx
+            .stores
+            .queued
+            .get(&key)
+            .filter(|q| q.spec.job_ref.uid == uid)
+            .map_or((None, None), |q| {
+                (q.status.clone(), q.metadata.resource_version.clone())
+            }),
+    };
     let create = t.written.is_none().then(|| {
         let mut qj = QueuedJob::new(
             &name,
@@ -250,8 +257,9 @@ fn put(
     Some(Put::new(
         status,
         (held.as_ref(), t.unsure.as_ref()),
-        (t.namespace.clone(), name),
-        create,
+        (t.namespace.clone(), name, uid.to_string()),
+        (create, take_over),
+        version,
         core.book.settings.defect,
     ))
 }

@@ -26,7 +26,7 @@ use super::jobs::HubJobs;
 use super::leader::{self, Fenced};
 use super::{gates, kinds};
 use crate::lifecycle::Defect;
-use crate::lifecycle::outbox::{self, Batch, Item, Landed};
+use crate::lifecycle::outbox::{self, Batch, Item, Landed, NameHeld};
 use crate::lifecycle::patch;
 use crate::workload::JobKind;
 use k8s_openapi::api::core::v1::Pod;
@@ -69,6 +69,16 @@ pub(super) struct Put {
     name: String,
     /// The QueuedJob to create first (none is known to exist).
     create: Option<QueuedJob>,
+    /// The earlier job whose QueuedJob of the name the create may take over (the core's
+    /// outbox let it: `Outbox::may_take`).
+    take_over: Option<String>,
+    /// The resourceVersion `patch` was made against: its precondition (None: unknown, the
+    /// QueuedJob is read first).
+    version: Option<String>,
+    /// The QueuedJob's resourceVersion once this put landed (from its answer).
+    pub landed_version: Option<String>,
+    /// The job's UID (the QueuedJob's `jobRef` when it is this job's).
+    job: String,
     /// The merge patch of its status from what the hub holds; None: nothing to send.
     patch: Option<Value>,
     /// A defect re-introduced (tests only; the controller runs with none).
@@ -83,8 +93,9 @@ impl Put {
     pub(super) fn new(
         status: QueuedJobStatus,
         (held, unsure): (Option<&QueuedJobStatus>, Option<&Value>),
-        (namespace, name): (String, String),
-        create: Option<QueuedJob>,
+        (namespace, name, job): (String, String, String),
+        (create, take_over): (Option<QueuedJob>, Option<String>),
+        version: Option<String>,
         defect: Option<Defect>,
     ) -> Put {
         let new = serde_json::to_value(&status).unwrap_or(Value::Null);
@@ -97,6 +108,10 @@ impl Put {
             namespace,
             name,
             create,
+            take_over,
+            version,
+            landed_version: None,
+            job,
             patch,
             defect,
         }
@@ -108,33 +123,41 @@ impl Put {
     }
 }
 
-async fn put(hub: &kube::Client, p: &Put) -> Result<(), kube::Error> {
+/// One put: the QueuedJob created first when none is known (one of the name there is taken
+/// if it is this job's, made by a create whose answer was lost, or the earlier job's the core
+/// let it take; any other is left as it is and returned), then its status patched with the
+/// resourceVersion it was made against as its precondition. A conflict (someone else changed
+/// it, or the view it was made from lagged) reads it again: another job's now, nothing is
+/// written; still this job's, the patch is made again from what is there (`patch::over`).
+async fn put(hub: &kube::Client, p: &Put) -> Result<Putting, kube::Error> {
     let api: Api<QueuedJob> = Api::namespaced(hub.clone(), &p.namespace);
     let mut status_patch = p.patch.clone();
+    let mut version = p.version.clone();
+    let created = p.create.is_some();
     if let Some(qj) = &p.create {
         let params = kube::api::PostParams {
             field_manager: Some(MANAGER.to_string()),
             ..Default::default()
         };
         match api.create(&params, qj).await {
-            Ok(_) => {}
-            // One of that name exists (a job deleted and made again by the same name, or an
-            // answer lost): it becomes this job's, unless it is being deleted (its finalizer
-            // keeps an earlier job's record: the intake lets this job wait until it goes).
+            Ok(made) => version = made.metadata.resource_version,
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 let there = api.get(&p.name).await?;
-                if there.metadata.deletion_timestamp.is_some()
-                    && there.spec.job_ref.uid != qj.spec.job_ref.uid
-                {
-                    let message = format!(
-                        "QueuedJob {}/{} is being deleted and holds the record of an earlier job (uid {}); written once it is gone",
-                        p.namespace, p.name, there.spec.job_ref.uid
-                    );
-                    return Err(kube::Error::Api(
-                        kube::core::Status::failure(&message, "AlreadyExists")
-                            .with_code(409)
-                            .boxed(),
-                    ));
+                let earlier = &there.spec.job_ref.uid;
+                if *earlier != qj.spec.job_ref.uid {
+                    // Never one being deleted (a record written into it goes with it); any
+                    // other only if the core let this job take it (`tidy::takes_over`).
+                    let terminating = there.metadata.deletion_timestamp.is_some();
+                    if terminating || p.take_over.as_ref() != Some(earlier) {
+                        return Ok(Putting::NameHeld(NameHeld {
+                            uid: earlier.clone(),
+                            terminating,
+                            record: there
+                                .status
+                                .as_ref()
+                                .map(|st| Box::new(crate::lifecycle::wire::from_status(st, ""))),
+                        }));
+                    }
                 }
                 // A merge patch replaces the owner list whole (an apply would keep the
                 // earlier job's controller reference beside this one's: refused, 422), keeps
@@ -158,7 +181,8 @@ async fn put(hub: &kube::Client, p: &Put) -> Result<(), kube::Error> {
                     field_manager: Some(MANAGER.to_string()),
                     ..PatchParams::default()
                 };
-                api.patch(&p.name, &params, &Patch::Merge(take)).await?;
+                let taken = api.patch(&p.name, &params, &Patch::Merge(take)).await?;
+                version = taken.metadata.resource_version;
                 // The status there is the earlier job's (or this one's, written with its
                 // answer lost): the patch turns exactly that into this job's status, or the
                 // earlier job's keys (its member, old copies, charge) would stay in it.
@@ -172,15 +196,84 @@ async fn put(hub: &kube::Client, p: &Put) -> Result<(), kube::Error> {
             Err(e) => return Err(e),
         }
     }
-    if let Some(patch) = &status_patch {
-        let params = PatchParams {
-            field_manager: Some(MANAGER.to_string()),
-            ..PatchParams::default()
-        };
-        api.patch_status(&p.name, &params, &Patch::Merge(json!({ "status": patch })))
-            .await?;
+    let unconditioned = p.defect.is_some_and(Defect::trusts_belief);
+    // A status patch whose resourceVersion is unknown is made from what is there.
+    if !created && version.is_none() && !unconditioned {
+        match reread(&api, p).await? {
+            Reread::Again(v, patch) => (version, status_patch) = (Some(v), patch),
+            Reread::Another(held) => return Ok(Putting::NotOurs(held)),
+        }
     }
-    Ok(())
+    let Some(patch) = status_patch else {
+        return Ok(Putting::Written(version));
+    };
+    match patch_status(&api, &p.name, &patch, version.filter(|_| !unconditioned)).await {
+        // Changed since it was read (someone else's edit, or a view that lagged): read again,
+        // and made again from what is there, once.
+        Err(kube::Error::Api(e)) if e.code == 409 => match reread(&api, p).await? {
+            Reread::Again(v, Some(patch)) => {
+                let done = patch_status(&api, &p.name, &patch, Some(v)).await?;
+                Ok(Putting::Written(done.metadata.resource_version))
+            }
+            Reread::Again(v, None) => Ok(Putting::Written(Some(v))),
+            Reread::Another(held) => Ok(Putting::NotOurs(held)),
+        },
+        Err(e) => Err(e),
+        Ok(done) => Ok(Putting::Written(done.metadata.resource_version)),
+    }
+}
+
+/// How one put ended.
+enum Putting {
+    /// The status is on the hub, at this resourceVersion.
+    Written(Option<String>),
+    /// The create met an earlier job's QueuedJob, and took nothing.
+    NameHeld(NameHeld),
+    /// The QueuedJob of the name holds another job's record now: nothing written.
+    NotOurs(String),
+}
+
+/// What a QueuedJob read again says.
+enum Reread {
+    /// Still this job's, at this resourceVersion: the patch from what it holds.
+    Again(String, Option<Value>),
+    /// Another job's now (its UID).
+    Another(String),
+}
+
+async fn reread(api: &Api<QueuedJob>, p: &Put) -> Result<Reread, kube::Error> {
+    let there = api.get(&p.name).await?;
+    if p.job != there.spec.job_ref.uid {
+        return Ok(Reread::Another(there.spec.job_ref.uid));
+    }
+    let held = there
+        .status
+        .as_ref()
+        .and_then(|st| serde_json::to_value(st).ok())
+        .unwrap_or_else(|| json!({}));
+    let version = there.metadata.resource_version.unwrap_or_default();
+    Ok(Reread::Again(
+        version,
+        patch::over(&held, p.patch.as_ref(), &p.sent(), p.defect),
+    ))
+}
+
+/// A merge patch of a QueuedJob's status, with `version` as its precondition when given.
+async fn patch_status(
+    api: &Api<QueuedJob>,
+    name: &str,
+    status: &Value,
+    version: Option<String>,
+) -> Result<QueuedJob, kube::Error> {
+    let params = PatchParams {
+        field_manager: Some(MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    let body = match version {
+        Some(v) => json!({ "metadata": { "resourceVersion": v }, "status": status }),
+        None => json!({ "status": status }),
+    };
+    api.patch_status(name, &params, &Patch::Merge(body)).await
 }
 
 /// Every put of `batch`, as many at a time as `permits` allow, each fenced and bounded.
@@ -191,13 +284,20 @@ async fn put_all(
     batch: Vec<Item<Put>>,
 ) -> Vec<(Item<Put>, Landed)> {
     futures::stream::iter(batch)
-        .map(|i| async move {
+        .map(|mut i| async move {
             // Never closed: a permit always comes.
             let _permit = permits.acquire().await;
             // Fenced where it leaves: a replica that does not lead writes nothing.
             let landed = match leader::fenced(leadership, WRITE_TIMEOUT, put(hub, &i.write)).await {
                 Fenced::NotSent => Landed::NotSent,
-                Fenced::Answered(Ok(())) => Landed::Written,
+                Fenced::Answered(Ok(Putting::Written(version))) => {
+                    i.write.landed_version = version;
+                    Landed::Written
+                }
+                Fenced::Answered(Ok(Putting::NameHeld(held))) => Landed::NameHeld(held),
+                Fenced::Answered(Ok(Putting::NotOurs(other))) => Landed::Failed(format!(
+                    "the QueuedJob of its name holds the record of another job (uid {other}); nothing written"
+                )),
                 Fenced::Answered(Err(e)) => Landed::Failed(e.to_string()),
                 no_answer => Landed::Failed(no_answer.answer().err().unwrap_or_default()),
             };
@@ -317,11 +417,15 @@ impl Writer {
         freeing: bool,
         out: Vec<(Item<Put>, Landed)>,
     ) {
-        self.outbox.landed(
-            &mut core.book,
-            freeing,
+        let back = self.outbox.landed(
+            (&mut core.book, &mut core.sched),
+            (freeing, super::clock::now_ms()),
             out.iter().map(|(i, l)| (i.uid.as_str(), &i.record, l)),
         );
+        for (uid, earlier) in back {
+            // The intake says it waits for the name (with an Event) at the next pass.
+            tracing::info!(job = %uid, earlier = %earlier, "the QueuedJob of its name holds an earlier job's record muster keeps; the job waits for it");
+        }
         for (Item { uid, write: p, .. }, landed) in out {
             // What may be on the hub beyond the last status known to have landed.
             if let Some(j) = hubjobs.jobs.get_mut(&uid) {
@@ -343,6 +447,7 @@ impl Writer {
                     if let Some(j) = hubjobs.jobs.get_mut(&uid) {
                         j.written = Some(p.status);
                         j.written_at = Some(Instant::now());
+                        j.version = p.landed_version;
                     }
                 }
                 Landed::Failed(e) => {
@@ -350,7 +455,7 @@ impl Writer {
                     // what it would have left (`unsure`, above).
                     tracing::warn!(job = %uid, error = %e, "could not write QueuedJob status");
                 }
-                Landed::NotSent => {}
+                Landed::NotSent | Landed::NameHeld(_) => {}
             }
         }
     }

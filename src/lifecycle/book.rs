@@ -5,6 +5,8 @@
 //! turn its decisions into records, and say which records to write, in a safe order.
 
 mod deleted;
+mod drift;
+mod names;
 
 pub use deleted::{Finalizer, Held};
 
@@ -79,6 +81,12 @@ pub struct Book {
     settled: BTreeSet<String>,
     /// Followed jobs whose record the hub held and is not seen to hold now, since when.
     missing: BTreeMap<String, Ms>,
+    /// Jobs sent back to the intake because their create met an earlier job's QueuedJob that
+    /// the core keeps: (that job, since) (see `names`).
+    names_held: BTreeMap<String, (String, Ms)>,
+    /// Followed jobs whose QueuedJob the view shows holding another record than the one
+    /// written, since when (see `drift`).
+    drift: BTreeMap<String, Ms>,
     /// Creates the driver's views may not show yet: the driver marks each create it sends and
     /// reports where it landed; each pass judges what it saw by them.
     pub sent: super::sent::Marks,
@@ -132,6 +140,7 @@ impl Book {
         submitted: u64,
         durable: Option<Record>,
     ) -> Option<Vec<Intent>> {
+        self.names_held.remove(uid);
         let mut e = Entry {
             record: durable.clone().unwrap_or_else(|| Record {
                 spec: spec.1.clone(),

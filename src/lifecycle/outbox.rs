@@ -18,7 +18,9 @@
 
 use std::collections::BTreeMap;
 
+use super::tidy::{self, Name};
 use super::{Book, Defect, Entry, Ms, Phase, Record};
+use crate::scheduler::Scheduler;
 
 /// Batches out at once.
 pub const BATCHES: usize = 4;
@@ -75,6 +77,21 @@ pub enum Landed {
     /// Not sent: the replica did not lead where the write left, or a record that frees
     /// capacity failed before it.
     NotSent,
+    /// Nothing written: the create of a job's first record met the QueuedJob of an earlier job
+    /// of the same kind and name, which the write had not been let take over. The core decides
+    /// ([`Outbox::landed`]): taken over by the next write, or the job waits for the name.
+    NameHeld(NameHeld),
+}
+
+/// The QueuedJob of an earlier job that a create met, as the executor read it in that request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameHeld {
+    /// The earlier job's UID (the QueuedJob's `jobRef`).
+    pub uid: String,
+    /// Being deleted (it never is taken over: a record written into it goes with it).
+    pub terminating: bool,
+    /// The record it holds (None: none readable).
+    pub record: Option<Box<Record>>,
 }
 
 /// Whether a batch's other records go, given how its records that free capacity ended: only
@@ -93,6 +110,9 @@ pub struct Outbox {
     /// Jobs whose hub record is unsure (a write failed or got no answer since the last one that
     /// landed), and whether any of those writes was of a charged record.
     unsure: BTreeMap<String, bool>,
+    /// Jobs whose create may take over the QueuedJob of an earlier job of its name, and whose
+    /// (the core's rule said so when a create met it: [`tidy::takes_over`]).
+    takes: BTreeMap<String, String>,
 }
 
 impl Outbox {
@@ -100,6 +120,23 @@ impl Outbox {
     /// now may use that capacity), and fewer than [`BATCHES`] are.
     pub fn may_send(&self, defect: Option<Defect>) -> bool {
         (self.freeing == 0 || defect == Some(Defect::WritesUnordered)) && self.batches < BATCHES
+    }
+
+    /// The earlier job whose QueuedJob `uid`'s create may take over: the one the core let it
+    /// take when its last create met it. Any other QueuedJob of its name is left as it is and
+    /// reported ([`Landed::NameHeld`]).
+    pub fn may_take(&self, uid: &str) -> Option<&str> {
+        self.takes.get(uid).map(String::as_str)
+    }
+
+    /// `uid`'s record on the hub is in doubt (someone else changed it: [`Book::drifted`]): it
+    /// is written again, whole, as after a write whose outcome is unknown.
+    pub fn doubt(&mut self, book: &Book, uid: &str) {
+        let charged = book
+            .get(uid)
+            .and_then(|e| e.written.as_ref())
+            .is_some_and(Record::charged);
+        *self.unsure.entry(uid.to_string()).or_default() |= charged;
     }
 
     /// Whether `uid`'s record is being written.
@@ -229,28 +266,49 @@ impl Outbox {
 
     /// A batch is back (`freeing`: it held records that free capacity): each written record is
     /// durable, and what the hub holds of its job known again. A record that failed may have
-    /// landed: its job's hub record is unsure until a later write lands.
+    /// landed: its job's hub record is unsure until a later write lands. A create that met an
+    /// earlier job's QueuedJob of its name is let take it over by the next write if the
+    /// intake's rule allows ([`tidy::takes_over`]); else its job goes back to the intake, to
+    /// wait for the name ([`Book::name_held`]). Returns those jobs, each with the earlier job.
     pub fn landed<'a>(
         &mut self,
-        book: &mut Book,
-        freeing: bool,
+        (book, sched): (&mut Book, &mut Scheduler),
+        (freeing, now): (bool, Ms),
         out: impl IntoIterator<Item = (&'a str, &'a Record, &'a Landed)>,
-    ) {
+    ) -> Vec<(String, String)> {
         self.batches = self.batches.saturating_sub(1);
         self.freeing = self.freeing.saturating_sub(usize::from(freeing));
+        let mut back = Vec::new();
         for (uid, record, landed) in out {
             self.writing.remove(uid);
             match landed {
                 Landed::Written => {
                     self.unsure.remove(uid);
+                    self.takes.remove(uid);
                     book.written(uid, Some(record.clone()));
                 }
                 Landed::Failed(_) => {
                     *self.unsure.entry(uid.to_string()).or_default() |= record.charged();
                 }
                 Landed::NotSent => {}
+                Landed::NameHeld(h) => {
+                    let earlier = Name::Earlier {
+                        uid: &h.uid,
+                        terminating: h.terminating,
+                        record: h.record.as_deref(),
+                    };
+                    if tidy::takes_over(book, earlier) {
+                        self.takes.insert(uid.to_string(), h.uid.clone());
+                    } else if book.name_held(sched, uid, &h.uid, now) {
+                        self.takes.remove(uid);
+                        self.unsure.remove(uid);
+                        back.push((uid.to_string(), h.uid.clone()));
+                    }
+                }
             }
         }
+        self.takes.retain(|u, _| book.get(u).is_some());
+        back
     }
 }
 
@@ -322,7 +380,13 @@ mod tests {
                     .map(|i| (i.uid.as_str(), &i.record, rest.clone())),
             )
             .collect();
-        o.landed(book, b.freeing(), out.iter().map(|(u, r, l)| (*u, *r, l)));
+        // No create here meets a name: the scheduler is not asked.
+        let mut sched = Scheduler::new(Config::default());
+        o.landed(
+            (book, &mut sched),
+            (b.freeing(), 0),
+            out.iter().map(|(u, r, l)| (*u, *r, l)),
+        );
     }
 
     #[test]
@@ -441,5 +505,66 @@ mod tests {
         assert_eq!(uids(&b.rest), ["y", "x"]);
         assert!(rest_goes([&Landed::Failed("x".into())], d));
         assert!(o.may_send(d));
+    }
+
+    #[test]
+    fn a_create_that_meets_an_earlier_name_takes_it_only_if_the_core_lets_it() {
+        let (mut sched, mut book) = book(None);
+        let mut o = Outbox::default();
+        for uid in ["x", "y"] {
+            let r = book.get(uid).map(|e| e.record.clone());
+            book.written(uid, r);
+        }
+        // `n` and `m` are new: their first writes are creates.
+        for uid in ["n", "m"] {
+            book.track(&mut sched, uid, uid.into(), &spec(), None, 1, None)
+                .expect("followed");
+        }
+        let p = send_changed(&book, &o);
+        let b = o.sending(&mut book, p).expect("a batch");
+        assert_eq!(uids(&b.rest), ["m", "n"]);
+        let ended = Record {
+            phase: Phase::Finished,
+            ..Record::default()
+        };
+        // `n` met the QueuedJob of `x`, which runs (the book keeps it); `m` met that of a
+        // job that ended long ago.
+        let met = |uid: &str, record: Option<Record>| {
+            Landed::NameHeld(NameHeld {
+                uid: uid.into(),
+                terminating: false,
+                record: record.map(Box::new),
+            })
+        };
+        let out = [
+            ("m", &b.rest[0].record, met("old", Some(ended))),
+            ("n", &b.rest[1].record, met("x", None)),
+        ];
+        let back = o.landed(
+            (&mut book, &mut sched),
+            (b.freeing(), 5_000),
+            out.iter().map(|(u, r, l)| (*u, *r, l)),
+        );
+        assert_eq!(back, [("n".to_string(), "x".to_string())]);
+        assert!(book.get("n").is_none(), "n goes back to the intake");
+        assert_eq!(book.waits_for_name("n", 5_000), Some("x"));
+        assert!(book.get("x").is_some(), "x's record is untouched");
+        assert_eq!(o.may_take("m"), Some("old"), "m takes it at its next write");
+        assert_eq!(o.may_take("n"), None);
+        // Nothing was written: m's record goes again, and once it lands the leave is spent.
+        let p = send_changed(&book, &o);
+        let b = o.sending(&mut book, p).expect("m again");
+        assert_eq!(uids(&b.rest), ["m"]);
+        land(&mut o, &mut book, &b, Landed::Written, Landed::Written);
+        assert_eq!(o.may_take("m"), None);
+        // One being deleted is never taken over (a record written into it goes with it).
+        assert!(!tidy::takes_over(
+            &book,
+            Name::Earlier {
+                uid: "old",
+                terminating: true,
+                record: None,
+            }
+        ));
     }
 }

@@ -37,7 +37,7 @@ pub fn unsure_after(unsure: Option<&Value>, sent: &Value, landed: &Landed) -> Op
     match landed {
         Landed::Written => None,
         Landed::Failed(_) => Some(unsure_keys(unsure, sent)),
-        Landed::NotSent => unsure.cloned(),
+        Landed::NotSent | Landed::NameHeld(_) => unsure.cloned(),
     }
 }
 

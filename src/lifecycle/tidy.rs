@@ -7,7 +7,8 @@
 //!    go;
 //! 3. copies muster made on members that answer, judged by [`gc::doomed`];
 //! 4. records someone deleted on the hub, missing for longer than the settle time (the
-//!    QueuedJob watch lags behind a write that landed), are written again;
+//!    QueuedJob watch lags behind a write that landed), are written again; records someone
+//!    else changed, shown otherwise for that long, too ([`Book::drifted`]);
 //! 5. every QueuedJob as [`Book::keep`] decides it (charged again while a deleted job's copy
 //!    may run; the finalizer on or off);
 //! 6. copies being deleted of jobs not followed hold back creates ([`gc::deleting`]).
@@ -59,32 +60,54 @@ pub enum Intake {
     Track,
 }
 
-/// Whether and how a driver takes in a hub job it does not follow yet (step 1 of the order
-/// above). Taking an earlier job's QueuedJob over while muster keeps it, or would keep it once
-/// `tidy` reads it ([`Book::would_keep`]: its record says a copy may still run), would lose
-/// that job's charge and the copies it names (defect `name-taken-over`).
-pub fn intake(book: &Book, name: Name<'_>, covered: bool) -> Intake {
+/// Whether and how a driver takes in the hub job `job` it does not follow yet (step 1 of the
+/// order above), at `now`. Taking an earlier job's QueuedJob over while muster keeps it, or
+/// would keep it once `tidy` reads it ([`Book::would_keep`]: its record says a copy may still
+/// run), would lose that job's charge and the copies it names (defect `name-taken-over`). A
+/// job whose create met such a QueuedJob lately waits for it even while the driver's view
+/// shows the name free ([`Book::waits_for_name`]: the view lags).
+pub fn intake(book: &Book, (job, name): (&str, Name<'_>), covered: bool, now: Ms) -> Intake {
     let defect = book.settings.defect;
     if !follows(name == Name::Ours, covered, defect) {
         return Intake::Leave;
     }
+    let earlier = match name {
+        Name::Free => book.waits_for_name(job, now).map(str::to_string),
+        _ => waits_for(book, name),
+    };
+    match earlier {
+        Some(earlier) => Intake::WaitForName { earlier },
+        None => Intake::Track,
+    }
+}
+
+/// Whether a followed job's first record write, whose create met `earlier`'s QueuedJob of its
+/// name (read in that request), may take that QueuedJob over: by the intake's rule, as if the
+/// driver's view had shown it. The executors ask before they take anything over (they once
+/// took any QueuedJob that was not being deleted), so the rule holds where the write lands,
+/// not only where the job was taken in, from a view that may lag.
+pub fn takes_over(book: &Book, earlier: Name<'_>) -> bool {
+    waits_for(book, earlier).is_none()
+}
+
+/// The earlier job a job of the name waits for, if any: one whose QueuedJob is being deleted
+/// (a record written into it goes with it), kept, or about to be kept (a driver takes new jobs
+/// in before `tidy` reads the QueuedJobs of jobs already gone: a process that just started
+/// has not charged them yet).
+fn waits_for(book: &Book, name: Name<'_>) -> Option<String> {
     match name {
-        // Kept, or about to be: a driver takes new jobs in before `tidy` reads the QueuedJobs
-        // of jobs already gone (a process that just started has not charged them yet).
         Name::Earlier {
             uid,
             terminating,
             record,
-        } if defect != Some(Defect::NameTakenOver)
+        } if book.settings.defect != Some(Defect::NameTakenOver)
             && (terminating
                 || book.keeps(uid)
                 || record.is_some_and(|r| book.would_keep(uid, r))) =>
         {
-            Intake::WaitForName {
-                earlier: uid.to_string(),
-            }
+            Some(uid.to_string())
         }
-        _ => Intake::Track,
+        _ => None,
     }
 }
 
@@ -127,6 +150,10 @@ pub struct Tidied {
     /// Followed jobs whose QueuedJob was deleted: written again (the book already counts them
     /// as not on the hub).
     pub rewrite: Vec<String>,
+    /// Followed jobs whose record someone else changed on the hub: written again, whole
+    /// (the driver tells its outbox: `Outbox::doubt`), each patch made from what the driver's
+    /// view shows.
+    pub drifted: Vec<String>,
     /// Deleted jobs charged again from their record just now.
     pub restored: Vec<String>,
     /// Followed jobs that stopped being followed (their hub job gone).
@@ -173,6 +200,11 @@ pub fn tidy(book: &mut Book, sched: &mut Scheduler, found: Facts, now: Ms) -> Ti
             book.written(&uid, None);
             out.rewrite.push(uid);
         }
+        let ours: BTreeSet<&str> = queued.iter().map(|q| q.job).collect();
+        out.drifted = book.drifted(
+            |u| ours.contains(u).then(|| (found.record)(u)).flatten(),
+            now,
+        );
         // 5. Every QueuedJob.
         for q in &queued {
             let (restored, change) = book.keep(sched, q, || (found.record)(q.job));
@@ -257,9 +289,9 @@ mod tests {
             terminating: false,
             record: None,
         };
-        assert_eq!(intake(&book, kept, true), wait);
+        assert_eq!(intake(&book, ("new", kept), true, 0), wait);
         // Not muster's at all without a tree: left alone, not said to wait.
-        assert_eq!(intake(&book, kept, false), Intake::Leave);
+        assert_eq!(intake(&book, ("new", kept), false, 0), Intake::Leave);
         // Being deleted: a record written into it goes with it.
         let deleting = Name::Earlier {
             uid: "old",
@@ -267,7 +299,7 @@ mod tests {
             record: None,
         };
         assert_eq!(
-            intake(&book, deleting, true),
+            intake(&book, ("new", deleting), true, 0),
             Intake::WaitForName {
                 earlier: "old".into()
             }
@@ -282,7 +314,7 @@ mod tests {
             terminating: false,
             record: Some(&ended),
         };
-        assert_eq!(intake(&book, stale, true), Intake::Track);
+        assert_eq!(intake(&book, ("new", stale), true, 0), Intake::Track);
         // Unless its record says a copy may still run: `tidy` will charge it again (a process
         // that just started takes new jobs in before it reads the QueuedJobs of gone ones).
         let ran = Record {
@@ -296,14 +328,14 @@ mod tests {
             record: Some(&ran),
         };
         assert_eq!(
-            intake(&book, running, true),
+            intake(&book, ("new", running), true, 0),
             Intake::WaitForName {
                 earlier: "old".into()
             }
         );
-        assert_eq!(intake(&book, Name::Free, true), Intake::Track);
+        assert_eq!(intake(&book, ("new", Name::Free), true, 0), Intake::Track);
         // Its own record: followed whatever the tree says.
-        assert_eq!(intake(&book, Name::Ours, false), Intake::Track);
+        assert_eq!(intake(&book, ("new", Name::Ours), false, 0), Intake::Track);
         // The defect takes the kept one over.
         let mut careless = Book::new(Settings {
             defect: Some(Defect::NameTakenOver),
@@ -313,8 +345,59 @@ mod tests {
         careless
             .track(&mut sched, "x", "x".into(), &spec(), None, 0, None)
             .expect("followed");
-        assert_eq!(intake(&careless, kept, true), Intake::Track);
-        assert_eq!(intake(&careless, deleting, true), Intake::Track);
+        assert_eq!(intake(&careless, ("new", kept), true, 0), Intake::Track);
+        assert_eq!(intake(&careless, ("new", deleting), true, 0), Intake::Track);
+    }
+
+    #[test]
+    fn a_create_that_meets_a_kept_name_sends_the_job_back_to_wait_for_it() {
+        let (mut sched, mut book) = running();
+        let settle = book.settings.record_settle;
+        let kept = Name::Earlier {
+            uid: "x",
+            terminating: false,
+            record: None,
+        };
+        let ended = Record {
+            phase: Phase::Finished,
+            ..Record::default()
+        };
+        let stale = Name::Earlier {
+            uid: "old",
+            terminating: false,
+            record: Some(&ended),
+        };
+        // The executors ask the intake's rule before they take a QueuedJob over.
+        assert!(!takes_over(&book, kept));
+        assert!(takes_over(&book, stale));
+        // `new` was taken in while the driver's view showed its name free (a dropped watch);
+        // its create met x's QueuedJob, which the core keeps.
+        assert_eq!(intake(&book, ("new", Name::Free), true, 0), Intake::Track);
+        book.track(&mut sched, "new", "new".into(), &spec(), None, 1, None)
+            .expect("followed");
+        assert!(book.name_held(&mut sched, "new", "x", 1_000));
+        assert!(book.get("new").is_none(), "followed no more");
+        // It waits for the name though the view still shows it free, for the settle time.
+        let wait = Intake::WaitForName {
+            earlier: "x".into(),
+        };
+        assert_eq!(intake(&book, ("new", Name::Free), true, 1_000), wait);
+        assert_eq!(
+            intake(&book, ("new", Name::Free), true, 1_000 + settle - 1),
+            wait
+        );
+        assert_eq!(
+            intake(&book, ("other", Name::Free), true, 1_000),
+            Intake::Track
+        );
+        // Then its write is tried again (and meets the name again while x is kept).
+        assert_eq!(
+            intake(&book, ("new", Name::Free), true, 1_000 + settle),
+            Intake::Track
+        );
+        // A job with a record on the hub is never sent back.
+        assert!(!book.name_held(&mut sched, "x", "y", 2_000));
+        assert!(book.get("x").is_some());
     }
 
     #[test]

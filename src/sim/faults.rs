@@ -277,6 +277,7 @@ pub fn run(o: &Options) -> Outcome {
     while w.now <= limit {
         if w.now < fault_end {
             out.faults += inject::runtime_edits(&mut w);
+            out.faults += inject::status_edits(&mut w, o.seed);
             out.faults += inject::faults(
                 &mut w,
                 &mut proc,

@@ -299,10 +299,11 @@ impl Checker {
             if held != Some(&e.record) {
                 let say = |r: &crate::lifecycle::Record| {
                     format!(
-                        "{} on {:?}, old copies {:?}",
+                        "{} on {:?}, old copies {:?}, requeues {}",
                         r.phase.as_str(),
                         r.cluster,
-                        r.orphans.keys().collect::<Vec<_>>()
+                        r.orphans.keys().collect::<Vec<_>>(),
+                        r.requeues
                     )
                 };
                 return Err(format!(

@@ -27,6 +27,29 @@ pub(super) fn heal(w: &mut World) {
     w.log("every fault heals".into());
 }
 
+/// Someone else edits a QueuedJob's status now and then while faults last (`kubectl edit
+/// --subresource=status`, another tool): in one run in eight, 1.5% of its seconds, drawn on a
+/// stream of its own (so the other faults of a run are unchanged until the first edit). The controller's next write of that record meets a
+/// changed resourceVersion and is made again from what is there; without a precondition
+/// (defect `unconditioned`), the edit stays wherever its patch does not reach. Returns how many.
+pub(super) fn status_edits(w: &mut World, seed: u64) -> u32 {
+    let mut r = Rng::new(seed ^ w.now.rotate_left(29) ^ 0x57A7);
+    if !Rng::new(seed ^ 0xED17).chance(125) || w.store.statuses.is_empty() || !r.chance(15) {
+        return 0;
+    }
+    let k = r.below(w.store.statuses.len() as u64) as usize;
+    let Some(uid) = w.store.statuses.keys().nth(k).cloned() else {
+        return 0;
+    };
+    let Some((was, now)) = Rc::make_mut(&mut w.store).edit_status(&uid) else {
+        return 0;
+    };
+    w.log(format!(
+        "someone edits the status of the QueuedJob of {uid}: requeues {was} → {now}"
+    ));
+    1
+}
+
 /// The hub's training runtime is edited when its time comes (its per-pod cpu flips between 1
 /// and 2): every job that names it reads otherwise from now on, its generation unchanged, and
 /// copies made from now on run its new pods; copies running keep theirs. Returns how many.

@@ -38,6 +38,9 @@ pub(super) struct Process {
     /// Per job: the status it believes the hub holds (the last write known to have landed),
     /// and the keys of writes since whose outcome it does not know (`lifecycle::patch`).
     pub(super) known: BTreeMap<String, (Value, Option<Value>)>,
+    /// Per job: the resourceVersion of its QueuedJob after the last write of it that landed
+    /// (forgotten when a change of its own makes it stale; then the view's is used).
+    pub(super) known_versions: BTreeMap<String, u64>,
     /// What its clock says minus the hub's (the world's): what it dates its records by.
     pub(super) clock: i64,
     /// Crashed or replaced: it only lands what it sent before.
@@ -84,12 +87,13 @@ fn tree_lag(w: &World, term: u64) -> Ms {
 }
 
 /// What a replica whose hub watches dropped still sees, until they relist at `until`: the hub's
-/// jobs and QueuedJobs as they last showed them. The training runtime is read as it is (its
-/// watch is not dropped here: see `docs/sim.md`); `cpu` is the runtime's per-pod cpu `jobs`
-/// were last read against.
+/// QueuedJobs as they last showed them, and its jobs too unless only the QueuedJob watch
+/// dropped (`jobs` None: each kind has a watch of its own, and one may drop while the other
+/// stays up). The training runtime is read as it is (its watch is not dropped here: see
+/// `docs/sim.md`); `cpu` is the runtime's per-pod cpu `jobs` were last read against.
 pub(super) struct Dropped {
     until: Ms,
-    jobs: Rc<Jobs>,
+    jobs: Option<Rc<Jobs>>,
     store: Rc<Store>,
     cpu: u32,
 }
@@ -136,6 +140,7 @@ impl Process {
             tree_lag: tree_lag(w, term),
             name_waits: Default::default(),
             known: BTreeMap::new(),
+            known_versions: BTreeMap::new(),
             drops: drops(w, term),
             dropped: None,
         };
@@ -174,27 +179,38 @@ impl Process {
         let mut r = Rng::new(w.now ^ self.term.rotate_left(41) ^ 0xD40B);
         if self.dropped.is_none() && self.drops && w.now < w.fault_end && r.chance(20) {
             let until = w.now + (2 + r.below(9)) * 1_000;
+            let both = r.chance(500);
             self.dropped = Some(Dropped {
                 until,
-                jobs: Rc::clone(&w.jobs),
+                jobs: both.then(|| Rc::clone(&w.jobs)),
                 store: Rc::clone(&w.store),
                 cpu: w.runtime.cpu,
             });
             w.log(format!(
-                "its hub watches drop until {}s: it sees the hub as it is now till then",
-                until / 1000
+                "its {} drop until {}s: it sees {} as it is now till then",
+                if both {
+                    "hub watches"
+                } else {
+                    "QueuedJob watch"
+                },
+                until / 1000,
+                if both { "the hub" } else { "the QueuedJobs" }
             ));
         }
-        let jobs = match &mut self.dropped {
-            Some(d) => {
+        let jobs = match self
+            .dropped
+            .as_mut()
+            .and_then(|d| Some((d.jobs.as_mut()?, &mut d.cpu)))
+        {
+            Some((jobs, cpu)) => {
                 // Jobs that name the training runtime read as it says now.
-                if d.cpu != w.runtime.cpu {
-                    d.cpu = w.runtime.cpu;
-                    for j in Rc::make_mut(&mut d.jobs).values_mut().filter(|j| j.trains) {
+                if *cpu != w.runtime.cpu {
+                    *cpu = w.runtime.cpu;
+                    for j in Rc::make_mut(jobs).values_mut().filter(|j| j.trains) {
                         j.read(w.runtime.cpu);
                     }
                 }
-                Rc::clone(&d.jobs)
+                Rc::clone(jobs)
             }
             None => Rc::clone(&w.jobs),
         };
@@ -257,7 +273,7 @@ impl Process {
                 continue;
             }
             let name = store.name(&j.queued_name(), &uid);
-            match tidy::intake(&self.book, name, self.tree.is_some()) {
+            match tidy::intake(&self.book, (&uid, name), self.tree.is_some(), w.now) {
                 Intake::Leave => continue,
                 Intake::WaitForName { earlier } => {
                     if self.name_waits.insert(uid.clone()) {
@@ -345,7 +361,24 @@ impl Process {
         for uid in done.rewrite {
             // Made again from nothing (the controller forgets what it wrote: `written`).
             self.known.remove(&uid);
+            self.known_versions.remove(&uid);
             w.log(format!("the QueuedJob of {uid} is gone; written again"));
+        }
+        for uid in done.drifted {
+            // Its next patch is made from what the view shows, with the view's resourceVersion
+            // as its precondition: a view that lags meets a conflict and the patch is made
+            // again from what is there (a stale status beside a current version would make a
+            // patch that leaves the hub as it is).
+            // Whole (every key the view shows may be there), so that a status the view shows
+            // as it should be is sent all the same.
+            let shown = self.hub_store(w).statuses.get(&uid).cloned();
+            let shown = shown.unwrap_or_else(|| serde_json::json!({}));
+            self.known.insert(uid.clone(), (shown.clone(), Some(shown)));
+            self.known_versions.remove(&uid);
+            self.outbox.doubt(&self.book, &uid);
+            w.log(format!(
+                "the QueuedJob of {uid} holds a record someone else changed; written again"
+            ));
         }
         for uid in done.restored {
             w.log(format!("deleted job {uid} charged again from its record"));
@@ -353,7 +386,8 @@ impl Process {
         for (uid, change) in done.finalizers {
             match change {
                 Finalizer::Add => {
-                    Rc::make_mut(&mut w.store).finalized.insert(uid);
+                    Rc::make_mut(&mut w.store).finalize(&uid);
+                    self.known_versions.remove(&uid);
                 }
                 Finalizer::Remove => {
                     w.log(format!("QueuedJob of {uid} let go"));

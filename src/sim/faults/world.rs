@@ -12,6 +12,7 @@ use crate::quantity::ResourceList;
 use super::TREE_MAX;
 use crate::fleet::{ClusterInfo, NodeInfo};
 use crate::lifecycle::Defect;
+use crate::lifecycle::outbox::NameHeld;
 use crate::lifecycle::patch;
 use crate::lifecycle::tidy::Name;
 use crate::lifecycle::wire::{QueuedJobStatus, from_status};
@@ -437,6 +438,10 @@ pub struct Store {
     pub finalized: std::collections::BTreeSet<String>,
     /// QueuedJobs deleted and held by the finalizer.
     pub terminating: std::collections::BTreeSet<String>,
+    /// By job UID: the resourceVersion of the QueuedJob holding its record, raised by every
+    /// change to that object (its status, finalizer, deletion, a takeover).
+    pub versions: BTreeMap<String, u64>,
+    last_version: u64,
     pub term: u64,
 }
 
@@ -448,6 +453,20 @@ pub struct StatusWrite {
     pub status: Value,
     pub patch: Option<Value>,
     pub create: bool,
+    /// The earlier job whose QueuedJob of the name the create may take over (the core's
+    /// outbox said so: `Outbox::may_take`).
+    pub take_over: Option<String>,
+    /// The resourceVersion the status patch is made against (the precondition it carries);
+    /// None: unknown, so the executor reads the QueuedJob first.
+    pub version: Option<u64>,
+}
+
+/// What the simulated API server did with a record write.
+pub enum Wrote {
+    /// Written (with a note for the trace).
+    Done(Option<String>),
+    /// The create met an earlier job's QueuedJob of the name, and took nothing over.
+    NameHeld(NameHeld),
 }
 
 impl Store {
@@ -455,6 +474,7 @@ impl Store {
     /// true when the record went with it.
     pub fn delete(&mut self, uid: &str) -> bool {
         if self.finalized.contains(uid) {
+            self.bump(uid);
             self.terminating.insert(uid.to_string());
             false
         } else {
@@ -464,16 +484,45 @@ impl Store {
 
     /// The controller lets go of the QueuedJob of `uid`: a deleted one goes now.
     pub fn release(&mut self, uid: &str) {
-        self.finalized.remove(uid);
+        if self.finalized.remove(uid) {
+            self.bump(uid);
+        }
         if self.terminating.remove(uid) {
             self.forget(uid);
         }
+    }
+
+    /// The controller puts its finalizer on the QueuedJob of `uid` (a patch of its own).
+    pub fn finalize(&mut self, uid: &str) {
+        if self.statuses.contains_key(uid) && self.finalized.insert(uid.to_string()) {
+            self.bump(uid);
+        }
+    }
+
+    /// The QueuedJob of `uid` changed: its resourceVersion is raised.
+    fn bump(&mut self, uid: &str) {
+        self.last_version += 1;
+        self.versions.insert(uid.to_string(), self.last_version);
+    }
+
+    /// Someone else (`kubectl edit --subresource=status`, another tool) edits the status of
+    /// the QueuedJob of `uid`: its requeue count is raised by 5. Returns it, before and after.
+    pub fn edit_status(&mut self, uid: &str) -> Option<(u64, u64)> {
+        let st = self.statuses.get_mut(uid)?;
+        let was = st.get("requeues").and_then(Value::as_u64).unwrap_or(0);
+        st["requeues"] = json!(was + 5);
+        if let Ok(st) = serde_json::from_value::<QueuedJobStatus>(st.clone()) {
+            self.records.insert(uid.to_string(), from_status(&st, ""));
+        }
+        self.bump(uid);
+        Some((was, was + 5))
     }
 
     /// The QueuedJob of `uid` is gone, and its name free.
     fn forget(&mut self, uid: &str) -> bool {
         self.names.retain(|_, u| u != uid);
         self.statuses.remove(uid);
+        self.versions.remove(uid);
         self.records.remove(uid).is_some()
     }
 
@@ -490,29 +539,39 @@ impl Store {
         }
     }
 
-    /// `uid`'s write under `name`, as the API server carries out the controller's requests:
-    /// a create that finds a QueuedJob of the name takes it over (unless it belongs to an
-    /// earlier job and is being deleted: refused) and patches its status from what is there;
-    /// a status patch alone goes to whatever QueuedJob has the name (not found: refused).
-    /// Ok with a note worth a log line, or Err with why it was refused.
+    /// `uid`'s write under `name`, as the controller's executor carries it out
+    /// (`controller::writes::put`) against the API server: a create that finds its own
+    /// QueuedJob there (a create whose answer was lost), or an earlier job's that the core let it
+    /// take over and that is not being deleted, takes it and patches its status from what is
+    /// there; one that finds any other earlier job's takes nothing and reports it
+    /// ([`Wrote::NameHeld`]). A status patch alone goes to whatever QueuedJob has the name (not
+    /// found: refused). Err with why it was refused.
     pub fn put(
         &mut self,
         name: &str,
         uid: &str,
         w: &StatusWrite,
         defect: Option<Defect>,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Wrote, String> {
         let holder = self.names.get(name).cloned();
         let mut note = None;
         let (target, patch) = match holder {
             Some(other) if w.create => {
                 if other != uid {
-                    if self.terminating.contains(&other) {
-                        return Err(format!("being deleted with {other}'s record"));
+                    // Never one being deleted (a record written into it would go with it);
+                    // any other only if the core let this write take it over.
+                    let terminating = self.terminating.contains(&other);
+                    if terminating || w.take_over.as_deref() != Some(other.as_str()) {
+                        return Ok(Wrote::NameHeld(NameHeld {
+                            record: self.records.get(&other).cloned().map(Box::new),
+                            uid: other,
+                            terminating,
+                        }));
                     }
                     // Taken over: the object (its status, its finalizer) becomes this job's.
                     let there = self.statuses.remove(&other).unwrap_or_else(|| json!({}));
                     self.records.remove(&other);
+                    self.versions.remove(&other);
                     if self.finalized.remove(&other) {
                         self.finalized.insert(uid.to_string());
                     }
@@ -525,11 +584,36 @@ impl Store {
                 let patch = patch::over(&there, w.patch.as_ref(), &w.status, defect);
                 (uid.to_string(), patch)
             }
-            Some(other) => {
+            // A status patch: with the resourceVersion it was made against as its precondition
+            // (read first when unknown). On a conflict the executor reads the QueuedJob again:
+            // another job's now, nothing is written; its own, the patch is made again from what
+            // is there. With a defect that trusts belief (`unconditioned` and the like) it lands
+            // on whatever holds the name.
+            Some(other) if defect.is_some_and(Defect::trusts_belief) => {
                 if other != uid {
                     note = Some(format!("lands on {other}'s QueuedJob"));
                 }
                 (other, w.patch.clone())
+            }
+            Some(other) if other != uid => {
+                return Err(format!(
+                    "holds {other}'s record now (conflict); nothing written"
+                ));
+            }
+            Some(other) => {
+                let there = self.statuses.get(uid).cloned().unwrap_or_else(|| json!({}));
+                let patch = if w.version.is_some() && w.version == self.versions.get(uid).copied() {
+                    w.patch.clone()
+                } else {
+                    if w.version.is_some() {
+                        note = Some(
+                            "changed since (conflict): read again and patched from what is there"
+                                .into(),
+                        );
+                    }
+                    patch::over(&there, w.patch.as_ref(), &w.status, defect)
+                };
+                (other, patch)
             }
             None if w.create => {
                 self.names.insert(name.to_string(), uid.to_string());
@@ -547,11 +631,12 @@ impl Store {
         }
         match serde_json::from_value::<QueuedJobStatus>(status.clone()) {
             Ok(st) => {
-                self.records.insert(target, from_status(&st, ""));
+                self.records.insert(target.clone(), from_status(&st, ""));
             }
             Err(e) => note = Some(format!("status unreadable: {e}")),
         }
-        Ok(note)
+        self.bump(&target);
+        Ok(Wrote::Done(note))
     }
 }
 

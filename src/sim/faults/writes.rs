@@ -9,7 +9,7 @@ use serde_json::json;
 
 use std::rc::Rc;
 
-use super::world::StatusWrite;
+use super::world::{StatusWrite, Wrote};
 use super::{Process, TICK, World};
 use crate::lifecycle::outbox::{self, Batch, Candidate, Item, Landed};
 use crate::lifecycle::patch::{patch_for, unsure_after};
@@ -37,7 +37,8 @@ impl Process {
         // to have landed, else what it read), covering every key a write since may have left.
         // What its watch shows of the QueuedJobs (taken after the landing above, which writes).
         let hub = self.hub_store(w);
-        let (known, store, defect) = (&self.known, &*hub, self.defect);
+        let (known, versions, store, defect) =
+            (&self.known, &self.known_versions, &*hub, self.defect);
         let plan = self.outbox.plan(&self.book, |uid, record, changed| {
             if !changed {
                 return None;
@@ -55,6 +56,11 @@ impl Process {
             Some(Candidate::Send(StatusWrite {
                 patch: patch_for(held_now, unsure, &status, defect),
                 create: self.book.get(uid).is_none_or(|e| e.written.is_none()),
+                take_over: self.outbox.may_take(uid).map(str::to_string),
+                version: versions
+                    .get(uid)
+                    .or_else(|| store.versions.get(uid))
+                    .copied(),
                 status,
             }))
         });
@@ -92,25 +98,35 @@ impl Process {
             }
             out.push((i, l));
         }
-        self.outbox.landed(
-            &mut self.book,
-            freeing,
+        let back = self.outbox.landed(
+            (&mut self.book, &mut self.sched),
+            (freeing, w.now),
             out.iter().map(|(i, l)| (i.uid.as_str(), &i.record, l)),
         );
+        for (uid, earlier) in back {
+            w.log(format!(
+                "{uid} goes back to the intake: the core keeps {earlier}'s QueuedJob of its name"
+            ));
+        }
         // What the process now believes the hub holds: a landed status exactly; after a write
         // without a clear outcome, the keys it may have left.
         for (i, l) in out {
-            if l == Landed::NotSent {
+            if matches!(l, Landed::NotSent | Landed::NameHeld(_)) {
                 continue;
             }
             let held = w.store.statuses.get(&i.uid).cloned();
             let e = self
                 .known
-                .entry(i.uid)
+                .entry(i.uid.clone())
                 .or_insert_with(|| (held.unwrap_or_else(|| json!({})), None));
             e.1 = unsure_after(e.1.as_ref(), &i.write.status, &l);
             if l == Landed::Written {
                 e.0 = i.write.status;
+                if let Some(v) = w.store.versions.get(&i.uid) {
+                    self.known_versions.insert(i.uid.clone(), *v);
+                }
+            } else {
+                self.known_versions.remove(&i.uid);
             }
         }
     }
@@ -166,8 +182,20 @@ impl Process {
                 w.log(format!("write {uid} refused: QueuedJob {name} {why}"));
                 return Landed::Failed(why);
             }
-            Ok(Some(note)) => w.log(format!("write {uid}: QueuedJob {name} {note}")),
-            Ok(None) => {}
+            Ok(Wrote::NameHeld(h)) => {
+                w.log(format!(
+                    "write {uid}: QueuedJob {name} holds {}'s record{}; nothing taken over",
+                    h.uid,
+                    if h.terminating {
+                        " (being deleted)"
+                    } else {
+                        ""
+                    }
+                ));
+                return Landed::NameHeld(h);
+            }
+            Ok(Wrote::Done(Some(note))) => w.log(format!("write {uid}: QueuedJob {name} {note}")),
+            Ok(Wrote::Done(None)) => {}
         }
         // The QueuedJob is made with muster's finalizer (one made without it gets it at this
         // write; a deleted one cannot, and keeps the one it has).

@@ -1,0 +1,61 @@
+//! Records someone else changed on the hub (`kubectl edit --subresource=status`, another
+//! tool): a followed job whose QueuedJob the driver's view shows holding a record other than
+//! the last one written, for four times the settle time (the view lags behind a write that
+//! landed, and a watch that dropped relists within seconds, so a shorter difference is not
+//! taken for a change). Such a job's record is
+//! written again ([`crate::lifecycle::outbox::Outbox::doubt`]): its patch is made from what the
+//! view shows and carries the resourceVersion precondition, so that a change made since the last
+//! write is met by a conflict and the record made again from what is there. What the book
+//! believes the hub holds (`written`, which the garbage collection trusts) is left as it is: a
+//! view that lags shows an older record of the job's own, not a change.
+
+use super::Book;
+use crate::lifecycle::{Ms, Record};
+
+impl Book {
+    /// `shown` reads the record the view shows in a job's QueuedJob (None: none, or not this
+    /// job's). Returns the followed jobs whose written record it has shown otherwise for four
+    /// times the settle time (each once per such time while it does).
+    pub fn drifted(&mut self, shown: impl Fn(&str) -> Option<Record>, now: Ms) -> Vec<String> {
+        let settle = self.settings.record_settle.saturating_mul(4);
+        if self
+            .settings
+            .defect
+            .is_some_and(crate::lifecycle::Defect::trusts_belief)
+        {
+            return Vec::new();
+        }
+        let differs: Vec<(String, Record)> = self
+            .jobs
+            .iter()
+            .filter_map(|(u, e)| {
+                let written = e.written.as_ref()?;
+                let there = shown(u)?;
+                (!same_durable(&there, written)).then(|| (u.clone(), there))
+            })
+            .collect();
+        self.drift
+            .retain(|u, _| differs.iter().any(|(d, _)| d == u));
+        let mut out = Vec::new();
+        for (u, _) in differs {
+            let since = *self.drift.entry(u.clone()).or_insert(now);
+            if now.saturating_sub(since) >= settle {
+                self.drift.remove(&u);
+                out.push(u);
+            }
+        }
+        out
+    }
+}
+
+/// Whether two records say the same but for their reason: the words a driver shows may be
+/// composed otherwise than the record's own (the controller shows a waiting job's summary).
+fn same_durable(a: &Record, b: &Record) -> bool {
+    if a.reason == b.reason {
+        a == b
+    } else {
+        let mut a = a.clone();
+        a.reason.clone_from(&b.reason);
+        a == *b
+    }
+}
