@@ -258,6 +258,14 @@ mod tests {
         (sched, book)
     }
 
+    /// The record of a job that ended.
+    fn finished() -> Record {
+        Record {
+            phase: Phase::Finished,
+            ..Record::default()
+        }
+    }
+
     fn held(job: &str) -> Held<'_> {
         Held {
             job,
@@ -305,10 +313,7 @@ mod tests {
             }
         );
         // A stale QueuedJob muster no longer keeps is taken over.
-        let ended = Record {
-            phase: Phase::Finished,
-            ..Record::default()
-        };
+        let ended = finished();
         let stale = Name::Earlier {
             uid: "old",
             terminating: false,
@@ -358,10 +363,7 @@ mod tests {
             terminating: false,
             record: None,
         };
-        let ended = Record {
-            phase: Phase::Finished,
-            ..Record::default()
-        };
+        let ended = finished();
         let stale = Name::Earlier {
             uid: "old",
             terminating: false,

@@ -544,8 +544,9 @@ impl Store {
     /// QueuedJob there (a create whose answer was lost), or an earlier job's that the core let it
     /// take over and that is not being deleted, takes it and patches its status from what is
     /// there; one that finds any other earlier job's takes nothing and reports it
-    /// ([`Wrote::NameHeld`]). A status patch alone goes to whatever QueuedJob has the name (not
-    /// found: refused). Err with why it was refused.
+    /// ([`Wrote::NameHeld`]). A status patch alone goes to the job's own QueuedJob against the
+    /// resourceVersion it carries (see below; another job's, or none: refused). Err with why it
+    /// was refused.
     pub fn put(
         &mut self,
         name: &str,
