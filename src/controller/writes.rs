@@ -145,10 +145,8 @@ async fn put(hub: &kube::Client, p: &Put) -> Result<Putting, kube::Error> {
                 let there = api.get(&p.name).await?;
                 let earlier = &there.spec.job_ref.uid;
                 if *earlier != qj.spec.job_ref.uid {
-                    // Never one being deleted (a record written into it goes with it); any
-                    // other only if the core let this job take it (`tidy::takes_over`).
                     let terminating = there.metadata.deletion_timestamp.is_some();
-                    if terminating || p.take_over.as_ref() != Some(earlier) {
+                    if !outbox::takes(p.take_over.as_deref(), earlier, terminating) {
                         return Ok(Putting::NameHeld(NameHeld {
                             uid: earlier.clone(),
                             terminating,
@@ -243,19 +241,18 @@ enum Reread {
 
 async fn reread(api: &Api<QueuedJob>, p: &Put) -> Result<Reread, kube::Error> {
     let there = api.get(&p.name).await?;
-    if p.job != there.spec.job_ref.uid {
-        return Ok(Reread::Another(there.spec.job_ref.uid));
-    }
     let held = there
         .status
         .as_ref()
         .and_then(|st| serde_json::to_value(st).ok())
         .unwrap_or_else(|| json!({}));
-    let version = there.metadata.resource_version.unwrap_or_default();
-    Ok(Reread::Again(
-        version,
-        patch::over(&held, p.patch.as_ref(), &p.sent(), p.defect),
-    ))
+    let jobs = (p.job.as_str(), there.spec.job_ref.uid.as_str());
+    Ok(
+        match patch::again(jobs, &held, (p.patch.as_ref(), &p.sent()), p.defect) {
+            Ok(patch) => Reread::Again(there.metadata.resource_version.unwrap_or_default(), patch),
+            Err(other) => Reread::Another(other),
+        },
+    )
 }
 
 /// A merge patch of a QueuedJob's status, with `version` as its precondition when given.

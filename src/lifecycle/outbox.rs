@@ -83,6 +83,14 @@ pub enum Landed {
     NameHeld(NameHeld),
 }
 
+/// Whether a create that met `earlier`'s QueuedJob of its name (being deleted or not, as read
+/// in that request) takes it over: only one the core let it take (`take_over`:
+/// [`Outbox::may_take`]), and never one being deleted (a record written into it goes with it).
+/// Asked by both executors; otherwise they report [`Landed::NameHeld`].
+pub fn takes(take_over: Option<&str>, earlier: &str, terminating: bool) -> bool {
+    !terminating && take_over == Some(earlier)
+}
+
 /// The QueuedJob of an earlier job that a create met, as the executor read it in that request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NameHeld {

@@ -41,6 +41,23 @@ pub fn unsure_after(unsure: Option<&Value>, sent: &Value, landed: &Landed) -> Op
     }
 }
 
+/// A status patch of `job` met a conflict (the QueuedJob changed since the resourceVersion it
+/// was made against), or its resourceVersion was unknown, and the executor read the QueuedJob
+/// of its name: it holds the record of `there_job`, with status `there`. Another job's (its
+/// QueuedJob taken since): Err with that job, nothing is written. Its own: the patch made
+/// again from what is there ([`over`]), to send against the version read.
+pub fn again(
+    (job, there_job): (&str, &str),
+    there: &Value,
+    (planned, new): (Option<&Value>, &Value),
+    defect: Option<Defect>,
+) -> Result<Option<Value>, String> {
+    if job != there_job {
+        return Err(there_job.to_string());
+    }
+    Ok(over(there, planned, new, defect))
+}
+
 /// The status patch a create makes when it finds a QueuedJob of its name there (an earlier
 /// job's, taken over, or its own, made by a write whose answer was lost): from what is there
 /// (`there`), read in that same request, so that none of the earlier job's keys (its member,

@@ -9,6 +9,8 @@
 //! believes the hub holds (`written`, which the garbage collection trusts) is left as it is: a
 //! view that lags shows an older record of the job's own, not a change.
 
+use std::collections::BTreeSet;
+
 use super::Book;
 use crate::lifecycle::{Ms, Record};
 
@@ -25,19 +27,21 @@ impl Book {
         {
             return Vec::new();
         }
-        let differs: Vec<(String, Record)> = self
+        // The words a driver shows may be composed otherwise than the record's own (the
+        // controller shows a waiting job's summary): the reason is left out of the comparison.
+        let differs: BTreeSet<String> = self
             .jobs
             .iter()
             .filter_map(|(u, e)| {
                 let written = e.written.as_ref()?;
-                let there = shown(u)?;
-                (!same_durable(&there, written)).then(|| (u.clone(), there))
+                let mut there = shown(u)?;
+                there.reason.clone_from(&written.reason);
+                (there != *written).then(|| u.clone())
             })
             .collect();
-        self.drift
-            .retain(|u, _| differs.iter().any(|(d, _)| d == u));
+        self.drift.retain(|u, _| differs.contains(u));
         let mut out = Vec::new();
-        for (u, _) in differs {
+        for u in differs {
             let since = *self.drift.entry(u.clone()).or_insert(now);
             if now.saturating_sub(since) >= settle {
                 self.drift.remove(&u);
@@ -45,17 +49,5 @@ impl Book {
             }
         }
         out
-    }
-}
-
-/// Whether two records say the same but for their reason: the words a driver shows may be
-/// composed otherwise than the record's own (the controller shows a waiting job's summary).
-fn same_durable(a: &Record, b: &Record) -> bool {
-    if a.reason == b.reason {
-        a == b
-    } else {
-        let mut a = a.clone();
-        a.reason.clone_from(&b.reason);
-        a == *b
     }
 }

@@ -12,7 +12,7 @@ use crate::quantity::ResourceList;
 use super::TREE_MAX;
 use crate::fleet::{ClusterInfo, NodeInfo};
 use crate::lifecycle::Defect;
-use crate::lifecycle::outbox::NameHeld;
+use crate::lifecycle::outbox::{self, NameHeld};
 use crate::lifecycle::patch;
 use crate::lifecycle::tidy::Name;
 use crate::lifecycle::wire::{QueuedJobStatus, from_status};
@@ -559,10 +559,8 @@ impl Store {
         let (target, patch) = match holder {
             Some(other) if w.create => {
                 if other != uid {
-                    // Never one being deleted (a record written into it would go with it);
-                    // any other only if the core let this write take it over.
                     let terminating = self.terminating.contains(&other);
-                    if terminating || w.take_over.as_deref() != Some(other.as_str()) {
+                    if !outbox::takes(w.take_over.as_deref(), &other, terminating) {
                         return Ok(Wrote::NameHeld(NameHeld {
                             record: self.records.get(&other).cloned().map(Box::new),
                             uid: other,
@@ -596,25 +594,35 @@ impl Store {
                 }
                 (other, w.patch.clone())
             }
-            Some(other) if other != uid => {
-                return Err(format!(
-                    "holds {other}'s record now (conflict); nothing written"
-                ));
+            // Made against the version there: as it was planned.
+            Some(other)
+                if other == uid
+                    && w.version.is_some()
+                    && w.version == self.versions.get(uid).copied() =>
+            {
+                (other, w.patch.clone())
             }
+            // Changed since, or the version unknown: read again.
             Some(other) => {
-                let there = self.statuses.get(uid).cloned().unwrap_or_else(|| json!({}));
-                let patch = if w.version.is_some() && w.version == self.versions.get(uid).copied() {
-                    w.patch.clone()
-                } else {
-                    if w.version.is_some() {
-                        note = Some(
-                            "changed since (conflict): read again and patched from what is there"
-                                .into(),
-                        );
+                if w.version.is_some() {
+                    note = Some(
+                        "changed since (conflict): read again and patched from what is there"
+                            .into(),
+                    );
+                }
+                let there = self
+                    .statuses
+                    .get(&other)
+                    .cloned()
+                    .unwrap_or_else(|| json!({}));
+                match patch::again((uid, &other), &there, (w.patch.as_ref(), &w.status), defect) {
+                    Ok(patch) => (other, patch),
+                    Err(other) => {
+                        return Err(format!(
+                            "holds {other}'s record now (conflict); nothing written"
+                        ));
                     }
-                    patch::over(&there, w.patch.as_ref(), &w.status, defect)
-                };
-                (other, patch)
+                }
             }
             None if w.create => {
                 self.names.insert(name.to_string(), uid.to_string());
