@@ -28,6 +28,23 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
+    /// A ready node with these allocatable amounts (tests' fixture).
+    #[cfg(test)]
+    pub(crate) fn ready(name: &str, allocatable: &[(&str, &str)]) -> NodeInfo {
+        NodeInfo {
+            name: name.to_string(),
+            allocatable: allocatable
+                .iter()
+                .map(|(k, v)| {
+                    let q = crate::quantity::Quantity::parse(v).expect("a quantity");
+                    (k.to_string(), q)
+                })
+                .collect(),
+            ready: true,
+            ..NodeInfo::default()
+        }
+    }
+
     /// Reads a real Node object. Quantities that do not parse are reported, not zeroed.
     pub fn from_node(node: &K8sNode) -> Result<NodeInfo, String> {
         let name = node.metadata.name.clone().unwrap_or_default();

@@ -589,6 +589,10 @@ pub struct Seen {
     pub orphans: BTreeMap<String, Member>,
     /// The outcome of a create on `here` since the last step.
     pub created: Option<Created>,
+    /// Why the member an admitted job was placed on cannot create it now, if it cannot: what
+    /// it serves changed since the admission (a training runtime edited there, a kind or
+    /// PriorityClass gone). Filled in by the book from the scheduler.
+    pub refused: Option<String>,
     /// The version (a resourceVersion) each member's view named above has reached, where the
     /// driver knows it: a job's copy absent from a view is believed gone only once the view
     /// has reached muster's create of it ([`sent`]).

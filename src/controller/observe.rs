@@ -193,6 +193,7 @@ impl View {
                 .map(|c| (c.clone(), self.seen_on(c, uid, j, r, None)))
                 .collect(),
             created: None,
+            refused: None,
             versions: r
                 .members()
                 .filter_map(|c| Some((c.clone(), self.version_on(c, j)?)))

@@ -338,25 +338,13 @@ impl Book {
     /// A record counts as lost once it has been missing for the settle time (the driver's
     /// view of the QueuedJobs lags behind a write that landed).
     pub fn lost_records(&mut self, held: impl Fn(&str) -> bool, now: Ms) -> Vec<String> {
-        let settle = self.settings.record_settle;
-        let jobs = &self.jobs;
-        let missing: BTreeSet<&String> = jobs
+        let missing: BTreeSet<String> = self
+            .jobs
             .iter()
             .filter(|(u, e)| e.written.is_some() && !held(u))
-            .map(|(u, _)| u)
+            .map(|(u, _)| u.clone())
             .collect();
-        self.missing.retain(|u, _| missing.contains(u));
-        let mut lost = Vec::new();
-        for u in missing {
-            let since = *self.missing.entry(u.clone()).or_insert(now);
-            if now.saturating_sub(since) >= settle {
-                lost.push(u.clone());
-            }
-        }
-        for u in &lost {
-            self.missing.remove(u);
-        }
-        lost
+        held_for(&mut self.missing, missing, now, self.settings.record_settle)
     }
 
     /// Deleted jobs still charged (see [`Book::untrack`]).
@@ -444,6 +432,9 @@ impl Book {
             s.now = now;
             s.hub = e.written.clone();
             s.created = e.created.take();
+            if e.record.phase == Phase::Admitted && s.created.is_none() {
+                s.refused = e.id.and_then(|id| sched.refused_now(id));
+            }
             for (c, m) in &s.orphans {
                 let fresh = e.record.orphans.get(c).is_some_and(|since| {
                     now.saturating_sub(*since) < grace
@@ -618,6 +609,27 @@ impl Book {
 
 /// A job leaves the scheduler for good: finished, and its slot free for the next submission
 /// (the book never uses an id again once it has let go of it).
+/// Of the jobs a condition holds for now (`holds`), those it has held for at least `settle`:
+/// `since` keeps when each was first seen so, forgets a job once the condition no longer holds
+/// for it, and once it is returned (so each is returned once per `settle` while it holds).
+pub(super) fn held_for(
+    since: &mut BTreeMap<String, Ms>,
+    holds: BTreeSet<String>,
+    now: Ms,
+    settle: Ms,
+) -> Vec<String> {
+    since.retain(|u, _| holds.contains(u));
+    let mut out = Vec::new();
+    for u in holds {
+        let from = *since.entry(u.clone()).or_insert(now);
+        if now.saturating_sub(from) >= settle {
+            since.remove(&u);
+            out.push(u);
+        }
+    }
+    out
+}
+
 fn done(sched: &mut Scheduler, id: JobId) {
     sched.finish(id);
     sched.forget(id);

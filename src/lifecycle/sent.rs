@@ -170,6 +170,7 @@ mod tests {
             here,
             orphans: BTreeMap::new(),
             created: None,
+            refused: None,
             versions: versions.iter().map(|(c, v)| (c.to_string(), *v)).collect(),
         }
     }
@@ -286,6 +287,7 @@ mod tests {
                 .map(|(c, m)| (c.to_string(), m.clone()))
                 .collect(),
             created: None,
+            refused: None,
             versions: BTreeMap::new(),
         };
         let settings = crate::lifecycle::Settings {

@@ -272,6 +272,13 @@ fn admitted_step(
             );
             take_back(&n, RequeueReason::CreateFailed, text, true, now, s, out)
         }
+        Some(Member::Answering(None)) if seen.refused.is_some() => {
+            // What the member serves changed since the admission (a training runtime edited
+            // there): a copy made now would run other pods than were charged. Placed again.
+            let why = seen.refused.clone().unwrap_or_default();
+            let text = format!("it no longer serves the job: {why}");
+            take_back(&n, RequeueReason::CreateFailed, text, true, now, s, out)
+        }
         Some(Member::Answering(_)) => {
             if let Some(since) = n.create_failing_since
                 && now.saturating_sub(since) >= s.create_give_up

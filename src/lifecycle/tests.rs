@@ -45,6 +45,7 @@ impl Obs {
                 .map(|c| (c.clone(), Member::Answering(None)))
                 .collect(),
             created: None,
+            refused: None,
             versions: Default::default(),
         })
     }
@@ -518,20 +519,14 @@ fn a_job_still_charged_is_not_done_until_its_copy_says_so() {
 #[test]
 fn a_rejected_job_is_judged_again_after_a_restart() {
     use crate::fleet::{ClusterInfo, NodeInfo};
-    use crate::quantity::Quantity;
     use crate::scheduler::{Config, Scheduler};
     let mut sched = Scheduler::new(Config::default());
     sched.set_cluster(&ClusterInfo {
         name: "member-a".into(),
-        nodes: vec![NodeInfo {
-            name: "a".into(),
-            allocatable: [("cpu", "16"), ("nvidia.com/gpu", "2"), ("pods", "110")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), Quantity::parse(v).expect("quantity")))
-                .collect(),
-            ready: true,
-            ..Default::default()
-        }],
+        nodes: vec![NodeInfo::ready(
+            "a",
+            &[("cpu", "16"), ("nvidia.com/gpu", "2"), ("pods", "110")],
+        )],
         ..Default::default()
     });
     let w = crate::workload::interpret(&serde_json::json!({
@@ -581,6 +576,79 @@ fn a_rejected_job_is_judged_again_after_a_restart() {
     assert!(
         matches!(r.phase, Phase::Queued | Phase::Admitted),
         "the class exists now: {r:?}"
+    );
+}
+
+/// Issue 28: a TrainJob admitted to a member whose training runtime is then edited there (the
+/// hub's watch of its own runtime dropped, so the job still reads as before) is not created
+/// there: its copy would run other pods than were charged. It is placed again, that member
+/// avoided. Before the check, the create went out.
+#[test]
+fn an_admitted_job_is_not_created_where_its_training_runtime_changed_since() {
+    use crate::fleet::{ClusterInfo, NodeInfo, Serves};
+    use crate::scheduler::{Config, Scheduler};
+    use crate::workload::{RuntimeKey, RuntimeNeed};
+    let key = RuntimeKey::cluster("torch-distributed");
+    let member = |digest: &str| ClusterInfo {
+        name: "member-a".into(),
+        nodes: vec![NodeInfo::ready("a", &[("cpu", "16"), ("pods", "110")])],
+        serves: Serves {
+            runtimes: Some(BTreeMap::from([(key.to_string(), digest.to_string())])),
+            ..Serves::default()
+        },
+        ..Default::default()
+    };
+    let mut sched = Scheduler::new(Config::default());
+    sched.set_cluster(&member("d1"));
+    tidy::apply_tree(
+        &mut sched,
+        &serde_json::json!({"spec": {"root": {"name": "root", "max": {"cpu": "16"},
+            "children": [{"name": "team", "namespaces": ["team"], "max": {"cpu": "16"}}]}}}),
+    )
+    .expect("tree");
+    let mut w = crate::workload::interpret(&serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "j", "namespace": "team"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "x",
+                "resources": {"requests": {"cpu": "1"}}}]}}}
+    }))
+    .expect("interprets");
+    w.runtime = Some(RuntimeNeed {
+        key: key.clone(),
+        digest: "d1".into(),
+    });
+    let spec = spec_of(Ok(w));
+    let mut book = Book::new(s());
+    book.track(&mut sched, "u", "team/j".into(), &spec, None, 0, None)
+        .expect("followed");
+    let mut specs = |_: &str| Some(spec.clone());
+    let mut seen = |_: &str, r: &Record| Obs::of(r, 10).0;
+    book.pass(&mut sched, &mut specs, &mut seen, 10, true);
+    let r = book.get("u").expect("entry").record.clone();
+    assert_eq!(r.phase, Phase::Admitted, "{r:?}");
+    book.written("u", Some(r));
+    // While the member serves the runtime the job was read against, the copy is created.
+    let out = book.pass(&mut sched, &mut specs, &mut seen, 20, true);
+    assert!(
+        out.iter().any(|(_, i)| matches!(i, Intent::Create { .. })),
+        "{out:?}"
+    );
+    // The runtime is edited on the member before the next create.
+    sched.set_cluster(&member("d2"));
+    let out = book.pass(&mut sched, &mut specs, &mut seen, 30, true);
+    assert!(
+        !out.iter().any(|(_, i)| matches!(i, Intent::Create { .. })),
+        "no copy made from a runtime the job was not read against: {out:?}"
+    );
+    let r = &book.get("u").expect("entry").record;
+    assert_eq!(r.phase, Phase::Queued, "{r:?}");
+    assert!(r.avoid.contains("member-a"), "{r:?}");
+    assert!(
+        r.reason.contains("no longer serves the job")
+            && r.reason.contains("differs from the hub's"),
+        "{}",
+        r.reason
     );
 }
 

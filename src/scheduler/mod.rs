@@ -492,6 +492,16 @@ impl Scheduler {
         self.capacity_freed();
     }
 
+    /// Why the member an admitted job was placed on cannot create it now (what it serves
+    /// changed since the admission: a training runtime edited there, a kind or a PriorityClass
+    /// gone), if it cannot.
+    pub fn refused_now(&self, job: JobId) -> Option<String> {
+        let JobState::Admitted { cluster, .. } = &self.jobs.get(job)?.state else {
+            return None;
+        };
+        self.refusal(self.jobs[job].shape, *cluster)
+    }
+
     /// An admitted job's cluster and plan, per component name.
     pub fn plan(&self, job: JobId) -> Option<(&str, Plan)> {
         let JobState::Admitted {

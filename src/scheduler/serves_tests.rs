@@ -4,21 +4,15 @@
 
 use super::*;
 use crate::fleet::{Needs, NodeInfo, Serves};
-use crate::quantity::Quantity;
 use crate::workload::{JobKind, interpret};
 
 fn member(name: &str, kinds: &[JobKind], classes: &[&str]) -> ClusterInfo {
     ClusterInfo {
         name: name.into(),
-        nodes: vec![NodeInfo {
-            name: format!("{name}-0"),
-            allocatable: [("cpu", "16"), ("nvidia.com/gpu", "8"), ("pods", "110")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), Quantity::parse(v).expect("quantity")))
-                .collect(),
-            ready: true,
-            ..Default::default()
-        }],
+        nodes: vec![NodeInfo::ready(
+            &format!("{name}-0"),
+            &[("cpu", "16"), ("nvidia.com/gpu", "8"), ("pods", "110")],
+        )],
         serves: Serves {
             kinds: Some(kinds.iter().copied().collect()),
             priority_classes: Some(classes.iter().map(|c| c.to_string()).collect()),

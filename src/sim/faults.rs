@@ -172,6 +172,7 @@ impl World {
             here: r.cluster.as_deref().map(member),
             orphans: r.orphans.keys().map(|c| (c.clone(), member(c))).collect(),
             created: None,
+            refused: None,
             versions,
         }
     }

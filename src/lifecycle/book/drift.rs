@@ -39,15 +39,6 @@ impl Book {
                 (there != *written).then(|| u.clone())
             })
             .collect();
-        self.drift.retain(|u, _| differs.contains(u));
-        let mut out = Vec::new();
-        for u in differs {
-            let since = *self.drift.entry(u.clone()).or_insert(now);
-            if now.saturating_sub(since) >= settle {
-                self.drift.remove(&u);
-                out.push(u);
-            }
-        }
-        out
+        super::held_for(&mut self.drift, differs, now, settle)
     }
 }

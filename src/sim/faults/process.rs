@@ -56,6 +56,8 @@ pub(super) struct Process {
     /// While they are down (dropped, then relisting): until when, and the hub as they last
     /// showed it, which is all this replica sees of the hub meanwhile.
     pub(super) dropped: Option<Dropped>,
+    /// The members' training runtime (per-pod cpu) as its member watches last showed it.
+    pub(super) serves: u32,
 }
 
 /// The clock of the replica that starts as `term`, minus the hub's. While faults last, one in
@@ -89,13 +91,13 @@ fn tree_lag(w: &World, term: u64) -> Ms {
 /// What a replica whose hub watches dropped still sees, until they relist at `until`: the hub's
 /// QueuedJobs as they last showed them, and its jobs too unless only the QueuedJob watch
 /// dropped (`jobs` None: each kind has a watch of its own, and one may drop while the other
-/// stays up). The training runtime is read as it is (its watch is not dropped here: see
-/// `docs/sim.md`); `cpu` is the runtime's per-pod cpu `jobs` were last read against.
+/// stays up). The hub's training runtime drops with the jobs: they read as they did (the
+/// members' runtimes are seen as they are, so a job read against a runtime that changed since
+/// is not created where the new one is served).
 pub(super) struct Dropped {
     until: Ms,
     jobs: Option<Rc<Jobs>>,
     store: Rc<Store>,
-    cpu: u32,
 }
 
 /// Whether the hub watches of the replica that starts as `term` drop now and then: one in three
@@ -143,9 +145,10 @@ impl Process {
             known_versions: BTreeMap::new(),
             drops: drops(w, term),
             dropped: None,
+            serves: w.runtime.cpu,
         };
         for name in MEMBERS {
-            p.sched.set_cluster(&cluster_info(name));
+            p.sched.set_cluster(&cluster_info(name, w.runtime.cpu));
         }
         let store = Rc::make_mut(&mut w.store);
         store.term = store.term.max(term);
@@ -184,7 +187,6 @@ impl Process {
                 until,
                 jobs: both.then(|| Rc::clone(&w.jobs)),
                 store: Rc::clone(&w.store),
-                cpu: w.runtime.cpu,
             });
             w.log(format!(
                 "its {} drop until {}s: it sees {} as it is now till then",
@@ -197,21 +199,8 @@ impl Process {
                 if both { "the hub" } else { "the QueuedJobs" }
             ));
         }
-        let jobs = match self
-            .dropped
-            .as_mut()
-            .and_then(|d| Some((d.jobs.as_mut()?, &mut d.cpu)))
-        {
-            Some((jobs, cpu)) => {
-                // Jobs that name the training runtime read as it says now.
-                if *cpu != w.runtime.cpu {
-                    *cpu = w.runtime.cpu;
-                    for j in Rc::make_mut(jobs).values_mut().filter(|j| j.trains) {
-                        j.read(w.runtime.cpu);
-                    }
-                }
-                Rc::clone(jobs)
-            }
+        let jobs = match self.dropped.as_ref().and_then(|d| d.jobs.as_ref()) {
+            Some(jobs) => Rc::clone(jobs),
             None => Rc::clone(&w.jobs),
         };
         (jobs, self.hub_store(w))
@@ -256,6 +245,13 @@ impl Process {
         }
         // The hub as its watches show it (the hub itself, unless they dropped).
         let (jobs, store) = self.hub(w);
+        // Its watches of the members' runtimes show each as it is (a member's is the hub's).
+        if self.serves != w.runtime.cpu {
+            self.serves = w.runtime.cpu;
+            for name in MEMBERS {
+                self.sched.set_cluster(&cluster_info(name, self.serves));
+            }
+        }
         for (name, m) in w.members.iter_mut() {
             self.sched.set_reachable(name, m.up());
             m.back_unseen &= !m.up();

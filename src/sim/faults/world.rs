@@ -10,14 +10,14 @@ use serde_json::{Value, json};
 use crate::quantity::ResourceList;
 
 use super::TREE_MAX;
-use crate::fleet::{ClusterInfo, NodeInfo};
+use crate::fleet::{ClusterInfo, NodeInfo, Serves};
 use crate::lifecycle::Defect;
 use crate::lifecycle::outbox::{self, NameHeld};
 use crate::lifecycle::patch;
 use crate::lifecycle::tidy::Name;
 use crate::lifecycle::wire::{QueuedJobStatus, from_status};
 use crate::lifecycle::{Copy, Member as Seen, Ms, Progress, Record, Spec, spec_of};
-use crate::workload::interpret;
+use crate::workload::{RuntimeKey, RuntimeNeed, interpret};
 
 /// A seeded generator (splitmix64): the same seed gives the same run.
 pub struct Rng(u64);
@@ -143,7 +143,16 @@ impl HubJob {
     /// Reads the manifest as the controller does (after every edit of it or of the training
     /// runtime, of `runtime` cpu per pod).
     pub fn read(&mut self, runtime: u32) {
-        let w = interpret(&self.manifest(runtime)).map_err(|e| e.to_string());
+        let trains = self.trains;
+        let w = interpret(&self.manifest(runtime))
+            .map(|mut w| {
+                // A TrainJob is built from the runtime it names: a member must serve the same.
+                if trains {
+                    w.runtime = Some(runtime_need(runtime));
+                }
+                w
+            })
+            .map_err(|e| e.to_string());
         self.spec = spec_of(w);
     }
 
@@ -661,8 +670,19 @@ pub fn tree((root_max, valid): (u64, bool)) -> serde_json::Value {
         "children": [leaf("team-a"), leaf("team-b")]}}})
 }
 
-/// A member of a run: two nodes of 4 cpu.
-pub fn cluster_info(name: &str) -> ClusterInfo {
+/// The ClusterTrainingRuntime the jobs that `trains` name, at `cpu` per pod: its key and the
+/// digest of its spec, as a TrainJob read against it needs it of a member.
+pub fn runtime_need(cpu: u32) -> RuntimeNeed {
+    RuntimeNeed {
+        key: RuntimeKey::cluster("torch-distributed"),
+        digest: format!("cpu-{cpu}"),
+    }
+}
+
+/// A member of a run: two nodes of 4 cpu, serving the training runtime at `runtime` cpu per
+/// pod (a member's runtime is the hub's: what its watch of the member's runtimes shows).
+pub fn cluster_info(name: &str, runtime: u32) -> ClusterInfo {
+    let need = runtime_need(runtime);
     let mut alloc = ResourceList::new();
     for (r, q) in [("cpu", "4"), ("memory", "64Gi"), ("pods", "110")] {
         if let Ok(q) = q.parse() {
@@ -681,6 +701,10 @@ pub fn cluster_info(name: &str) -> ClusterInfo {
                 ready: true,
             })
             .collect(),
+        serves: Serves {
+            runtimes: Some(BTreeMap::from([(need.key.to_string(), need.digest)])),
+            ..Serves::default()
+        },
         ..ClusterInfo::default()
     }
 }
