@@ -83,6 +83,9 @@ pub struct Metrics {
     quota_min: prometheus::GaugeVec,
     quota_max: prometheus::GaugeVec,
     quota_used: prometheus::GaugeVec,
+    quota_share: prometheus::GaugeVec,
+    quota_weight: prometheus::GaugeVec,
+    quota_fair_share: prometheus::GaugeVec,
     cluster_allocatable: prometheus::GaugeVec,
     cluster_free: prometheus::GaugeVec,
     cluster_largest_free: prometheus::GaugeVec,
@@ -171,6 +174,21 @@ impl Metrics {
                 "muster_quota_used",
                 "Amount of a resource charged to a quota tree node by admitted jobs of its subtree.",
                 &["node", "resource"],
+            ),
+            quota_share: gauge(
+                "muster_quota_share",
+                "Weighted dominant share of what a quota tree node borrows from its parent (fair sharing among siblings: the lowest goes first; 0 within its min).",
+                &["node"],
+            ),
+            quota_weight: gauge(
+                "muster_quota_weight",
+                "Weight of a quota tree node in fair sharing among its siblings (muster.dev/fair-sharing-weight, default 1).",
+                &["node"],
+            ),
+            quota_fair_share: gauge(
+                "muster_quota_fair_share",
+                "Fair share of a quota tree node among its active siblings (those borrowing or with jobs waiting): 1 over the sum of their weights; absent when not active.",
+                &["node"],
             ),
             cluster_allocatable: gauge(
                 "muster_cluster_allocatable",
@@ -344,6 +362,9 @@ impl Metrics {
             &self.quota_min,
             &self.quota_max,
             &self.quota_used,
+            &self.quota_share,
+            &self.quota_weight,
+            &self.quota_fair_share,
             &self.cluster_allocatable,
             &self.cluster_free,
             &self.cluster_largest_free,
@@ -374,6 +395,21 @@ impl Metrics {
                     self.quota_max.with_label_values(&l).set(base(max));
                 }
                 self.quota_used.with_label_values(&l).set(base(r.used));
+            }
+            if let Some((share, _)) = &n.share {
+                let node = [n.node.as_str()];
+                // A ratio for dashboards only; decisions compare the exact fraction.
+                self.quota_share
+                    .with_label_values(&node)
+                    .set(share.num as f64 / share.den.max(1) as f64);
+                self.quota_weight
+                    .with_label_values(&node)
+                    .set(base(n.weight_milli));
+            }
+            if let Some(f) = &n.fair_share {
+                self.quota_fair_share
+                    .with_label_values(&[n.node.as_str()])
+                    .set(f.num as f64 / f.den.max(1) as f64);
             }
         }
         for c in &clusters {

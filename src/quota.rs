@@ -11,6 +11,9 @@ use serde_json::Value;
 use crate::quantity::{Quantity, ResourceList};
 use crate::resources::{Demand, Res, ResourceTable, at, set};
 
+mod share;
+pub use share::{Dominant, MAX_WEIGHT, Share, WEIGHT_ATTRIBUTE};
+
 /// Attribute on a leaf choosing its queueing strategy (`StrictFIFO` or `BestEffortFIFO`).
 pub const STRATEGY_ATTRIBUTE: &str = "muster.dev/queueing-strategy";
 /// Attribute on a leaf choosing whether a waiting job may preempt admitted jobs of lower
@@ -64,6 +67,8 @@ pub struct QuotaNode {
     pub max: ResourceList,
     pub namespaces: Vec<String>,
     pub attributes: BTreeMap<String, String>,
+    /// Its weight in fair sharing among its siblings ([`WEIGHT_ATTRIBUTE`]; 1 unless set).
+    pub weight: Quantity,
 }
 
 /// A validated tree. Node 0 is the root.
@@ -272,6 +277,21 @@ fn read_node(
             format!("{s:?} is not LowerPriority or Never"),
         ));
     }
+    let mut weight = Quantity::from_milli(1000);
+    if let Some(s) = attributes.get(WEIGHT_ATTRIBUTE) {
+        let wf = format!("{field}.attributes[{WEIGHT_ATTRIBUTE}]");
+        match Quantity::parse(s) {
+            Err(_) => problems.push(err(wf, format!("{s:?} is not a quantity"))),
+            Ok(q) if q.milli() <= 0 => {
+                problems.push(err(wf, format!("{s:?} must be above 0")));
+            }
+            Ok(q) if q.milli() > MAX_WEIGHT * 1000 => problems.push(err(
+                wf,
+                format!("{s:?} is above the largest weight, {MAX_WEIGHT}"),
+            )),
+            Ok(q) => weight = q,
+        }
+    }
     let idx = nodes.len();
     nodes.push(QuotaNode {
         name,
@@ -284,6 +304,7 @@ fn read_node(
         max,
         namespaces,
         attributes,
+        weight,
     });
     match v.get("children") {
         None | Some(Value::Null) => {}
@@ -404,6 +425,8 @@ pub struct QuotaState {
     /// `None` = not limited.
     pub max: Vec<Vec<Option<i128>>>,
     pub used: Vec<Vec<i128>>,
+    /// What each node lends its children of each resource ([`QuotaState::lendable`]).
+    lend: Vec<Vec<i128>>,
 }
 
 impl QuotaState {
@@ -426,12 +449,21 @@ impl QuotaState {
             })
             .collect();
         let used = vec![Vec::new(); tree.nodes.len()];
-        QuotaState {
+        let mut q = QuotaState {
             tree,
             min,
             max,
             used,
-        }
+            lend: Vec::new(),
+        };
+        q.lend = (0..q.tree.nodes.len())
+            .map(|p| {
+                (0..table.len())
+                    .map(|r| q.lending(p, Res(u16::try_from(r).unwrap_or(u16::MAX))))
+                    .collect()
+            })
+            .collect();
+        q
     }
 
     pub fn max_of(&self, node: usize, r: Res) -> Option<i128> {

@@ -42,6 +42,8 @@ struct Seen {
     within_queue: u64,
     waits_at_end: u64,
     changes: u64,
+    /// Admissions the fair order made out of queue order (A7).
+    fair_admits: u64,
 }
 
 /// A scheduled change as the follower applies it: at, new tree, added or replaced member,
@@ -507,6 +509,7 @@ fn run(g: &GScenario, seen: &mut Seen) -> Option<String> {
     seen.reclaims += f.seen.reclaims;
     seen.within_queue += f.seen.within_queue;
     seen.changes += f.seen.changes;
+    seen.fair_admits += f.reference.fair_admits;
     seen.waits_at_end += f
         .reference
         .jobs
@@ -542,7 +545,15 @@ fn the_scheduler_decides_as_the_reference_on_random_scenarios() {
     let base = env_u64("MUSTER_DIFF_SEED", 1);
     let trace = std::env::var("MUSTER_DIFF_TRACE").is_ok();
     let mut seen = Seen::default();
-    for seed in base..base + cases {
+    // Seeds beyond the default range that once caught a defect, run every time too (not in a
+    // one-seed replay): 2811 lost a head of the fair order's round (a reclaim marked an inner
+    // node as a leaf to refresh), found at 8,000 cases.
+    const KEPT: &[u64] = &[2811];
+    let kept = KEPT
+        .iter()
+        .copied()
+        .filter(|s| cases > 1 && !(base..base + cases).contains(s));
+    for seed in (base..base + cases).chain(kept) {
         let g = scenarios::generate(seed);
         if trace {
             eprintln!("differential: seed {seed}");
@@ -575,11 +586,17 @@ fn the_scheduler_decides_as_the_reference_on_random_scenarios() {
     // The generator must keep exercising what the reference is there for.
     if cases >= 200 {
         assert!(seen.admits > cases, "{seen:?}");
-        assert!(seen.reclaims > cases / 50, "too few reclaims: {seen:?}");
+        // 41 reclaims in the 2,000 default cases before fair sharing, 40 with it (borrowers
+        // visited by share take less that a guaranteed job must then reclaim).
+        assert!(seen.reclaims >= cases / 50, "too few reclaims: {seen:?}");
         assert!(
             seen.within_queue > 0,
             "no preemption within a queue: {seen:?}"
         );
         assert!(seen.waits_at_end > 0, "no job ever waited: {seen:?}");
+        assert!(
+            seen.fair_admits > cases / 50,
+            "too few admissions out of queue order by fair sharing: {seen:?}"
+        );
     }
 }

@@ -155,7 +155,8 @@ fn checker_catches_a_deleted_jobs_charge_kept_only_in_memory() {
     // its record (kept by muster's finalizer) says that copy may run. A controller that starts
     // meanwhile and does not charge the job again from the record lets the QueuedJob go: the
     // copy runs with nothing durable naming it, and its capacity goes to others.
-    let (seed, v) = caught(Defect::ChargeInMemory, Partition::Replace, 42..43).expect("not caught");
+    let (seed, v) =
+        caught(Defect::ChargeInMemory, Partition::Replace, 374..375).expect("not caught");
     assert!(v.starts_with("invariant 7"), "seed {seed}: {v}");
 }
 
@@ -183,7 +184,7 @@ fn checker_catches_a_lease_handed_over_while_writes_are_out() {
     // The hub has no fence: a record the replaced leader sent lands after the next leader
     // wrote its own, so the hub's record is no longer the one in force. A
     // replica hands its lease over only once every write sent under it is answered or given up.
-    let (seed, v) = caught(Defect::ReleaseEarly, Partition::Replace, 570..571).expect("not caught");
+    let (seed, v) = caught(Defect::ReleaseEarly, Partition::Replace, 417..418).expect("not caught");
     assert!(v.starts_with("invariant 6"), "seed {seed}: {v}");
 }
 
@@ -192,23 +193,25 @@ fn checker_catches_a_job_made_again_that_takes_an_earlier_ones_name() {
     // A hub job deleted while its copy runs, and made again under its name at once: taken in
     // while muster keeps the earlier job's QueuedJob, the new job takes it over and the
     // earlier job's record is gone while its copy still runs, named by nothing durable. It
-    // waits for the name instead (`tidy::intake`).
+    // waits for the name instead (`tidy::intake`). Seed 163 (160 before the simulated members
+    // served the training runtime with a digest).
     let (seed, v) =
-        caught(Defect::NameTakenOver, Partition::Replace, 160..161).expect("not caught");
+        caught(Defect::NameTakenOver, Partition::Replace, 163..164).expect("not caught");
     assert!(v.starts_with("invariant 7"), "seed {seed}: {v}");
     holds_without_the_defect(seed);
 }
 
 #[test]
 fn a_job_made_again_right_after_a_restart_waits_for_the_earlier_record() {
-    // Seed 3809 (1522 before the simulation edited training runtimes): a running job's hub
+    // Seed 20 (3809 before the fair order, 1522 before the simulation edited training
+    // runtimes): a running job's hub
     // job is deleted with `--cascade=orphan` (its QueuedJob stays, not Terminating) and made
     // again under its name; the controller restarts. The new
     // process takes the new job in before `tidy` has charged the earlier one again from its
     // record, so `Book::keeps` alone said "not kept": the new job took the QueuedJob over while
     // the earlier copy ran (invariant 7). The intake now asks whether the book would keep it.
     let o = run(&Options {
-        seed: 3809,
+        seed: 20,
         partition: Partition::Replace,
         ..Options::default()
     });
@@ -216,7 +219,7 @@ fn a_job_made_again_right_after_a_restart_waits_for_the_earlier_record() {
     assert!(
         o.trace
             .iter()
-            .any(|l| l.contains("j13n waits for the QueuedJob of j13")),
+            .any(|l| l.contains("j9n waits for the QueuedJob of j9")),
         "the seed no longer makes a job wait for an earlier one's name: find another"
     );
 }
@@ -227,7 +230,7 @@ fn checker_catches_a_patch_made_from_belief_alone() {
     // from the status last known to have landed, leaves the keys the lost one set (a member,
     // an old copy) on the hub, and the record a new leader reads is not the one written.
     let (seed, v) =
-        caught(Defect::PatchFromBelief, Partition::Replace, 30..31).expect("not caught");
+        caught(Defect::PatchFromBelief, Partition::Replace, 103..104).expect("not caught");
     assert!(v.starts_with("invariant 6"), "seed {seed}: {v}");
 }
 
@@ -237,7 +240,7 @@ fn checker_catches_a_status_taken_over_with_the_earlier_jobs_keys() {
     // `--cascade=orphan`): the create takes that QueuedJob over; its status patch, planned
     // from nothing, leaves the earlier job's keys in the new job's record.
     let (seed, v) =
-        caught(Defect::StatusTakenOver, Partition::Replace, 228..229).expect("not caught");
+        caught(Defect::StatusTakenOver, Partition::Replace, 426..427).expect("not caught");
     assert!(v.starts_with("invariant 6"), "seed {seed}: {v}");
 }
 
@@ -296,15 +299,15 @@ fn a_copy_is_created_only_for_the_admission_the_hub_holds() {
 }
 
 #[test]
-fn a_job_made_again_while_the_hub_watches_are_down_is_taken_in_once_they_relist() {
-    // Seed 161: the replica's watches of the hub's jobs and QueuedJobs drop at 223 s and
-    // relist at 226 s; meanwhile job j13 is deleted (its QueuedJob left behind by
-    // `--cascade=orphan`) and made again under its name as j13n. The replica sees neither until
-    // the relist, then follows j13n. Its first create meets j13's QueuedJob and takes nothing
+fn a_job_made_again_under_a_kept_name_takes_its_queued_job_over_only_when_let() {
+    // Seed 202: job j13 is deleted with `--cascade=orphan` (its QueuedJob left behind) and made
+    // again under its name as j13n. Its first create meets j13's QueuedJob and takes nothing
     // over until the core has said that record keeps nothing (`tidy::takes_over`, asked where
-    // the write lands); the next write takes it. Every invariant holds throughout.
+    // the write lands); the next write takes it. Every invariant holds throughout. (Seed 161
+    // showed the same with the hub watches down between the delete and the relist; the fair
+    // order changed that run, and no seed in 0..8,000 shows the story with a drop now.)
     let o = run(&Options {
-        seed: 161,
+        seed: 202,
         partition: Partition::Replace,
         ..Options::default()
     });
@@ -315,14 +318,11 @@ fn a_job_made_again_while_the_hub_watches_are_down_is_taken_in_once_they_relist(
             .position(|l| l.contains(what))
             .unwrap_or_else(|| panic!("no {what:?} in the trace:\n{}", o.trace.join("\n")))
     };
-    let dropped = at("its hub watches drop until 226s");
     let deleted = at("hub job j13 deleted");
-    let relisted = at("its hub watches relist");
     let tracked = at("track j13n");
-    assert!(dropped < deleted && deleted < relisted && relisted < tracked);
     let met = at("write j13n: QueuedJob team-b/job-13 holds j13's record; nothing taken over");
     let taken = at("write j13n: QueuedJob team-b/job-13 taken over");
-    assert!(tracked < met && met < taken);
+    assert!(deleted < tracked && tracked < met && met < taken);
 }
 
 #[test]

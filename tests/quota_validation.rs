@@ -3,6 +3,7 @@
 
 use muster::quota::{
     PREEMPTION_ATTRIBUTE, Problem, QuotaTree, STRATEGY_ATTRIBUTE, Severity, Strategy,
+    WEIGHT_ATTRIBUTE,
 };
 use serde_json::{Value, json};
 
@@ -501,4 +502,35 @@ fn within_queue_preemption_attribute_is_checked_and_read_per_leaf() {
     assert!(t.preempts_lower_priority(leaf("l")));
     assert!(!t.preempts_lower_priority(leaf("n")));
     assert!(!t.preempts_lower_priority(leaf("p")));
+}
+
+#[test]
+fn a_fair_sharing_weight_must_be_a_quantity_above_zero_and_not_too_large() {
+    let with = |w: &str| {
+        tree(json!({"name": "root", "max": {"cpu": "8"}, "children": [
+            {"name": "a", "namespaces": ["a"], "attributes": {WEIGHT_ATTRIBUTE: w}},
+            {"name": "b", "namespaces": ["b"]}]}))
+    };
+    let field = format!("spec.root.children[0].attributes[{WEIGHT_ATTRIBUTE}]");
+    for (w, says) in [
+        ("two", "is not a quantity"),
+        ("0", "must be above 0"),
+        ("-1", "must be above 0"),
+        ("2000000", "is above the largest weight, 1000000"),
+    ] {
+        let p = problems(&with(w));
+        let e = at(&p, &field);
+        assert_eq!(e.severity, Severity::Error);
+        assert!(e.message.contains(says), "{w}: {}", e.message);
+    }
+    for (w, milli) in [
+        ("2", 2000),
+        ("500m", 500),
+        ("1.5", 1500),
+        ("1000000", 1_000_000_000),
+    ] {
+        let t = QuotaTree::parse(&with(w)).expect("valid");
+        assert_eq!(t.nodes[1].weight.milli(), milli, "{w}");
+        assert_eq!(t.nodes[2].weight.milli(), 1000, "the default is 1");
+    }
 }

@@ -1,8 +1,7 @@
 //! The admission cycle itself: woken queues' heads in order (guaranteed jobs before borrowers),
 //! each admitted on a member, admitted by reclaiming quota from borrowers, or told why it waits.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::BTreeSet;
 
 use super::*;
 
@@ -43,7 +42,7 @@ impl Scheduler {
         self.cycle_no += 1;
         let mut moved = false;
         let mut reclaimed = false;
-        let mut heap: BinaryHeap<Reverse<(JobOrder, ClassId)>> = BinaryHeap::new();
+        let mut round = self.fair_round();
         let dirty = std::mem::take(&mut self.dirty);
         // Queues (by leaf) whose best waiting job (of any class, woken or not) would borrow at
         // the start of the pass: in the first round none of their jobs goes, so that no job of
@@ -52,21 +51,24 @@ impl Scheduler {
         for c in dirty {
             self.classes[c].dirty = false;
             if let Some((o, _)) = self.classes[c].jobs.iter().next() {
-                heap.push(Reverse((*o, c)));
+                self.fair_push(&mut round, *o, c);
             }
         }
-        let mut borrowing: Vec<Reverse<(JobOrder, ClassId)>> = Vec::new();
+        let mut borrowing: Vec<(JobOrder, ClassId)> = Vec::new();
         for guaranteed_only in [true, false] {
             if !guaranteed_only {
-                heap.extend(borrowing.drain(..));
+                for (o, c) in borrowing.drain(..) {
+                    self.fair_push(&mut round, o, c);
+                }
             }
-            while let Some(Reverse((o, c))) = heap.pop() {
+            // A7: the heads in fair order (`fair`), each queue in its own order.
+            while let Some((o, c)) = self.fair_pop(&mut round) {
                 // Once a reclaim (in either round) freed capacity or quota, the borrowers left
                 // wait for the next pass: its guaranteed jobs go first, and would otherwise
                 // reclaim at once what these took.
                 if !guaranteed_only && reclaimed {
                     self.mark_dirty(c);
-                    for Reverse((_, c)) in heap.drain() {
+                    for (_, c) in round.drain() {
                         self.mark_dirty(c);
                     }
                     break;
@@ -80,7 +82,7 @@ impl Scheduler {
                     && let Some(leaf) = self.queues.leaf(self.jobs[job].queue)
                     && (deferred.contains(&leaf) || !self.borrows_nothing(job, leaf))
                 {
-                    borrowing.push(Reverse((o, c)));
+                    borrowing.push((o, c));
                     continue;
                 }
                 if self.certain_to_wait(c, job) {
@@ -92,8 +94,15 @@ impl Scheduler {
                     Ok(by_reclaim) => {
                         moved = true;
                         reclaimed |= by_reclaim;
+                        // Victims' leaves use less now: every share is recomputed.
+                        if by_reclaim {
+                            self.rebuild(&mut round);
+                        } else {
+                            self.fair_admitted(&mut round, job);
+                        }
                         if let Some((o, _)) = self.classes[c].jobs.iter().next() {
-                            heap.push(Reverse((*o, c)));
+                            let o = *o;
+                            self.fair_push(&mut round, o, c);
                         }
                     }
                     Err(block) => {

@@ -55,6 +55,10 @@ pub struct Pending {
     /// Leaf first, then up to the root; per node, the job's resources by name. `None` without
     /// a quota tree (nothing is limited).
     pub quota: Option<Vec<QuotaRow>>,
+    /// Fair sharing on its path below the root, leaf first: each node's weight and share now
+    /// (A7). `None` without a quota tree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fair: Option<Vec<super::fair::FairRow>>,
     /// Every member cluster, in name order, as it is now.
     pub clusters: Vec<ClusterFit>,
 }
@@ -257,6 +261,7 @@ impl Scheduler {
             strategy,
             blocked_by,
             quota: self.quota_rows(job),
+            fair: self.fair_rows(job),
             clusters: self.cluster_fits(shape, false),
         }
     }
@@ -833,6 +838,9 @@ impl fmt::Display for Explanation {
                 }
                 if let Some(rows) = &p.quota {
                     write_quota(f, rows)?;
+                }
+                if let Some(rows) = &p.fair {
+                    super::fair::write_fair(f, rows)?;
                 }
                 writeln!(
                     f,

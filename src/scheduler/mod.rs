@@ -20,6 +20,7 @@ use crate::workload::{ClusterRestriction, Workload};
 
 mod cycle;
 pub mod explain;
+mod fair;
 mod fit;
 mod intake;
 mod reclaim;

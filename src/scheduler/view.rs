@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use super::{JobState, Scheduler};
 use crate::fleet::{NO_POD_LIMIT, is_condition_taint};
-use crate::resources::{MAX_JOBS, PODS, Res, at};
+use crate::resources::{Demand, MAX_JOBS, PODS, Res, at};
 
 /// Jobs waiting in one queue at one priority.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +48,13 @@ pub struct QuotaUsage {
     pub leaf: bool,
     /// Sorted by resource name.
     pub resources: Vec<QuotaAmount>,
+    /// Its weight in fair sharing, in milli (1000: weight 1).
+    pub weight_milli: i128,
+    /// Its weighted dominant share of what it borrows from its parent now (fair sharing, A7),
+    /// and the resource it comes from; `None` for the root.
+    pub share: Option<(crate::quota::Share, Option<String>)>,
+    /// Its fair share among its active siblings (`None`: the root, or not active).
+    pub fair_share: Option<crate::quota::Share>,
 }
 
 /// One resource of one member cluster, in milli-units.
@@ -143,6 +150,7 @@ impl Scheduler {
             .collect();
         asked.sort_unstable();
         asked.dedup();
+        let fair = self.fair_shares();
         q.tree
             .nodes
             .iter()
@@ -169,10 +177,17 @@ impl Scheduler {
                         add(self.table.name(r), Some(r));
                     }
                 }
+                let share = n.parent.map(|_| {
+                    let (s, d) = q.share(i, &Demand::default());
+                    (s, d.map(|d| self.table.name(d.res).to_string()))
+                });
                 QuotaUsage {
                     node: n.path.clone(),
                     leaf: n.children.is_empty(),
                     resources: res.into_values().collect(),
+                    weight_milli: q.weight_milli(i),
+                    share,
+                    fair_share: fair.get(i).copied().flatten(),
                 }
             })
             .collect()

@@ -131,6 +131,8 @@ pub struct Reference {
     table: ResourceTable,
     /// Every reclaim of the last cycle, for the property checks.
     pub reclaims: Vec<Reclaim>,
+    /// Admissions the fair order (A7) made before a head that queue order puts first.
+    pub fair_admits: u64,
 }
 
 /// The core's node plan for an admission, when it made the same one: pods per node per
@@ -148,6 +150,7 @@ impl Reference {
             held: Vec::new(),
             table: ResourceTable::default(),
             reclaims: Vec::new(),
+            fair_admits: 0,
         }
     }
 
@@ -365,7 +368,7 @@ impl Reference {
             .map_or(0, |q| q.milli())
     }
 
-    fn max(&self, n: usize, r: &str) -> Option<i128> {
+    pub(super) fn max(&self, n: usize, r: &str) -> Option<i128> {
         self.tree
             .as_ref()
             .and_then(|t| t.nodes[n].max.0.get(r))
@@ -732,3 +735,5 @@ fn place(
 
 #[path = "reference_cycle.rs"]
 mod cycle;
+#[path = "reference_fair.rs"]
+mod fair;

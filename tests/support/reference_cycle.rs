@@ -4,7 +4,7 @@
 //! admission cycle", "Reclaim"): each is applied where it is cited.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     Amounts, Decided, MAX_JOBS, PODS, Plans, Reclaim, Reference, State, add, get, path_up,
@@ -104,17 +104,18 @@ impl Reference {
             .filter(|(_, j)| !self.borrows_nothing(**j, &self.lower_gone(**j)))
             .map(|(l, _)| *l)
             .collect();
-        let mut heap: BinaryHeap<Reverse<(Order, Class)>> = heads
-            .into_iter()
-            .map(|(c, j)| Reverse((self.order(j), c)))
-            .collect();
+        let mut left: BTreeSet<(Order, Class)> =
+            heads.into_iter().map(|(c, j)| (self.order(j), c)).collect();
         let (mut moved, mut reclaimed) = (false, false);
         let mut borrowing = Vec::new();
         for first in [true, false] {
             if !first {
-                heap.extend(borrowing.drain(..));
+                left.extend(borrowing.drain(..));
             }
-            while let Some(Reverse((o, c))) = heap.pop() {
+            // A7: in fair order.
+            while let Some((o, c)) = self.next_fair(&left) {
+                let out_of_order = left.first().is_some_and(|f| f.0 < o);
+                left.remove(&(o, c.clone()));
                 if !first && reclaimed {
                     break;
                 }
@@ -124,14 +125,15 @@ impl Reference {
                     && (deferred.contains(&leaf)
                         || !self.borrows_nothing(job, &self.lower_gone(job)))
                 {
-                    borrowing.push(Reverse((o, c)));
+                    borrowing.push((o, c));
                     continue;
                 }
                 if let Some(by_reclaim) = self.try_admit(job, out, plans)? {
                     moved = true;
+                    self.fair_admits += u64::from(out_of_order);
                     reclaimed |= by_reclaim;
                     if let Some(h) = self.head(&c) {
-                        heap.push(Reverse((self.order(h), c)));
+                        left.insert((self.order(h), c));
                     }
                 }
             }

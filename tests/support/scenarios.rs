@@ -289,13 +289,33 @@ fn job(rng: &mut Rng, i: usize, namespaces: &[String], clusters: &[GCluster]) ->
     }
 }
 
+/// Gives two in five nodes below the root a fair-sharing weight.
+fn weigh(node: &mut Value, rng: &mut Rng, root: bool) {
+    if !root && rng.chance(40) {
+        let w = rng.pick(&["1", "2", "3", "500m", "1500m"]);
+        if !node["attributes"].is_object() {
+            node["attributes"] = json!({});
+        }
+        node["attributes"]["muster.dev/fair-sharing-weight"] = json!(w);
+    }
+    if let Some(children) = node.get_mut("children").and_then(Value::as_array_mut) {
+        for c in children {
+            weigh(c, rng, false);
+        }
+    }
+}
+
 /// The scenario of `seed`.
 pub fn generate(seed: u64) -> GScenario {
     let mut rng = Rng::new(seed);
     let clusters: Vec<GCluster> = (0..rng.range(1, 3))
         .map(|i| cluster(&mut rng, format!("m{i}")))
         .collect();
-    let (tree, namespaces) = tree(&mut rng);
+    let (mut tree, namespaces) = tree(&mut rng);
+    // Fair-sharing weights come from a stream of their own: the rest of a seed's scenario is
+    // what it was before weights existed.
+    let mut weights = Rng::new(seed ^ 0xFA1);
+    weigh(&mut tree, &mut weights, true);
     let jobs: Vec<GJob> = (0..rng.range(4, 14) as usize)
         .map(|i| job(&mut rng, i, &namespaces, &clusters))
         .collect();
@@ -308,6 +328,7 @@ pub fn generate(seed: u64) -> GScenario {
                 let mut r2 = Rng::new(rng.next());
                 let (mut t, ns) = self::tree(&mut r2);
                 rename_namespaces(&mut t, &ns, &namespaces);
+                weigh(&mut t, &mut weights, true);
                 GChangeKind::Tree(t)
             }
             1 => {

@@ -1,0 +1,290 @@
+//! Fair sharing between siblings: the order in which a pass visits the woken queues' heads
+//! (rule A7 of docs/concepts.md). At every node of the quota tree, the child subtree with the
+//! lowest weighted dominant share of what it borrows now ([`crate::quota::Share`]) goes first;
+//! ties go to its best head's queue order (priority, then submission). Inside one queue the
+//! order is the queue's own. Without a tree, or for heads outside it, queue order.
+//!
+//! The share is the one a subtree has now, not the one it would have with its head admitted
+//! (Armada's DRF, where Kueue counts the head): a subtree's place then depends on its usage
+//! alone, never on which of its heads a pass visits, so a head that is not woken (it would
+//! wait as before) changes nobody's order.
+//!
+//! A tournament, not a sort: comparing two heads at the node where their paths meet is not
+//! transitive (cousins with different dominant resources). Each inner node keeps its
+//! children's keys; a visit changes the usage and the heads of one leaf only, so only that
+//! leaf's path is recomputed ([`Round::refresh`]). A reclaim changes other leaves' usage: the
+//! round is then built again ([`Round::rebuild`]).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::Serialize;
+
+use super::{ClassId, Scheduler};
+use crate::queue::JobOrder;
+use crate::quota::Share;
+use crate::resources::Demand;
+
+type Key = (Share, JobOrder, ClassId);
+
+/// The heads a pass has still to visit, in fair order. Indexed by tree node; keys are brought
+/// up to date lazily: a push only marks its leaf, and the next pop refreshes the marked paths.
+#[derive(Default)]
+pub(super) struct Round {
+    /// Heads outside any tree leaf (no tree), in queue order.
+    loose: BTreeSet<(JobOrder, ClassId)>,
+    /// Per node (a leaf), its heads in queue order.
+    leaves: Vec<BTreeSet<(JobOrder, ClassId)>>,
+    /// Per inner node, the key of each child that has a head below it, with the child.
+    kids: Vec<BTreeSet<(Key, usize)>>,
+    /// The key each node has in its parent's set.
+    key: Vec<Option<Key>>,
+    /// Leaves whose path must be refreshed before the next pop, each once.
+    stale: Vec<usize>,
+    marked: Vec<bool>,
+}
+
+impl Round {
+    /// Every head left, in no particular order; the round is empty after.
+    pub(super) fn drain(&mut self) -> Vec<(JobOrder, ClassId)> {
+        let mut all: Vec<(JobOrder, ClassId)> =
+            std::mem::take(&mut self.loose).into_iter().collect();
+        for s in &mut self.leaves {
+            all.extend(std::mem::take(s));
+        }
+        for k in &mut self.kids {
+            k.clear();
+        }
+        self.key.iter_mut().for_each(|k| *k = None);
+        self.stale.clear();
+        self.marked.iter_mut().for_each(|m| *m = false);
+        all
+    }
+
+    fn mark(&mut self, leaf: usize) {
+        if !self.marked[leaf] {
+            self.marked[leaf] = true;
+            self.stale.push(leaf);
+        }
+    }
+}
+
+/// One node of a job's path in fair sharing, for `explain`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FairRow {
+    /// `root/team-a`.
+    pub node: String,
+    /// `1`, `500m`.
+    pub weight: String,
+    /// Its weighted dominant share now: `3/8 (0.375)`, `0`.
+    pub share: String,
+    /// Its fair share among its active siblings ([`Scheduler::fair_shares`]): `1/2 (0.500)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fair_share: Option<String>,
+    /// What the share comes from: `nvidia.com/gpu 6 above min of 16 lent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dominant: Option<String>,
+}
+
+/// The fair-sharing lines of a pending job's explanation.
+pub fn write_fair(f: &mut fmt::Formatter<'_>, rows: &[FairRow]) -> fmt::Result {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        f,
+        "Fair sharing (among siblings, the lowest weighted share of what it borrows goes first):"
+    )?;
+    let wn = rows.iter().map(|r| r.node.len()).max().unwrap_or(0);
+    for r in rows {
+        write!(
+            f,
+            "  {:<wn$}  weight {}  share {}",
+            r.node, r.weight, r.share
+        )?;
+        match &r.dominant {
+            Some(d) => writeln!(f, ": {d}")?,
+            None => writeln!(f, ": borrows nothing")?,
+        }
+    }
+    Ok(())
+}
+
+impl Scheduler {
+    /// Per tree node, its fair share: the share each active child of its parent would have if
+    /// the active children borrowed all the parent lends in proportion to their weights, that
+    /// is 1 over the sum of their weights. Active: it borrows now, or a job waits below it.
+    /// `None` for the root and for a node that is not active. A share above the fair share
+    /// means the node takes more than its part while a sibling waits.
+    pub(super) fn fair_shares(&self) -> Vec<Option<Share>> {
+        let Some(q) = &self.quota else {
+            return Vec::new();
+        };
+        let nodes = &q.tree.nodes;
+        let mut active = vec![false; nodes.len()];
+        let mark = |mut n: usize, active: &mut Vec<bool>| {
+            while !active[n] {
+                active[n] = true;
+                match nodes[n].parent {
+                    Some(p) => n = p,
+                    None => break,
+                }
+            }
+        };
+        for c in &self.classes {
+            if let Some(&(_, j)) = c.jobs.iter().next()
+                && let Some(leaf) = self.queues.leaf(self.jobs[j].queue)
+            {
+                mark(leaf, &mut active);
+            }
+        }
+        for n in 0..nodes.len() {
+            if !q.share(n, &Demand::default()).0.is_zero() {
+                mark(n, &mut active);
+            }
+        }
+        let mut weights = vec![0i128; nodes.len()];
+        for (n, node) in nodes.iter().enumerate() {
+            if let (true, Some(p)) = (active[n], node.parent) {
+                weights[p] += q.weight_milli(n);
+            }
+        }
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(n, node)| {
+                let p = node.parent?;
+                let w = u128::try_from(weights[p]).ok().filter(|w| *w > 0)?;
+                active[n].then_some(Share { num: 1000, den: w })
+            })
+            .collect()
+    }
+
+    /// Fair sharing on the path of `job`'s queue below the root, leaf first.
+    pub(super) fn fair_rows(&self, job: super::JobId) -> Option<Vec<FairRow>> {
+        let q = self.quota.as_ref()?;
+        let leaf = self.queues.leaf(self.jobs[job].queue)?;
+        let fair = self.fair_shares();
+        Some(
+            q.tree
+                .path_up(leaf)
+                .into_iter()
+                .filter(|&n| q.tree.nodes[n].parent.is_some())
+                .map(|n| {
+                    let (share, d) = q.share(n, &Demand::default());
+                    FairRow {
+                        node: q.tree.nodes[n].path.clone(),
+                        weight: q.tree.nodes[n].weight.to_string(),
+                        share: share.to_string(),
+                        fair_share: fair.get(n).copied().flatten().map(|f| f.to_string()),
+                        dominant: d.map(|d| q.describe_dominant(&d, &self.table)),
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// The leaf a class's queue sits on, when there is a tree.
+    fn class_leaf(&self, c: ClassId) -> Option<usize> {
+        self.quota.as_ref()?;
+        let &(_, job) = self.classes[c].jobs.iter().next()?;
+        self.queues.leaf(self.jobs[job].queue)
+    }
+
+    /// An empty round for the tree in force.
+    pub(super) fn fair_round(&self) -> Round {
+        let n = self.quota.as_ref().map_or(0, |q| q.tree.nodes.len());
+        Round {
+            leaves: vec![BTreeSet::new(); n],
+            kids: vec![BTreeSet::new(); n],
+            key: vec![None; n],
+            marked: vec![false; n],
+            ..Round::default()
+        }
+    }
+
+    /// Adds a class head to the round.
+    pub(super) fn fair_push(&self, round: &mut Round, o: JobOrder, c: ClassId) {
+        match self.class_leaf(c).filter(|l| *l < round.leaves.len()) {
+            Some(leaf) => {
+                round.leaves[leaf].insert((o, c));
+                round.mark(leaf);
+            }
+            None => {
+                round.loose.insert((o, c));
+            }
+        }
+    }
+
+    /// The next head to visit, taken out of the round.
+    pub(super) fn fair_pop(&self, round: &mut Round) -> Option<(JobOrder, ClassId)> {
+        while let Some(leaf) = round.stale.pop() {
+            round.marked[leaf] = false;
+            self.refresh(round, leaf);
+        }
+        let tree = round
+            .kids
+            .first()
+            .and_then(|k| k.first())
+            .map(|((_, o, c), _)| (*o, *c))
+            .or_else(|| round.leaves.first().and_then(|s| s.first().copied()));
+        let loose = round.loose.first().copied();
+        let pick = match (tree, loose) {
+            (Some(t), Some(l)) => t.min(l),
+            (t, l) => t.or(l)?,
+        };
+        if round.loose.remove(&pick) {
+            return Some(pick);
+        }
+        let leaf = self
+            .class_leaf(pick.1)
+            .filter(|l| round.leaves.get(*l).is_some_and(|s| s.contains(&pick)))
+            .or_else(|| round.leaves.iter().position(|s| s.contains(&pick)))?;
+        round.leaves[leaf].remove(&pick);
+        round.mark(leaf);
+        Some(pick)
+    }
+
+    /// After `job` was admitted: its leaf's path uses more now, so its keys are recomputed.
+    pub(super) fn fair_admitted(&self, round: &mut Round, job: super::JobId) {
+        if let Some(leaf) = self.queues.leaf(self.jobs[job].queue)
+            && leaf < round.leaves.len()
+        {
+            round.mark(leaf);
+        }
+    }
+
+    /// After a reclaim (usage changed off one path): every leaf's keys are recomputed.
+    pub(super) fn rebuild(&self, round: &mut Round) {
+        for leaf in 0..round.leaves.len() {
+            // Only the tree's leaves hold heads: an inner node is refreshed from its children
+            // on the way up (marked itself, it would be read as a leaf with no head).
+            if !round.leaves[leaf].is_empty() {
+                round.mark(leaf);
+            }
+        }
+    }
+
+    /// Recomputes the keys on the path from `leaf` to the root.
+    fn refresh(&self, round: &mut Round, leaf: usize) {
+        let Some(q) = &self.quota else { return };
+        let mut n = leaf;
+        while let Some(p) = q.tree.nodes[n].parent {
+            let head = if n == leaf {
+                round.leaves[n].first().copied()
+            } else {
+                round.kids[n].first().map(|((_, o, c), _)| (*o, *c))
+            };
+            let new = head.map(|(o, c)| (q.share(n, &Demand::default()).0, o, c));
+            let old = round.key[n].take();
+            if let Some(k) = old {
+                round.kids[p].remove(&(k, n));
+            }
+            if let Some(k) = new {
+                round.kids[p].insert((k, n));
+                round.key[n] = Some(k);
+            }
+            n = p;
+        }
+    }
+}
