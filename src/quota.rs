@@ -12,7 +12,7 @@ use crate::quantity::{Quantity, ResourceList};
 use crate::resources::{Demand, Res, ResourceTable, at, set};
 
 mod share;
-pub use share::{Dominant, MAX_WEIGHT, Share, WEIGHT_ATTRIBUTE};
+pub use share::{Dominant, FAIR_PREEMPTION_ATTRIBUTE, MAX_WEIGHT, Share, WEIGHT_ATTRIBUTE};
 
 /// Attribute on a leaf choosing its queueing strategy (`StrictFIFO` or `BestEffortFIFO`).
 pub const STRATEGY_ATTRIBUTE: &str = "muster.dev/queueing-strategy";
@@ -168,6 +168,15 @@ impl QuotaTree {
             .is_some_and(|s| s == "LowerPriority")
     }
 
+    /// Whether the subtrees below this node may preempt each other for fairness
+    /// ([`FAIR_PREEMPTION_ATTRIBUTE`] `LessThanOrEqualToFinalShare`).
+    pub fn preempts_for_fairness(&self, node: usize) -> bool {
+        self.nodes[node]
+            .attributes
+            .get(FAIR_PREEMPTION_ATTRIBUTE)
+            .is_some_and(|s| s == share::FINAL_SHARE)
+    }
+
     pub fn is_leaf(&self, node: usize) -> bool {
         self.nodes[node].children.is_empty()
     }
@@ -277,21 +286,7 @@ fn read_node(
             format!("{s:?} is not LowerPriority or Never"),
         ));
     }
-    let mut weight = Quantity::from_milli(1000);
-    if let Some(s) = attributes.get(WEIGHT_ATTRIBUTE) {
-        let wf = format!("{field}.attributes[{WEIGHT_ATTRIBUTE}]");
-        match Quantity::parse(s) {
-            Err(_) => problems.push(err(wf, format!("{s:?} is not a quantity"))),
-            Ok(q) if q.milli() <= 0 => {
-                problems.push(err(wf, format!("{s:?} must be above 0")));
-            }
-            Ok(q) if q.milli() > MAX_WEIGHT * 1000 => problems.push(err(
-                wf,
-                format!("{s:?} is above the largest weight, {MAX_WEIGHT}"),
-            )),
-            Ok(q) => weight = q,
-        }
-    }
+    let weight = share::read_fairness(&attributes, field, problems);
     let idx = nodes.len();
     nodes.push(QuotaNode {
         name,
@@ -351,6 +346,16 @@ fn validate(nodes: &[QuotaNode], problems: &mut Vec<Problem>) {
                     format!("{}: min {mn} is above max {mx}", n.path),
                 ));
             }
+        }
+        if n.children.is_empty() && n.attributes.contains_key(FAIR_PREEMPTION_ATTRIBUTE) {
+            problems.push(Problem {
+                severity: Severity::Warning,
+                field: format!("{}.attributes[{FAIR_PREEMPTION_ATTRIBUTE}]", n.field),
+                message: format!(
+                    "{}: has no effect on a leaf (it lets the subtrees below a node preempt each other)",
+                    n.path
+                ),
+            });
         }
         if !n.children.is_empty() {
             if !n.namespaces.is_empty() {

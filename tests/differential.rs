@@ -44,6 +44,8 @@ struct Seen {
     changes: u64,
     /// Admissions the fair order made out of queue order (A7).
     fair_admits: u64,
+    /// Jobs admitted by preemption for fairness (F1–F5).
+    fair_preemptions: u64,
 }
 
 /// A scheduled change as the follower applies it: at, new tree, added or replaced member,
@@ -76,8 +78,11 @@ struct Follower<'a> {
     last_now: Option<u64>,
     failure: Option<String>,
     seen: Seen,
-    /// (victim, preemptor) of every preemption so far.
+    /// (victim, preemptor) of every reclaim and preemption by priority since a job last ended
+    /// or the tree or a member last changed.
     preempted_by: BTreeSet<(usize, usize)>,
+    /// (victim, preemptor) of every preemption of the instant under way, fairness included.
+    preempted_now: BTreeSet<(usize, usize)>,
 }
 
 impl<'a> Follower<'a> {
@@ -131,6 +136,7 @@ impl<'a> Follower<'a> {
             last_now: None,
             failure: None,
             preempted_by: BTreeSet::new(),
+            preempted_now: BTreeSet::new(),
             seen: Seen::default(),
         }
     }
@@ -148,6 +154,8 @@ impl<'a> Follower<'a> {
                 && matches!(self.reference.jobs[id].state, State::Admitted { .. })
             {
                 self.reference.finish(id);
+                // Usage changed: a victim may now be within its min and reclaim its place.
+                self.preempted_by.clear();
             }
         }
         while let Some((at, quota, cluster, reachable)) = self.changes.get(self.next_change) {
@@ -156,6 +164,7 @@ impl<'a> Follower<'a> {
             }
             self.next_change += 1;
             self.seen.changes += 1;
+            self.preempted_by.clear();
             let r = &mut self.reference;
             if let Some(q) = quota {
                 let empty = q.is_null() || q.as_object().is_some_and(|m| m.is_empty());
@@ -197,6 +206,7 @@ impl<'a> Follower<'a> {
                 self.check_instant()?;
             }
             self.last_now = Some(now);
+            self.preempted_now.clear();
             self.events_until(now);
         }
         self.seen.cycles += 1;
@@ -267,14 +277,41 @@ impl<'a> Follower<'a> {
         self.check_cycle(&ours, &before)?;
         for d in &ours {
             if let Decided::Preempt { job, by } = d {
-                if self.preempted_by.contains(&(*by, *job)) {
+                // The cycle detector: no job takes the place of one that took its own,
+                // directly or round any number of others: within an instant (nothing changed
+                // but the decisions), whatever the preemptions; and among reclaims and
+                // preemptions by priority, since a job last ended or the tree or a member
+                // last changed (an end moves usage: a victim may then be within its min and
+                // reclaim its place; preemption for fairness follows the shares, which any
+                // admission moves, so it is held to the instant).
+                let fair = self
+                    .reference
+                    .reclaims
+                    .iter()
+                    .any(|c| c.fair && c.by == *by && c.victims.contains(job));
+                let cycle = self
+                    .took_place_of(&self.preempted_now, *job, *by)
+                    .or_else(|| {
+                        (!fair)
+                            .then(|| self.took_place_of(&self.preempted_by, *job, *by))
+                            .flatten()
+                    });
+                if let Some(path) = cycle {
                     let r = &self.reference;
+                    let names: Vec<String> =
+                        path.iter().map(|&j| r.jobs[j].label.clone()).collect();
                     return Err(format!(
-                        "property: {} preempted for {}, which it preempted before: a ping-pong",
-                        r.jobs[*job].label, r.jobs[*by].label
+                        "property: {} preempted for {}, which took the place of {} before: a preemption cycle ({})",
+                        r.jobs[*job].label,
+                        r.jobs[*by].label,
+                        r.jobs[*job].label,
+                        names.join(" took the place of ")
                     ));
                 }
-                self.preempted_by.insert((*job, *by));
+                self.preempted_now.insert((*job, *by));
+                if !fair {
+                    self.preempted_by.insert((*job, *by));
+                }
             }
         }
         for d in &ours {
@@ -298,6 +335,39 @@ impl<'a> Follower<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The chain of earlier preemptions among `edges` ((victim, preemptor) pairs), if any, by
+    /// which `victim` took the place of `by` (`victim` preempted a job that ... preempted
+    /// `by`): `[victim, ..., by]`.
+    fn took_place_of(
+        &self,
+        edges: &BTreeSet<(usize, usize)>,
+        victim: usize,
+        by: usize,
+    ) -> Option<Vec<usize>> {
+        let mut came_from: BTreeMap<usize, usize> = BTreeMap::new();
+        let mut todo = std::collections::VecDeque::from([victim]);
+        while let Some(j) = todo.pop_front() {
+            if j == by {
+                let mut path = vec![by];
+                let mut cur = by;
+                while let Some(&prev) = came_from.get(&cur) {
+                    path.push(prev);
+                    cur = prev;
+                }
+                path.reverse();
+                return Some(path);
+            }
+            // The jobs `j` preempted: (their id, j) pairs.
+            for &(v, _) in edges.iter().filter(|(_, p)| *p == j) {
+                if v != victim && !came_from.contains_key(&v) {
+                    came_from.insert(v, j);
+                    todo.push_back(v);
+                }
+            }
+        }
+        None
     }
 
     fn fmt(&self, ds: &[Decided], label: impl Fn(usize) -> String) -> String {
@@ -510,6 +580,7 @@ fn run(g: &GScenario, seen: &mut Seen) -> Option<String> {
     seen.within_queue += f.seen.within_queue;
     seen.changes += f.seen.changes;
     seen.fair_admits += f.reference.fair_admits;
+    seen.fair_preemptions += f.reference.fair_preemptions;
     seen.waits_at_end += f
         .reference
         .jobs
@@ -597,6 +668,10 @@ fn the_scheduler_decides_as_the_reference_on_random_scenarios() {
         assert!(
             seen.fair_admits > cases / 50,
             "too few admissions out of queue order by fair sharing: {seen:?}"
+        );
+        assert!(
+            seen.fair_preemptions >= cases / 200,
+            "too few preemptions for fairness: {seen:?}"
         );
     }
 }

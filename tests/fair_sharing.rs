@@ -1,6 +1,7 @@
-//! Fair sharing between siblings (rule A7 of docs/concepts.md, issue 30) in `muster sim`, the
-//! built binary as users run it: a flood from one team no longer starves its sibling, and under
-//! a steady overload borrowed capacity converges to the weights. Each test reads every job's
+//! Fair sharing between siblings (rules A7 and F1–F5 of docs/concepts.md, issue 30) in `muster
+//! sim`, the built binary as users run it: a flood from one team no longer starves its sibling,
+//! under a steady overload borrowed capacity converges to the weights, and where the tree allows
+//! preemption for fairness a late team takes its weighted part at once. Each test reads every job's
 //! dispatch and end from the JSON report and judges the whole run, instant by instant.
 
 use std::path::{Path, PathBuf};
@@ -49,13 +50,18 @@ quota:\n  apiVersion: scheduling.sigs.k8s.io/v1beta1\n  kind: ElasticQuotaTree\n
     }
     s.push_str("jobs:\n");
     for (team, n, at) in jobs {
-        for i in 0..*n {
-            s.push_str(&format!(
-                "- at: {at}s\n  runFor: {run_s}s\n  manifest:\n    apiVersion: batch/v1\n    kind: Job\n    metadata: {{name: {team}-{i}, namespace: {team}}}\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers:\n          - {{name: c, image: x, resources: {{limits: {{nvidia.com/gpu: 1}}}}}}\n"
-            ));
-        }
+        s.push_str(&jobs_yaml(team, *n, *at, run_s));
     }
     s
+}
+
+/// `n` one-GPU jobs of `team` submitted at `at` seconds, running `run_s` seconds each.
+fn jobs_yaml(team: &str, n: usize, at: u64, run_s: u64) -> String {
+    (0..n)
+        .map(|i| format!(
+            "- at: {at}s\n  runFor: {run_s}s\n  manifest:\n    apiVersion: batch/v1\n    kind: Job\n    metadata: {{name: {team}-{at}-{i}, namespace: {team}}}\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers:\n          - {{name: c, image: x, resources: {{limits: {{nvidia.com/gpu: 1}}}}}}\n"
+        ))
+        .collect()
 }
 
 /// Per job: (team, dispatched s, finished s).
@@ -162,5 +168,53 @@ fn equal_weights_split_evenly_and_a_weight_of_one_half_takes_a_third() {
                 "weights {weights:?} at {t}s: team-a {a}, team-b {b}, want about {want:?}"
             );
         }
+    }
+}
+
+/// team-a fills the 16 GPUs with jobs of an hour at 0s; team-b submits 16 jobs of 5 minutes at
+/// 60s. With `preempt`, the root allows preemption for fairness.
+fn late_sibling(weights: [Option<&str>; 2], preempt: bool) -> Vec<(String, u64, u64)> {
+    let mut text = scenario(weights, &[("team-a", 16, 0)], 3600);
+    text.push_str(&jobs_yaml("team-b", 16, 60, 300));
+    if preempt {
+        text = text.replace(
+            "      name: root\n",
+            "      name: root\n      attributes: {muster.dev/fair-sharing-preemption: LessThanOrEqualToFinalShare}\n",
+        );
+    }
+    let name = format!("late-{}-{preempt}", weights[1].unwrap_or("1"));
+    let r = report(&write(&name, &text));
+    let preemptions = r["summary"]["preemptions"].as_u64().expect("preemptions");
+    let runs = runs(&r);
+    // Each victim is taken once: no job taken back and forth (the team-a jobs preempted are
+    // exactly those that start again later).
+    let again = runs
+        .iter()
+        .filter(|(t, d, _)| t == "team-a" && *d > 0)
+        .count() as u64;
+    assert_eq!(
+        preemptions, again,
+        "preemptions against team-a jobs started again"
+    );
+    runs
+}
+
+#[test]
+fn preemption_for_fairness_gives_a_late_sibling_its_weighted_part_at_once() {
+    // Without preemption, team-b waits for team-a's hour.
+    let runs = late_sibling([None, None], false);
+    for t in (60..3600).step_by(60) {
+        assert_eq!(running(&runs, t), (16, 0), "at {t}s without preemption");
+    }
+    // With it, equal weights: team-b takes 8 GPUs at 60s, and gives them back as its jobs end.
+    // Weight 3 for team-b: 12 of 16.
+    for (w, want) in [(None, (8, 8)), (Some("3"), (4, 12))] {
+        let runs = late_sibling([None, w], true);
+        for t in (60..360).step_by(30) {
+            assert_eq!(running(&runs, t), want, "weight {w:?} at {t}s");
+        }
+        // team-b's next wave takes the same part as the first ends; team-a has the rest.
+        let (a, b) = running(&runs, 400);
+        assert_eq!(a + b, 16, "weight {w:?} at 400s: {a} + {b}");
     }
 }

@@ -2,8 +2,8 @@
 //! and a message that says what is wrong, errors and warnings apart, and all of them at once.
 
 use muster::quota::{
-    PREEMPTION_ATTRIBUTE, Problem, QuotaTree, STRATEGY_ATTRIBUTE, Severity, Strategy,
-    WEIGHT_ATTRIBUTE,
+    FAIR_PREEMPTION_ATTRIBUTE, PREEMPTION_ATTRIBUTE, Problem, QuotaTree, STRATEGY_ATTRIBUTE,
+    Severity, Strategy, WEIGHT_ATTRIBUTE,
 };
 use serde_json::{Value, json};
 
@@ -533,4 +533,47 @@ fn a_fair_sharing_weight_must_be_a_quantity_above_zero_and_not_too_large() {
         assert_eq!(t.nodes[1].weight.milli(), milli, "{w}");
         assert_eq!(t.nodes[2].weight.milli(), 1000, "the default is 1");
     }
+}
+
+#[test]
+fn fair_sharing_preemption_is_checked_and_read_per_node() {
+    let with = |root: &str, leaf: &str| {
+        tree(json!({"name": "root", "max": {"cpu": "8"},
+            "attributes": {FAIR_PREEMPTION_ATTRIBUTE: root},
+            "children": [
+                {"name": "a", "namespaces": ["a"], "attributes": {FAIR_PREEMPTION_ATTRIBUTE: leaf}},
+                {"name": "b", "namespaces": ["b"]}]}))
+    };
+    // A value it does not know is an error naming the field.
+    let p = problems(&with("Always", "Never"));
+    let e = at(
+        &p,
+        &format!("spec.root.attributes[{FAIR_PREEMPTION_ATTRIBUTE}]"),
+    );
+    assert_eq!(e.severity, Severity::Error);
+    assert!(
+        e.message
+            .contains("is not LessThanOrEqualToFinalShare or Never"),
+        "{}",
+        e.message
+    );
+    // On a leaf it has nothing to act on: a warning, the tree still valid.
+    let t = QuotaTree::parse(&with("LessThanOrEqualToFinalShare", "Never")).expect("valid");
+    let w = t
+        .warnings
+        .iter()
+        .find(|w| {
+            w.field == format!("spec.root.children[0].attributes[{FAIR_PREEMPTION_ATTRIBUTE}]")
+        })
+        .expect("a warning for the leaf");
+    assert_eq!(w.severity, Severity::Warning);
+    assert!(
+        w.message.contains("has no effect on a leaf"),
+        "{}",
+        w.message
+    );
+    assert!(t.preempts_for_fairness(0));
+    assert!(!t.preempts_for_fairness(1) && !t.preempts_for_fairness(2));
+    let t = QuotaTree::parse(&with("Never", "Never")).expect("valid");
+    assert!(!t.preempts_for_fairness(0), "Never is off");
 }

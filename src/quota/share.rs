@@ -21,6 +21,53 @@ pub const WEIGHT_ATTRIBUTE: &str = "muster.dev/fair-sharing-weight";
 /// The largest weight, in whole units.
 pub const MAX_WEIGHT: i128 = 1_000_000;
 
+/// Attribute on a tree node: whether a job below one of its children may preempt jobs below
+/// another child for fairness ([`FINAL_SHARE`]) or not (`Never`, the default). docs/concepts.md,
+/// rules F1–F5.
+pub const FAIR_PREEMPTION_ATTRIBUTE: &str = "muster.dev/fair-sharing-preemption";
+
+/// The one strategy of [`FAIR_PREEMPTION_ATTRIBUTE`]: as Kueue's, a victim's side keeps at
+/// least the share the preemptor's side has with the job admitted.
+pub const FINAL_SHARE: &str = "LessThanOrEqualToFinalShare";
+
+/// Reads a node's fair-sharing attributes: its weight (1 unless set), each problem reported at
+/// `{field}.attributes[...]`.
+pub(super) fn read_fairness(
+    attributes: &std::collections::BTreeMap<String, String>,
+    field: &str,
+    problems: &mut Vec<super::Problem>,
+) -> Quantity {
+    let mut err = |attr: &str, message: String| {
+        problems.push(super::Problem {
+            severity: super::Severity::Error,
+            field: format!("{field}.attributes[{attr}]"),
+            message,
+        })
+    };
+    if let Some(s) = attributes.get(FAIR_PREEMPTION_ATTRIBUTE)
+        && s != FINAL_SHARE
+        && s != "Never"
+    {
+        err(
+            FAIR_PREEMPTION_ATTRIBUTE,
+            format!("{s:?} is not {FINAL_SHARE} or Never"),
+        );
+    }
+    let mut weight = Quantity::from_milli(1000);
+    if let Some(s) = attributes.get(WEIGHT_ATTRIBUTE) {
+        match Quantity::parse(s) {
+            Err(_) => err(WEIGHT_ATTRIBUTE, format!("{s:?} is not a quantity")),
+            Ok(q) if q.milli() <= 0 => err(WEIGHT_ATTRIBUTE, format!("{s:?} must be above 0")),
+            Ok(q) if q.milli() > MAX_WEIGHT * 1000 => err(
+                WEIGHT_ATTRIBUTE,
+                format!("{s:?} is above the largest weight, {MAX_WEIGHT}"),
+            ),
+            Ok(q) => weight = q,
+        }
+    }
+    weight
+}
+
 /// A weighted dominant share: `num / den`, exact. Compared by cross-multiplying in 256 bits.
 #[derive(Clone, Copy, Debug)]
 pub struct Share {

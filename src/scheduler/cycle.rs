@@ -12,6 +12,7 @@ impl Scheduler {
     /// Decisions are already applied to the state (reservations, quota) when returned.
     pub fn cycle(&mut self) -> Vec<Decision> {
         let mut out = Vec::new();
+        self.fair_used.clear();
         // Capacity freed inside a pass (preemption) is offered to the blocked queues in a
         // further pass, until a pass moves nothing; bounded so that a cycle always ends.
         for _ in 0..8 {
@@ -24,6 +25,9 @@ impl Scheduler {
             if self.jobs[v].state == JobState::Pending {
                 self.enqueue(v);
             }
+        }
+        for c in std::mem::take(&mut self.fair_limited) {
+            self.mark_dirty(c);
         }
         out
     }
@@ -199,6 +203,8 @@ impl Scheduler {
                 // Its queue's jobs of lower priority may be preempted for it (what they free
                 // may bring it within min).
                 || self.any_lower_in_leaf(job, leaf)
+                // Sibling subtrees may be preempted for it (F1).
+                || self.fairness_above(leaf)
                 || d.iter().any(|(r, x)| {
                     r != PODS
                         && r != MAX_JOBS
@@ -268,6 +274,24 @@ impl Scheduler {
                 }
                 self.admit(job, ci, placement, out);
                 return Ok(true);
+            }
+            // F1–F5: or take back what a sibling subtree borrows beyond its fair part.
+            if self.fairness_above(leaf) {
+                may_reclaim = true;
+                let class = self.jobs[job].class;
+                if let Some(f) = self.preempt_for_fairness(job, class, leaf, &short) {
+                    for (v, reason) in f.victims {
+                        self.jobs[v].preemptions += 1;
+                        self.jobs[v].last_wait = Some(reason.clone());
+                        out.push(Decision::Preempt {
+                            job: v,
+                            by: job,
+                            reason,
+                        });
+                    }
+                    self.admit(job, f.cluster, f.placement, out);
+                    return Ok(true);
+                }
             }
         }
         match (quota_short, fleet_reason) {

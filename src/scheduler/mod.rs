@@ -21,6 +21,7 @@ use crate::workload::{ClusterRestriction, Workload};
 mod cycle;
 pub mod explain;
 mod fair;
+mod fairness;
 mod fit;
 mod intake;
 mod reclaim;
@@ -154,6 +155,11 @@ pub struct Scheduler {
     dirty: Vec<ClassId>,
     /// Preemption victims of the cycle under way, queued again when it ends.
     held: Vec<JobId>,
+    /// Tree nodes below which a job was admitted by preemption for fairness in the cycle
+    /// under way (F5: one per node per cycle), and the classes refused for that, woken when
+    /// it ends.
+    fair_used: BTreeSet<usize>,
+    fair_limited: Vec<ClassId>,
     /// The classes of each queue (a leaf's queue's best waiting job is the best of their heads).
     queue_classes: HashMap<usize, Vec<ClassId>>,
     fleet_blocked: HashSet<ClassId>,
@@ -193,6 +199,8 @@ impl Scheduler {
             class_ids: HashMap::new(),
             dirty: Vec::new(),
             held: Vec::new(),
+            fair_used: BTreeSet::new(),
+            fair_limited: Vec::new(),
             queue_classes: HashMap::new(),
             fleet_blocked: HashSet::new(),
             quota_blocked: HashMap::new(),

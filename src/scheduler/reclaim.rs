@@ -10,6 +10,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::fairness::FairBound;
 use super::{JobId, JobState, Scheduler};
 use crate::estimate::{self, Placement};
 use crate::resources::{Demand, MAX_JOBS, PODS, Res, at};
@@ -154,7 +155,7 @@ impl Scheduler {
     }
 
     /// Whether `job` asks for any of `short`.
-    fn asks_any(&self, job: JobId, short: &[Res]) -> bool {
+    pub(super) fn asks_any(&self, job: JobId, short: &[Res]) -> bool {
         let d = &self.shapes[self.jobs[job].shape].quota_demand;
         short.iter().any(|&r| d.get(r) > 0)
     }
@@ -242,7 +243,7 @@ impl Scheduler {
         let mut order: Vec<JobId> = own[..forced].to_vec();
         order.extend(candidates.into_iter().map(|c| c.2));
         order.extend(own[forced..].iter().copied());
-        self.take_victims(job, leaf, short, order, &guard)
+        self.take_victims(job, leaf, short, order, &guard, None)
     }
 
     /// The candidates of `order` (in order) that leave no victim able to reclaim back: one of
@@ -251,11 +252,20 @@ impl Scheduler {
     /// counting as gone the leaf's jobs of lower priority it could preempt. Otherwise a victim
     /// taken back to within its min could reclaim in turn from another borrowing leaf, and jobs
     /// of equal priority could take each other's places round a cohort forever.
-    fn borrowed_only(&self, leaf: usize, short: &[Res], order: Vec<JobId>) -> Vec<JobId> {
+    /// With `fair` (preemption for fairness), a victim is also kept only while its side below
+    /// the bound's node keeps the bound's share ([`Self::keeps_fair_share`]).
+    fn borrowed_only(
+        &self,
+        leaf: usize,
+        short: &[Res],
+        order: Vec<JobId>,
+        fair: Option<FairBound>,
+    ) -> Vec<JobId> {
         let Some(q) = self.quota.as_ref() else {
             return order;
         };
         let mut sides: BTreeMap<usize, Side> = BTreeMap::new();
+        let mut fair_taken: BTreeMap<usize, Demand> = BTreeMap::new();
         let mut out = Vec::with_capacity(order.len());
         for v in order {
             let Some(vleaf) = self.queues.leaf(self.jobs[v].queue) else {
@@ -270,12 +280,31 @@ impl Scheduler {
             // Its leaf's jobs of lower priority, those kept before it excepted.
             let left = side.left(p);
             let vd = &self.shapes[self.jobs[v].shape].quota_demand;
+            let above =
+                |r: Res| q.used_of(vleaf, r) - side.taken.get(r) - left.get(r) > q.min_of(vleaf, r);
             // Only the resources being reclaimed count: a leaf that borrows GPUs gives them
-            // back even while it uses little of its guaranteed cpu or memory.
-            let borrowed = short.iter().filter(|&&r| vd.get(r) > 0).all(|&r| {
-                q.used_of(vleaf, r) - side.taken.get(r) - left.get(r) > q.min_of(vleaf, r)
+            // back even while it uses little of its guaranteed cpu or memory. For fairness
+            // (F4), every resource it asks: waiting, it would borrow each of them, so it could
+            // never reclaim its place back (R2).
+            let borrowed = match fair {
+                None => short.iter().filter(|&&r| vd.get(r) > 0).all(|&r| above(r)),
+                Some(_) => vd.iter().filter(|(_, x)| *x > 0).all(|(r, _)| above(r)),
+            };
+            let fair_side = fair.and_then(|bound| {
+                let b = q.meeting_child(leaf, vleaf)?;
+                Some((bound, b))
             });
-            if borrowed {
+            let fair_kept = fair_side.is_none_or(|(bound, b)| {
+                let taken = fair_taken.get(&b).cloned().unwrap_or_default();
+                self.keeps_fair_share(bound, b, &taken, v)
+            });
+            if fair.is_some() && fair_side.is_none() {
+                continue;
+            }
+            if borrowed && fair_kept {
+                if let Some((_, b)) = fair_side {
+                    fair_taken.entry(b).or_default().add_scaled(vd, 1);
+                }
                 side.taken.add_scaled(vd, 1);
                 side.taken_by_priority
                     .entry(p)
@@ -315,13 +344,14 @@ impl Scheduler {
     /// works wins. When only quota is short and the job already fits a cluster, victims come
     /// from anywhere. On success the victims are released and queued again; on failure nothing
     /// changed.
-    fn take_victims(
+    pub(super) fn take_victims(
         &mut self,
         job: JobId,
         leaf: usize,
         short: &[Res],
         order: Vec<JobId>,
         guard: &[Guard],
+        fair: Option<FairBound>,
     ) -> Option<(Vec<JobId>, usize, Placement)> {
         if order.is_empty() {
             return None;
@@ -330,7 +360,7 @@ impl Scheduler {
         let quota_only = !self.fits_now(job, leaf) && self.find_cluster(job).is_ok();
         let chosen: Option<(Vec<JobId>, usize)> = if quota_only {
             // Quota is the only shortage: release in order until quota allows the job.
-            let order = self.borrowed_only(leaf, short, order);
+            let order = self.borrowed_only(leaf, short, order, fair);
             self.trial(job, leaf, &order, None, guard)
                 .ok()
                 .and_then(|v| self.find_cluster_with(job, &v).map(|ci| (v, ci)))
@@ -354,8 +384,8 @@ impl Scheduler {
             clusters.sort();
             let mut best: Option<(Vec<JobId>, usize)> = None;
             for (_, _, ci) in clusters {
-                let order =
-                    self.borrowed_only(leaf, short, by_cluster.remove(&ci).unwrap_or_default());
+                let candidates = by_cluster.remove(&ci).unwrap_or_default();
+                let order = self.borrowed_only(leaf, short, candidates, fair);
                 let c = &self.clusters[ci];
                 if !c.reachable || !self.candidate(shape, ci) {
                     continue;
@@ -363,9 +393,11 @@ impl Scheduler {
                 // Same cluster state and same candidates as a failed trial: same failure.
                 let memo = (
                     self.clusters[ci].version,
-                    order.iter().fold(job as u64, |h, v| {
-                        h.rotate_left(7) ^ (*v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                    }),
+                    // (A trial for fairness, with other candidates, hashes apart.)
+                    order.iter().fold(
+                        job as u64 ^ fair.map_or(0, |b| b.node as u64 + 1) << 40,
+                        |h, v| h.rotate_left(7) ^ (*v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                    ),
                 );
                 let class = self.jobs[job].class;
                 // A trial that failed because the job did not fit even one by one with every

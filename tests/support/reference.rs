@@ -119,6 +119,8 @@ pub struct Reclaim {
     pub by: usize,
     pub victims: Vec<usize>,
     pub short: Vec<String>,
+    /// Preemption for fairness (F1–F5) rather than reclaim (R1–R9).
+    pub fair: bool,
 }
 
 pub struct Reference {
@@ -133,6 +135,10 @@ pub struct Reference {
     pub reclaims: Vec<Reclaim>,
     /// Admissions the fair order (A7) made before a head that queue order puts first.
     pub fair_admits: u64,
+    /// F5: the nodes below which a job was admitted by preemption for fairness this cycle.
+    pub(super) fair_used: BTreeSet<usize>,
+    /// Jobs admitted by preemption for fairness, and their victims, over the whole run.
+    pub fair_preemptions: u64,
 }
 
 /// The core's node plan for an admission, when it made the same one: pods per node per
@@ -151,6 +157,8 @@ impl Reference {
             table: ResourceTable::default(),
             reclaims: Vec::new(),
             fair_admits: 0,
+            fair_used: BTreeSet::new(),
+            fair_preemptions: 0,
         }
     }
 

@@ -6,6 +6,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::fair::Frac;
 use super::{
     Amounts, Decided, MAX_JOBS, PODS, Plans, Reclaim, Reference, State, add, get, path_up,
 };
@@ -23,6 +24,7 @@ impl Reference {
     /// in their queues once it ends.
     pub fn cycle(&mut self, plans: &mut Plans) -> Result<Vec<Decided>, String> {
         self.reclaims.clear();
+        self.fair_used.clear();
         let mut out = Vec::new();
         for _ in 0..8 {
             if !self.pass(&mut out, plans)? {
@@ -168,7 +170,12 @@ impl Reference {
         } else {
             over
         };
-        let Some((victims, ci)) = self.reclaim(job, leaf, &short, &own) else {
+        // F1–F5: else preemption for fairness, where the tree allows it.
+        let (found, fair) = match self.reclaim(job, leaf, &short, &own) {
+            Some(found) => (Some(found), false),
+            None => (self.fair_preempt(job, leaf, &short), true),
+        };
+        let Some((victims, ci)) = found else {
             return Ok(None);
         };
         // R7: the victims are preempted, the job admitted; victims back when the cycle ends.
@@ -181,6 +188,7 @@ impl Reference {
             by: job,
             victims,
             short,
+            fair,
         });
         self.admit(job, ci, out, plans)?;
         Ok(Some(true))
@@ -292,7 +300,7 @@ impl Reference {
             .all(|(n, r, x)| get(&self.used(*n, gone), r) + x <= self.min(*n, r))
     }
 
-    fn asks_any(&self, j: usize, short: &[String]) -> bool {
+    pub(super) fn asks_any(&self, j: usize, short: &[String]) -> bool {
         short.iter().any(|r| get(&self.jobs[j].charge, r) > 0)
     }
 
@@ -383,7 +391,7 @@ impl Reference {
         let mut order = own[..forced].to_vec();
         order.extend(candidates);
         order.extend(&own[forced..]);
-        self.take_victims(job, leaf, short, &order, &guard)
+        self.take_victims(job, leaf, short, &order, &guard, None)
     }
 
     fn admitted_jobs(&self) -> impl Iterator<Item = usize> + '_ {
@@ -393,20 +401,21 @@ impl Reference {
     /// R6. Per member (only quota short and the job fitting somewhere: from anywhere), the
     /// shortest prefix of its victims that lets the job fit, less those not needed; the first
     /// member in the usual order where that works.
-    fn take_victims(
+    pub(super) fn take_victims(
         &self,
         job: usize,
         leaf: usize,
         short: &[String],
         order: &[usize],
         guard: &[Guard],
+        fair: Option<(usize, Frac)>,
     ) -> Option<(Vec<usize>, usize)> {
         if order.is_empty() {
             return None;
         }
         let none = BTreeSet::new();
         if !self.over_max(job, &none).is_empty() && self.find_cluster(job, None).is_some() {
-            let o = self.borrowed_only(leaf, short, order);
+            let o = self.borrowed_only(leaf, short, order, fair);
             let v = self.trial(job, &o, None, guard)?;
             let ci = self.find_cluster(job, Some(&v.iter().copied().collect()))?;
             return Some((v, ci));
@@ -430,7 +439,7 @@ impl Reference {
             .collect();
         clusters.sort();
         for (_, _, ci) in clusters {
-            let o = self.borrowed_only(leaf, short, &by_cluster[&ci]);
+            let o = self.borrowed_only(leaf, short, &by_cluster[&ci], fair);
             if !self.clusters[ci].reachable || !self.candidate(job, ci) {
                 continue;
             }
@@ -444,7 +453,15 @@ impl Reference {
     /// R5. The victims of `order` that take only what their leaf borrows: one of another leaf is
     /// kept while that leaf, with its victims kept before it and its jobs of lower priority
     /// that it could preempt gone, uses more than its min of every short resource it asks.
-    fn borrowed_only(&self, leaf: usize, short: &[String], order: &[usize]) -> Vec<usize> {
+    /// F4: with `fair` (node P, share s), one is also kept only while its side below P, with
+    /// the victims kept before it there and itself gone, keeps a share of at least s.
+    fn borrowed_only(
+        &self,
+        leaf: usize,
+        short: &[String],
+        order: &[usize],
+        fair: Option<(usize, Frac)>,
+    ) -> Vec<usize> {
         let none = BTreeSet::new();
         let mut kept: Vec<usize> = Vec::new();
         for &v in order {
@@ -478,11 +495,29 @@ impl Reference {
             }
             let u = self.used(vleaf, &none);
             let vd = &self.jobs[v].charge;
-            let borrowed = short
-                .iter()
-                .filter(|r| get(vd, r) > 0)
-                .all(|r| get(&u, r) - get(&taken, r) - get(&left, r) > self.min(vleaf, r));
-            if borrowed {
+            let above =
+                |r: &String| get(&u, r) - get(&taken, r) - get(&left, r) > self.min(vleaf, r);
+            // R5: the short resources it asks; F4: every resource it asks.
+            let borrowed = match fair {
+                None => short.iter().filter(|r| get(vd, r) > 0).all(above),
+                Some(_) => vd.iter().filter(|(_, x)| **x > 0).all(|(r, _)| above(r)),
+            };
+            let fair_kept = match fair {
+                None => true,
+                Some((p, mine)) => self.side_below(p, vleaf).is_some_and(|b| {
+                    let mut gone = Amounts::new();
+                    for &k in kept.iter().chain([&v]) {
+                        if self
+                            .leaf(k)
+                            .is_some_and(|kl| self.side_below(p, kl) == Some(b))
+                        {
+                            add(&mut gone, &self.jobs[k].charge, -1);
+                        }
+                    }
+                    !self.share(b, &gone).lt(mine)
+                }),
+            };
+            if borrowed && fair_kept {
                 kept.push(v);
             }
         }

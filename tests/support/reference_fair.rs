@@ -1,18 +1,21 @@
-//! The reference scheduler's fair order (A7 of docs/concepts.md), recomputed from scratch at
-//! every question: usage from the jobs, shares as plain fractions compared by cross products,
-//! and the tournament as a recursion over the whole tree.
+//! The reference scheduler's fair order (A7 of docs/concepts.md) and preemption for fairness
+//! (F1–F5), recomputed from scratch at every question: usage from the jobs, shares as plain
+//! fractions compared by cross products, and the tournament as a recursion over the whole tree.
 
 use std::collections::BTreeSet;
 
 use super::cycle::Class;
-use super::{Amounts, MAX_JOBS, PODS, Reference, get};
+use super::{Amounts, MAX_JOBS, PODS, Reference, get, path_up};
+
+/// The attribute and value of F1.
+const FAIR_PREEMPTION: &str = "muster.dev/fair-sharing-preemption";
 
 /// `num / den`, compared by cross-multiplying (amounts in tests stay far below overflow).
 #[derive(Clone, Copy, Debug)]
 pub struct Frac(i128, i128);
 
 impl Frac {
-    fn lt(self, o: Frac) -> bool {
+    pub(super) fn lt(self, o: Frac) -> bool {
         let a = self.0.checked_mul(o.1).expect("share product");
         let b = o.0.checked_mul(self.1).expect("share product");
         a < b
@@ -113,5 +116,61 @@ impl Reference {
             (Some(h), Some((_, b))) => Some(h.min(b)),
             (h, b) => h.or(b.map(|(_, b)| b)),
         }
+    }
+
+    /// The child of `p` on the path of `leaf` up to the root, if `p` is on it.
+    pub(super) fn side_below(&self, p: usize, leaf: usize) -> Option<usize> {
+        let up = path_up(self.tree.as_ref()?, leaf);
+        let i = up.iter().position(|&n| n == p)?;
+        i.checked_sub(1).map(|i| up[i])
+    }
+
+    /// F1–F5. Preemption for fairness: at each node P of the job's path that allows it (nearest
+    /// first, and not yet used for it this cycle, F5), with A the job's side below P and s A's
+    /// share with the job admitted (F2): candidates are the admitted jobs below P but not below
+    /// A whose side's share now is above s, asking a short resource, in victim order (F3);
+    /// R5 and F4 keep them, R6 and R7 choose among them. The first P where that works is used.
+    pub(super) fn fair_preempt(
+        &mut self,
+        job: usize,
+        leaf: usize,
+        short: &[String],
+    ) -> Option<(Vec<usize>, usize)> {
+        let t = self.tree.as_ref()?;
+        if short.is_empty() {
+            return None;
+        }
+        let up = path_up(t, leaf);
+        for w in up.windows(2) {
+            let (side, p) = (w[0], w[1]);
+            let on = t.nodes[p]
+                .attributes
+                .get(FAIR_PREEMPTION)
+                .map(String::as_str)
+                == Some("LessThanOrEqualToFinalShare");
+            if !on || self.fair_used.contains(&p) {
+                continue;
+            }
+            let mine = self.share(side, &self.jobs[job].charge);
+            let mut order: Vec<usize> = (0..self.jobs.len())
+                .filter(|&v| matches!(self.jobs[v].state, super::State::Admitted { .. }))
+                .filter(|&v| {
+                    self.leaf(v).is_some_and(|vl| {
+                        vl != leaf
+                            && self.side_below(p, vl).is_some_and(|b| {
+                                b != side && mine.lt(self.share(b, &Amounts::new()))
+                            })
+                    })
+                })
+                .filter(|&v| self.asks_any(v, short))
+                .collect();
+            self.victim_order(&mut order);
+            if let Some(done) = self.take_victims(job, leaf, short, &order, &[], Some((p, mine))) {
+                self.fair_used.insert(p);
+                self.fair_preemptions += 1;
+                return Some(done);
+            }
+        }
+        None
     }
 }

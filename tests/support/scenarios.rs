@@ -305,6 +305,23 @@ fn weigh(node: &mut Value, rng: &mut Rng, root: bool) {
     }
 }
 
+/// Lets half the nodes with children preempt for fairness between their subtrees (F1).
+fn allow_fair_preemption(node: &mut Value, rng: &mut Rng) {
+    let Some(children) = node.get_mut("children").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for c in children.iter_mut() {
+        allow_fair_preemption(c, rng);
+    }
+    if rng.chance(50) {
+        if !node["attributes"].is_object() {
+            node["attributes"] = json!({});
+        }
+        node["attributes"]["muster.dev/fair-sharing-preemption"] =
+            json!("LessThanOrEqualToFinalShare");
+    }
+}
+
 /// The scenario of `seed`.
 pub fn generate(seed: u64) -> GScenario {
     let mut rng = Rng::new(seed);
@@ -316,6 +333,9 @@ pub fn generate(seed: u64) -> GScenario {
     // what it was before weights existed.
     let mut weights = Rng::new(seed ^ 0xFA1);
     weigh(&mut tree, &mut weights, true);
+    // So do the nodes that preempt for fairness.
+    let mut fairness = Rng::new(seed ^ 0xFA2);
+    allow_fair_preemption(&mut tree, &mut fairness);
     let jobs: Vec<GJob> = (0..rng.range(4, 14) as usize)
         .map(|i| job(&mut rng, i, &namespaces, &clusters))
         .collect();
@@ -329,6 +349,7 @@ pub fn generate(seed: u64) -> GScenario {
                 let (mut t, ns) = self::tree(&mut r2);
                 rename_namespaces(&mut t, &ns, &namespaces);
                 weigh(&mut t, &mut weights, true);
+                allow_fair_preemption(&mut t, &mut fairness);
                 GChangeKind::Tree(t)
             }
             1 => {
