@@ -98,11 +98,15 @@ pub enum Defect {
     /// ([`Book::drifted`]), so the edit stays wherever the driver's patches do not reach
     /// (issue 28: resourceVersion preconditions and conflicts).
     Unconditioned,
+    /// Creates go out as each job steps, before later jobs of the same pass: a job taken back
+    /// in that pass (its spec edited while placed) leaves an old copy that holds back no create
+    /// of it, so another job's copy runs beside it, uncharged (fault seed 8519).
+    CreatesBeforeTakeBacks,
 }
 
 impl Defect {
     /// Every defect with its name on the command line (`muster sim --faults-defect NAME`).
-    pub const ALL: [(Defect, &'static str); 16] = [
+    pub const ALL: [(Defect, &'static str); 17] = [
         (Defect::CollectUnknown, "collect-unknown"),
         (Defect::Unfenced, "unfenced"),
         (Defect::WritesUnordered, "writes-unordered"),
@@ -119,6 +123,7 @@ impl Defect {
         (Defect::StatusTakenOver, "status-taken-over"),
         (Defect::RuntimeRespecs, "runtime-respecs"),
         (Defect::Unconditioned, "unconditioned"),
+        (Defect::CreatesBeforeTakeBacks, "creates-before-take-backs"),
     ];
 
     /// Whether the defect is of a driver that trusts its belief of what the hub holds: with it,

@@ -189,6 +189,22 @@ fn checker_catches_a_lease_handed_over_while_writes_are_out() {
 }
 
 #[test]
+fn checker_catches_a_create_beside_a_copy_taken_back_in_the_same_pass() {
+    // A restarted leader finds a job's spec edited while it was placed: the job is taken back
+    // and its copy left to go, while another job admitted to that member before the restart
+    // is created in the same pass, beside it, uncharged. Creates now wait for every job of the
+    // pass to step, and a copy left behind in it holds them back as any old copy does.
+    let (seed, v) = caught(
+        Defect::CreatesBeforeTakeBacks,
+        Partition::Replace,
+        8519..8520,
+    )
+    .expect("not caught");
+    assert!(v.starts_with("invariant 2"), "seed {seed}: {v}");
+    holds_without_the_defect(seed);
+}
+
+#[test]
 fn checker_catches_a_job_made_again_that_takes_an_earlier_ones_name() {
     // A hub job deleted while its copy runs, and made again under its name at once: taken in
     // while muster keeps the earlier job's QueuedJob, the new job takes it over and the

@@ -460,6 +460,7 @@ impl Book {
         // 2. Step every job; quota freed and jobs queued again at once. Creates go out at most
         //    `creates_per_member` at a time per member (counting those still out).
         let mut out_on: BTreeMap<String, usize> = BTreeMap::new();
+        let mut creates: Vec<(String, String)> = Vec::new();
         for (uid, s) in views {
             let Some(mut e) = self.jobs.remove(&uid) else {
                 continue;
@@ -480,25 +481,7 @@ impl Book {
                             e.record.generation = s.generation;
                         }
                     }
-                    Intent::Create { cluster } if !draining.is_empty() => {
-                        let others: Vec<&str> = draining.iter().map(String::as_str).collect();
-                        e.record.reason = format!(
-                            "admitted to {cluster}; waiting until the copies muster deletes on {} are gone",
-                            others.join(", ")
-                        );
-                        out.push((uid.clone(), Intent::WakeAt(now + 1_000)));
-                    }
-                    Intent::Create { cluster } => {
-                        let n = out_on
-                            .entry(cluster.clone())
-                            .or_insert_with(|| self.sent.out_on(&cluster));
-                        if *n >= self.settings.creates_per_member {
-                            out.push((uid.clone(), Intent::WakeAt(now + 1_000)));
-                        } else {
-                            *n += 1;
-                            out.push((uid.clone(), Intent::Create { cluster }));
-                        }
-                    }
+                    Intent::Create { cluster } => creates.push((uid.clone(), cluster)),
                     other => out.push((uid.clone(), other)),
                 }
             }
@@ -506,6 +489,40 @@ impl Book {
                 self.by_id.insert(id, uid.clone());
             }
             self.jobs.insert(uid, e);
+        }
+        // 2b. The creates, once every job has stepped: a job taken back in this step (its spec
+        //     edited while placed, say) leaves its copy behind as an old one, which holds back
+        //     every create as those seen in step 1 do (another job's create on its member in
+        //     this same pass would otherwise run beside it, uncharged).
+        let defect = self.settings.defect == Some(super::Defect::CreatesBeforeTakeBacks);
+        for e in self.jobs.values().filter(|_| !defect) {
+            for (c, since) in &e.record.orphans {
+                if *since == now {
+                    draining.insert(c.clone());
+                }
+            }
+        }
+        for (uid, cluster) in creates {
+            if !draining.is_empty() {
+                let others: Vec<&str> = draining.iter().map(String::as_str).collect();
+                if let Some(e) = self.jobs.get_mut(&uid) {
+                    e.record.reason = format!(
+                        "admitted to {cluster}; waiting until the copies muster deletes on {} are gone",
+                        others.join(", ")
+                    );
+                }
+                out.push((uid, Intent::WakeAt(now + 1_000)));
+                continue;
+            }
+            let n = out_on
+                .entry(cluster.clone())
+                .or_insert_with(|| self.sent.out_on(&cluster));
+            if *n >= self.settings.creates_per_member {
+                out.push((uid, Intent::WakeAt(now + 1_000)));
+            } else {
+                *n += 1;
+                out.push((uid, Intent::Create { cluster }));
+            }
         }
         // 3. One scheduling cycle; admissions and preemptions become records.
         let decisions = if admit { sched.cycle() } else { Vec::new() };

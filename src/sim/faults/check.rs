@@ -132,6 +132,18 @@ impl Checker {
             })
     }
 
+    /// A copy out of sight (of a hub job deleted while its member was removed: no record
+    /// names it) on a member registered again that no controller pass has seen since, or
+    /// that the garbage collector is deleting: nothing could charge it meanwhile
+    /// (docs/controller.md, "not guaranteed"). Once a pass has seen the member, a copy not
+    /// being deleted counts again.
+    fn unseen_since_return(&self, m: &SimMember, uid: &str, name: &str, c: &SimCopy) -> bool {
+        (m.removed || m.back_unseen || c.deleting.is_some())
+            && self
+                .out_of_sight
+                .contains(&(uid.to_string(), name.to_string()))
+    }
+
     pub fn after_step(
         &mut self,
         w: &World,
@@ -146,7 +158,11 @@ impl Checker {
         let mut users: Vec<String> = Vec::new();
         for (name, m) in &w.members {
             for (uid, c) in &m.copies {
-                if !alive(c) || Self::declared(w, uid, name) || self.stuck(w, m, uid, c) {
+                if !alive(c)
+                    || Self::declared(w, uid, name)
+                    || self.stuck(w, m, uid, c)
+                    || self.unseen_since_return(m, uid, name, c)
+                {
                     continue;
                 }
                 per_job.entry(uid).or_default().push(name);
