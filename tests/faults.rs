@@ -114,12 +114,13 @@ fn checker_catches_record_writes_in_any_order() {
 
 #[test]
 fn checker_catches_an_outbox_that_trusts_only_answers() {
-    // An admission still out (it lands late) when the job is taken back: its release does not
-    // count as freeing capacity, goes beside the admission that uses it and fails; a crash,
-    // and the hub holds both jobs in place.
-    let (seed, v) =
-        caught(Defect::AnswersTrusted, Partition::Replace, 7358..7359).expect("not caught");
-    assert!(v.starts_with("invariant 2"), "seed {seed}: {v}");
+    // A record write whose answer was lost but that landed is taken as not on the hub: the
+    // outbox drops it, and the hub keeps a record the controller no longer holds (seed 2: the
+    // hub counts requeues the controller forgot). Seed 7358 once broke a max this way (a
+    // release that did not count as freeing capacity); since creates wait for every job of a
+    // pass to step, no seed in 0..10,000 does, and the record mismatch is caught first.
+    let (seed, v) = caught(Defect::AnswersTrusted, Partition::Replace, 2..3).expect("not caught");
+    assert!(v.starts_with("invariant 6"), "seed {seed}: {v}");
 }
 
 #[test]
@@ -156,7 +157,7 @@ fn checker_catches_a_deleted_jobs_charge_kept_only_in_memory() {
     // meanwhile and does not charge the job again from the record lets the QueuedJob go: the
     // copy runs with nothing durable naming it, and its capacity goes to others.
     let (seed, v) =
-        caught(Defect::ChargeInMemory, Partition::Replace, 374..375).expect("not caught");
+        caught(Defect::ChargeInMemory, Partition::Replace, 442..443).expect("not caught");
     assert!(v.starts_with("invariant 7"), "seed {seed}: {v}");
 }
 
@@ -316,14 +317,15 @@ fn a_copy_is_created_only_for_the_admission_the_hub_holds() {
 
 #[test]
 fn a_job_made_again_under_a_kept_name_takes_its_queued_job_over_only_when_let() {
-    // Seed 202: job j13 is deleted with `--cascade=orphan` (its QueuedJob left behind) and made
-    // again under its name as j13n. Its first create meets j13's QueuedJob and takes nothing
+    // Seed 76: job j4 is deleted with `--cascade=orphan` (its QueuedJob left behind) and made
+    // again under its name as j4n. Its first create meets j4's QueuedJob and takes nothing
     // over until the core has said that record keeps nothing (`tidy::takes_over`, asked where
     // the write lands); the next write takes it. Every invariant holds throughout. (Seed 161
     // showed the same with the hub watches down between the delete and the relist; the fair
-    // order changed that run, and no seed in 0..8,000 shows the story with a drop now.)
+    // order changed that run, and no seed in 0..8,000 shows the story with a drop now. Seed 202
+    // showed it until creates waited for every job of a pass to step.)
     let o = run(&Options {
-        seed: 202,
+        seed: 76,
         partition: Partition::Replace,
         ..Options::default()
     });
@@ -334,10 +336,10 @@ fn a_job_made_again_under_a_kept_name_takes_its_queued_job_over_only_when_let() 
             .position(|l| l.contains(what))
             .unwrap_or_else(|| panic!("no {what:?} in the trace:\n{}", o.trace.join("\n")))
     };
-    let deleted = at("hub job j13 deleted");
-    let tracked = at("track j13n");
-    let met = at("write j13n: QueuedJob team-b/job-13 holds j13's record; nothing taken over");
-    let taken = at("write j13n: QueuedJob team-b/job-13 taken over");
+    let deleted = at("hub job j4 deleted");
+    let tracked = at("track j4n");
+    let met = at("write j4n: QueuedJob team-a/job-4 holds j4's record; nothing taken over");
+    let taken = at("write j4n: QueuedJob team-a/job-4 taken over");
     assert!(deleted < tracked && tracked < met && met < taken);
 }
 
