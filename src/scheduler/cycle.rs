@@ -258,20 +258,14 @@ impl Scheduler {
                     "preempted in queue {qname} for {label} of higher priority ({})",
                     self.jobs[job].priority
                 );
-                for v in victims {
-                    let reason = if self.queues.leaf(self.jobs[v].queue) == Some(leaf) {
-                        lower.clone()
-                    } else {
-                        reclaim.clone()
-                    };
-                    self.jobs[v].preemptions += 1;
-                    self.jobs[v].last_wait = Some(reason.clone());
-                    out.push(Decision::Preempt {
-                        job: v,
-                        by: job,
-                        reason,
-                    });
-                }
+                let victims = victims
+                    .into_iter()
+                    .map(|v| {
+                        let own = self.queues.leaf(self.jobs[v].queue) == Some(leaf);
+                        (v, if own { lower.clone() } else { reclaim.clone() })
+                    })
+                    .collect();
+                self.preempt(job, victims, out);
                 self.admit(job, ci, placement, out);
                 return Ok(true);
             }
@@ -280,15 +274,7 @@ impl Scheduler {
                 may_reclaim = true;
                 let class = self.jobs[job].class;
                 if let Some(f) = self.preempt_for_fairness(job, class, leaf, &short) {
-                    for (v, reason) in f.victims {
-                        self.jobs[v].preemptions += 1;
-                        self.jobs[v].last_wait = Some(reason.clone());
-                        out.push(Decision::Preempt {
-                            job: v,
-                            by: job,
-                            reason,
-                        });
-                    }
+                    self.preempt(job, f.victims, out);
                     self.admit(job, f.cluster, f.placement, out);
                     return Ok(true);
                 }
@@ -317,6 +303,15 @@ impl Scheduler {
                 on: Blocker::Fleet,
                 may_reclaim,
             }),
+        }
+    }
+
+    /// The victims taken for `by`, each with its reason, as decisions.
+    fn preempt(&mut self, by: JobId, victims: Vec<(JobId, String)>, out: &mut Vec<Decision>) {
+        for (v, reason) in victims {
+            self.jobs[v].preemptions += 1;
+            self.jobs[v].last_wait = Some(reason.clone());
+            out.push(Decision::Preempt { job: v, by, reason });
         }
     }
 
