@@ -1319,11 +1319,7 @@ async fn chart_installs_on_the_hub_and_its_rbac_is_enough() {
         Ok(Ok(())) => {}
         Ok(Err(_)) => panic!("the scenario timed out; controller log tail:\n{tail}"),
         Err(e) => {
-            let msg = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
+            let msg = fleet::panic_message(e.as_ref());
             panic!("the scenario failed: {msg}\ncontroller log tail:\n{tail}")
         }
     }

@@ -169,11 +169,7 @@ async fn controller_end_to_end() {
         Ok(Ok(_)) => assert!(metrics_ok, "/metrics lacks expected series:\n{exposition}"),
         Ok(Err(_)) => panic!("scenarios timed out; controller log tail:\n{tail}"),
         Err(e) => {
-            let msg = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
+            let msg = fleet::panic_message(e.as_ref());
             panic!("a scenario failed: {msg}\ncontroller log tail:\n{tail}")
         }
     }

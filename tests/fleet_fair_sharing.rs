@@ -181,11 +181,7 @@ async fn a_late_team_takes_its_fair_part_back_from_a_borrowing_sibling() {
         Ok(Ok(())) => {}
         Ok(Err(_)) => panic!("timed out; controller log tail:\n{tail}"),
         Err(e) => {
-            let msg = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
+            let msg = fleet::panic_message(e.as_ref());
             panic!("{msg}\ncontroller log tail:\n{tail}")
         }
     }

@@ -218,3 +218,11 @@ pub fn describe_pods(pods: &[Pod]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// The message of a caught panic (a `String` or `&str` payload; empty otherwise).
+pub fn panic_message(e: &(dyn std::any::Any + Send)) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
