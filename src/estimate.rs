@@ -8,6 +8,7 @@
 //! caller reserves the returned plan).
 
 mod robust;
+mod topology;
 
 pub use robust::robust;
 
@@ -17,6 +18,7 @@ use std::collections::BTreeMap;
 use crate::fleet::{Cluster, Constraints, Mismatch, PlacementMode, Summary};
 use crate::quantity::Quantity;
 use crate::resources::{Demand, PODS, Res, ResourceTable, at};
+use crate::topology::TopologyAsk;
 
 /// One component of a job, ready for placement: `pods` identical pods of `demand` each
 /// (`demand` includes `pods: 1`).
@@ -26,6 +28,8 @@ pub struct PodGroup {
     pub pods: u32,
     pub demand: Demand,
     pub constraints: Constraints,
+    /// One domain of a topology level asked for its pods (or, `whole_job`, for every group's).
+    pub topology: Option<TopologyAsk>,
 }
 
 /// Where each component's pods go: per component, `(node index, pod count)`.
@@ -145,8 +149,23 @@ pub struct NoFit {
     pub capacity: bool,
 }
 
-/// [`place`], saying which kind of failure it was.
+/// [`place`], saying which kind of failure it was. A job that asks for topology is placed by
+/// `estimate/topology.rs` (domain by domain, each estimate the one below); any other goes
+/// straight to the per-node estimate.
 pub fn place_or_why(
+    cluster: &Cluster,
+    groups: &[PodGroup],
+    eligible: &[Vec<usize>],
+    table: &ResourceTable,
+) -> Result<Placement, NoFit> {
+    if groups.iter().any(|g| g.topology.is_some()) {
+        return topology::place(cluster, groups, eligible, table);
+    }
+    place_nodes(cluster, groups, eligible, table)
+}
+
+/// The per-node estimate: every pod of every group on the nodes of `eligible`.
+fn place_nodes(
     cluster: &Cluster,
     groups: &[PodGroup],
     eligible: &[Vec<usize>],

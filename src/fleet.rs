@@ -16,6 +16,13 @@ use crate::quantity::ResourceList;
 use crate::resources::{PODS, Res, ResourceTable, at, set};
 use crate::workload::{JobKind, RuntimeNeed, Workload};
 
+pub mod domains;
+
+/// Each node's labels, in node order (what [`domains::Domains`] groups by).
+fn nodes_for_levels(info: &ClusterInfo) -> Vec<&BTreeMap<String, String>> {
+    info.nodes.iter().map(|n| &n.labels).collect()
+}
+
 /// A node as the core is told about it (from a Node object or a scenario file).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeInfo {
@@ -117,6 +124,9 @@ pub struct ClusterInfo {
     pub placement: PlacementMode,
     /// What the member can create: job kinds and PriorityClasses.
     pub serves: Serves,
+    /// Node-label keys of its topology, widest first (`MemberCluster.spec.topology`): the
+    /// levels a job may ask one domain of (see [`crate::topology`]).
+    pub topology: Vec<String>,
 }
 
 /// What a member can create, as far as it is known: a job of a kind it does not serve, whose
@@ -394,6 +404,8 @@ pub struct Cluster {
     pub version: u64,
     /// Bumped when nodes, labels or taints change (eligibility caches).
     pub topology: u64,
+    /// Topology levels, widest first, and per level its domains ([`domains::Domains`]).
+    pub levels: domains::Domains,
     /// The version at which free capacity on a node last may have grown (a reservation given
     /// back, external usage set, the nodes replaced); between two such changes free capacity
     /// only shrinks, which keeps some failed estimates failed (`scheduler::fit`).
@@ -420,6 +432,7 @@ impl Cluster {
             serves: info.serves.clone(),
             version,
             topology: version,
+            levels: domains::Domains::new(&info.topology, &nodes_for_levels(info)),
             freed: version,
             summary: Summary::default(),
             summary_version: 0,

@@ -18,5 +18,6 @@ pub mod resources;
 pub mod runtime;
 pub mod scheduler;
 pub mod sim;
+pub mod topology;
 pub mod whatif;
 pub mod workload;

@@ -74,6 +74,12 @@ pub struct MemberClusterSpec {
     /// member is seen dropping muster's gate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementPolicy>,
+    /// The member's topology: node-label keys from the widest level to the narrowest, e.g.
+    /// `[example.com/block, example.com/rack, kubernetes.io/hostname]`. A job that asks for one
+    /// domain of a level (`muster.dev/topology-required` or `-preferred`) is placed by the
+    /// nodes' values of these labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Vec<String>>,
 }
 
 /// `spec.placement` of a MemberCluster.
@@ -127,6 +133,12 @@ pub struct MemberClusterStatus {
     /// the evidence: no job of such a kind is sent to it until the operator acts again.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub stalled: BTreeMap<String, String>,
+    /// Per topology level of `spec.topology`, how many domains its nodes form.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topology_domains: BTreeMap<String, u32>,
+    /// Why `spec.topology` is not used (a level that is not a label key, or listed twice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_error: Option<String>,
 }
 
 /// Reference to the job a QueuedJob stands for.

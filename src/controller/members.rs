@@ -408,6 +408,7 @@ pub fn cluster_info(
             nodes: out,
             placement: Default::default(),
             serves: Default::default(),
+            topology: Vec::new(),
         },
         problems,
     )

@@ -61,6 +61,20 @@ impl Fleet {
     }
 
     /// How plans are carried out on `cluster`, and why.
+    /// The member's `spec.topology` levels, or why they cannot be used (`spec.topology[i]: ...`;
+    /// the member is then used without levels, so a job that requires one waits, saying so).
+    pub(super) fn topology(&self, stores: &HubStores, cluster: &str) -> Result<Vec<String>, String> {
+        let levels = stores
+            .members
+            .state()
+            .iter()
+            .find(|m| m.name_any() == cluster)
+            .and_then(|m| m.spec.topology.clone())
+            .unwrap_or_default();
+        crate::topology::check_levels(&levels).map_err(|e| format!("spec.topology{e}"))?;
+        Ok(levels)
+    }
+
     pub(super) fn placement_mode(&self, stores: &HubStores, cluster: &str) -> (Mode, String) {
         let policy = stores
             .members
@@ -279,6 +293,7 @@ impl Fleet {
                     // The core makes only robust plans for a member placed by node set.
                     info.placement = self.placement_mode(&ctx.stores, name).0;
                     info.serves = m.serves();
+                    info.topology = self.topology(&ctx.stores, name).unwrap_or_default();
                     info.serves.stalled = self.operators.stalled(name, super::clock::now_ms());
                     for p in problems {
                         tracing::warn!(member = %name, problem = %p, "node left out");
@@ -305,6 +320,7 @@ impl Fleet {
                         nodes: vec![],
                         placement: Default::default(),
                         serves: Default::default(),
+                        topology: Vec::new(),
                     });
                 }
                 core.sched.set_reachable(name, reachable);
@@ -378,6 +394,14 @@ impl Fleet {
             let (mode, why) = self.placement_mode(&ctx.stores, &name);
             st.placement = Some(mode.as_str().to_string());
             st.placement_reason = Some(why);
+            if let Err(e) = self.topology(&ctx.stores, &name) {
+                st.topology_error = Some(e);
+            }
+            if let Some(c) = cluster {
+                for (l, d) in c.levels.levels.iter().zip(&c.levels.per_level) {
+                    st.topology_domains.insert(l.clone(), d.len() as u32);
+                }
+            }
             let reachable = self.told_reachable.get(&name).copied().unwrap_or(false);
             let (status, reason, message) = match (self.errors.get(&name), cluster) {
                 (Some(e), _) if e.starts_with(secret_ref::FIELD) => {

@@ -82,6 +82,7 @@ pub(super) fn scenario(
                 placement: c.placement,
                 reachable: fleet.told_reachable.get(&c.name).copied().unwrap_or(true),
                 serves: c.serves.clone(),
+                topology: c.topology.clone(),
             }
         })
         .collect();

@@ -156,6 +156,7 @@ mod tests {
             pods,
             demand,
             constraints: Default::default(),
+            topology: None,
         }
     }
 

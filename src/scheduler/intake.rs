@@ -170,6 +170,7 @@ impl Scheduler {
                         tolerations: c.tolerations.clone(),
                         affinity: c.required_node_affinity.clone(),
                     },
+                    topology: c.topology.clone().or_else(|| w.topology.clone()),
                 }
             })
             .collect();

@@ -58,6 +58,9 @@ pub struct ClusterSpec {
     /// (names); each left out is not checked.
     #[serde(default, skip_serializing_if = "Serves::is_unknown")]
     pub serves: Serves,
+    /// Node-label keys of its topology levels, widest first (as `MemberCluster.spec.topology`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology: Vec<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -337,6 +340,13 @@ pub(super) fn read(file: &str, text: &str) -> Result<Scenario, ScenarioError> {
 
 /// A member's own checks (`field` names it: `clusters[0]`, `changes[1].cluster`).
 pub(super) fn check_cluster(file: &str, field: &str, c: &ClusterSpec) -> Result<(), ScenarioError> {
+    if let Err(e) = crate::topology::check_levels(&c.topology) {
+        return Err(ScenarioError::Field {
+            file: file.into(),
+            field: format!("{field}.topology{}", e.split_once(':').map_or("", |(i, _)| i)),
+            message: e.split_once(": ").map_or(e.clone(), |(_, m)| m.to_string()),
+        });
+    }
     for (k, n) in c.nodes.iter().enumerate() {
         if let Some((r, _)) = n.allocatable.iter().find(|(_, q)| q.is_negative()) {
             return Err(ScenarioError::Field {
@@ -391,6 +401,7 @@ pub fn cluster_info(c: &ClusterSpec) -> ClusterInfo {
             .collect(),
         placement: c.placement,
         serves: c.serves.clone(),
+        topology: c.topology.clone(),
     }
 }
 

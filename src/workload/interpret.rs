@@ -20,6 +20,7 @@ use super::{
     InterpretError, JobKind, TrainingRuntimes, Workload,
 };
 use crate::labels::LabelSelector;
+use crate::topology::TopologyAsk;
 use crate::quantity::{Quantity, ResourceList};
 
 mod trainjob;
@@ -396,9 +397,22 @@ fn template_component(
             required_node_affinity,
             template_pointer: path_to_pointer(template_path),
             staged: false,
+            topology: topology_ask(template, template_path)?,
         },
         priority_class: spec.priority_class_name.clone().filter(|s| !s.is_empty()),
     })
+}
+
+/// A pod template's own topology ask (its metadata's annotations).
+fn topology_ask(
+    template: &PodTemplateSpec,
+    template_path: &str,
+) -> Result<Option<TopologyAsk>, InterpretError> {
+    let Some(ann) = template.metadata.as_ref().and_then(|m| m.annotations.as_ref()) else {
+        return Ok(None);
+    };
+    crate::topology::read_ask(ann, &format!("{template_path}.metadata.annotations"), false)
+        .map_err(|(field, message)| err(field, message))
 }
 
 /// Reads `obj[key]` as a pod template (required).
@@ -437,7 +451,10 @@ fn prune_containers(v: &Value) -> Value {
 /// (YAML 1.1) but the string "0777" to serde_yaml (YAML 1.2). Paths are unchanged (list
 /// indices are kept), so errors in what is read still name the exact field.
 fn prune_pod_template(v: &Value) -> Value {
-    pick(v, &["spec"], |_, spec| {
+    pick(v, &["metadata", "spec"], |k, spec| {
+        if k == "metadata" {
+            return pick(spec, &["annotations"], keep);
+        }
         pick(
             spec,
             &[
@@ -590,6 +607,8 @@ pub fn interpret_with(
         .unwrap_or_else(|| "default".to_string());
     let annotations = meta.annotations.clone().unwrap_or_default();
     let candidates = cluster_restriction(&annotations)?;
+    let topology = crate::topology::read_ask(&annotations, "metadata.annotations", true)
+        .map_err(|(field, message)| err(field, message))?;
 
     let spec = match manifest.get("spec") {
         Some(s @ Value::Object(_)) => s,
@@ -648,7 +667,20 @@ pub fn interpret_with(
         pod_priority_classes: parts.pod_priority_classes,
         candidates,
         runtime,
+        topology,
     };
+    if workload.topology.is_some()
+        && let Some(c) = workload.components.iter().find(|c| c.topology.is_some())
+    {
+        return Err(err(
+            format!("metadata.annotations[{}]", crate::topology::REQUIRED),
+            format!(
+                "the job asks for one domain for all its pods and its {} pods ask for their own; \
+                 ask on the job or on its pod templates, not both",
+                c.name
+            ),
+        ));
+    }
     if workload.pod_count() == 0 {
         return Err(err(
             "spec",

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{NodeSelector, Toleration};
 
 use crate::labels::LabelSelector;
 use crate::quantity::ResourceList;
+pub use crate::topology::TopologyAsk;
 
 mod interpret;
 mod kind;
@@ -48,6 +49,9 @@ pub struct Workload {
     pub candidates: ClusterRestriction,
     /// The training runtime a TrainJob is built from: a member must have the same one.
     pub runtime: Option<RuntimeNeed>,
+    /// One domain of a topology level for every pod of the job (`muster.dev/topology-required`
+    /// or `-preferred` on its metadata).
+    pub topology: Option<TopologyAsk>,
 }
 
 /// One pod template of a job and how many pods it makes.
@@ -70,6 +74,9 @@ pub struct Component {
     /// RayJob's submitter, a replicated job that starts in order or depends on another): the
     /// operator's gang is released in stages.
     pub staged: bool,
+    /// One domain of a topology level for this component's pods (the same annotations, or
+    /// Kueue's `podset-*-topology`, on its pod template's metadata).
+    pub topology: Option<TopologyAsk>,
 }
 
 /// The member clusters a job may be placed in. Empty restriction = all clusters.

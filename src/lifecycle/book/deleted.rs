@@ -116,6 +116,7 @@ fn charged_components(record: &Record, like: Option<&Workload>) -> Vec<Component
                 required_node_affinity: base.and_then(|c| c.required_node_affinity.clone()),
                 template_pointer: base.and_then(|c| c.template_pointer.clone()),
                 staged: base.is_some_and(|c| c.staged),
+                topology: base.and_then(|c| c.topology.clone()),
             })
         })
         .collect()
@@ -155,5 +156,6 @@ fn charged_workload(uid: &str, namespace: &str, record: &Record) -> Option<Workl
         pod_priority_classes: Default::default(),
         candidates: ClusterRestriction::default(),
         runtime: None,
+        topology: None,
     })
 }
