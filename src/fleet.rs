@@ -462,10 +462,12 @@ impl Cluster {
                 let usable = !n.taints.iter().any(is_condition_taint);
                 for i in 0..len {
                     let r = Res(i as u16);
-                    s.total_alloc[i] += at(&n.alloc, r);
+                    // Saturating: a node without a pod limit counts NO_POD_LIMIT pods, and a
+                    // few of them would overflow a plain sum.
+                    s.total_alloc[i] = s.total_alloc[i].saturating_add(at(&n.alloc, r));
                     if usable {
                         let free = n.free(r);
-                        s.total_free[i] += free.max(0);
+                        s.total_free[i] = s.total_free[i].saturating_add(free.max(0));
                         s.max_free[i] = s.max_free[i].max(free);
                     }
                 }

@@ -30,6 +30,9 @@ pub struct Explanation {
     /// The job's queue: its quota leaf's path (`root/research`), or its namespace without a tree.
     pub queue: String,
     pub priority: i32,
+    /// The job's topology asks (`worker: required example.com/rack`), when it has any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub topology: Vec<String>,
     pub status: Status,
 }
 
@@ -120,8 +123,13 @@ pub struct ClusterFit {
 pub enum Fit {
     /// Excluded, or unreachable (nothing is placed on an unreachable member).
     NotTried,
-    /// The whole job fits; the estimator's plan, `{node: pods}`.
-    Fits { nodes: BTreeMap<String, u32> },
+    /// The whole job fits; the estimator's plan, `{node: pods}`, and the narrowest topology
+    /// domain its nodes share (`example.com/rack b1/r1`) on a member with levels.
+    Fits {
+        nodes: BTreeMap<String, u32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        domain: Option<String>,
+    },
     /// The estimator's reason, and each component on its own.
     NoFit {
         reason: String,
@@ -200,6 +208,9 @@ pub struct Admitted {
     pub placement: PlacementMode,
     /// The planned nodes, `{node: pods}`.
     pub nodes: BTreeMap<String, u32>,
+    /// The narrowest topology domain the planned nodes share, on a member with levels.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
     /// Why it waited before it was admitted, if it did.
     pub waited: Option<String>,
 }
@@ -217,6 +228,7 @@ impl Scheduler {
                     cluster: c.name.clone(),
                     placement: c.placement,
                     nodes: placement.by_node(c),
+                    domain: domain_of(c, placement),
                     waited: j.last_wait.clone(),
                 })
             }
@@ -226,6 +238,7 @@ impl Scheduler {
             job: self.job_label(job),
             queue: self.queues.name(j.queue).to_string(),
             priority: j.priority,
+            topology: topology_asks(&self.shapes[j.shape].groups),
             status,
         }
     }
@@ -355,6 +368,7 @@ fn cluster_fit(c: &Cluster, shape: &Shape, empty: bool, table: &ResourceTable) -
     out.fit = match estimate::place(c, &shape.groups, &eligible, table) {
         Ok(p) => Fit::Fits {
             nodes: p.by_node(c),
+            domain: domain_of(c, &p),
         },
         Err(reason) => Fit::NoFit {
             reason,
@@ -371,6 +385,33 @@ fn cluster_fit(c: &Cluster, shape: &Shape, empty: bool, table: &ResourceTable) -
 }
 
 /// How many pods of `g` fit on node `n` now (as the estimator counts them).
+/// `example.com/rack b1/r1`: the narrowest domain all of the plan's nodes share.
+fn domain_of(c: &Cluster, p: &estimate::Placement) -> Option<String> {
+    let mut nodes: Vec<usize> = p.groups.iter().flatten().map(|(n, _)| *n).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    if nodes.is_empty() {
+        return None;
+    }
+    let (li, d) = c.levels.tightest(&nodes)?;
+    Some(format!("{} {}", c.levels.levels[li], d.name()))
+}
+
+/// Each topology ask of the job's components, once for a whole-job ask.
+fn topology_asks(groups: &[PodGroup]) -> Vec<String> {
+    if let Some(a) = groups
+        .iter()
+        .filter_map(|g| g.topology.as_ref())
+        .find(|a| a.whole_job)
+    {
+        return vec![a.describe()];
+    }
+    groups
+        .iter()
+        .filter_map(|g| g.topology.as_ref().map(|a| format!("{}: {}", g.name, a.describe())))
+        .collect()
+}
+
 fn node_cap(c: &Cluster, n: usize, g: &PodGroup) -> i128 {
     let mut cap = i128::MAX;
     for (r, x) in g.demand.iter() {
@@ -596,7 +637,14 @@ impl ClusterFit {
             Fit::NotTried => {
                 format!("{name}: unreachable; nothing is placed there until it answers")
             }
-            Fit::Fits { nodes } => format!("{name}: fits now ({})", fmt_nodes(nodes)),
+            Fit::Fits {
+                nodes,
+                domain: None,
+            } => format!("{name}: fits now ({})", fmt_nodes(nodes)),
+            Fit::Fits {
+                nodes,
+                domain: Some(d),
+            } => format!("{name}: fits now in {d} ({})", fmt_nodes(nodes)),
             Fit::NoFit { reason, components } => {
                 let parts: Vec<String> = components.iter().filter_map(|c| c.describe()).collect();
                 if parts.is_empty() {
@@ -783,6 +831,12 @@ impl fmt::Display for Explanation {
                     a.cluster, self.queue, self.priority
                 )?;
                 writeln!(f, "  planned nodes: {}", fmt_nodes(&a.nodes))?;
+                if let Some(d) = &a.domain {
+                    writeln!(f, "  topology domain: {d}")?;
+                }
+                if !self.topology.is_empty() {
+                    writeln!(f, "  topology asked: {}", self.topology.join("; "))?;
+                }
                 writeln!(f, "  placement: {}", fmt_placement(a.placement))?;
                 if let Some(w) = &a.waited {
                     writeln!(f, "  before that it waited: {w}")?;
@@ -841,6 +895,9 @@ impl fmt::Display for Explanation {
                 }
                 if let Some(rows) = &p.fair {
                     super::fair::write_fair(f, rows)?;
+                }
+                if !self.topology.is_empty() {
+                    writeln!(f, "  topology asked: {}", self.topology.join("; "))?;
                 }
                 writeln!(
                     f,
@@ -1065,7 +1122,7 @@ mod tests {
         );
         assert_eq!(p.quota_block().map(|r| r.node.as_str()), Some("root"));
         // The fleet has room: it would fit now, quota aside.
-        assert!(matches!(&p.clusters[0].fit, Fit::Fits { nodes } if nodes.get("m-0") == Some(&1)));
+        assert!(matches!(&p.clusters[0].fit, Fit::Fits { nodes, .. } if nodes.get("m-0") == Some(&1)));
         let text = e.to_string();
         assert!(
             text.contains(
@@ -1173,6 +1230,7 @@ mod tests {
                     .into_iter()
                     .map(|(n, k)| (n.to_string(), k))
                     .collect(),
+                domain: None,
                 waited: None,
             })
         );
