@@ -297,6 +297,7 @@ fn cluster_info(ci: usize, nodes: &[NodeSpec]) -> ClusterInfo {
     ClusterInfo {
         name: format!("member-{ci}"),
         labels: BTreeMap::new(),
+        topology: Vec::new(),
         nodes: nodes
             .iter()
             .enumerate()
@@ -1132,6 +1133,7 @@ fn small_cluster(nodes: &[SmallNode], table: &mut ResourceTable) -> Cluster {
     let info = ClusterInfo {
         name: "small".into(),
         labels: BTreeMap::new(),
+        topology: Vec::new(),
         nodes: nodes
             .iter()
             .enumerate()
@@ -1186,6 +1188,7 @@ fn pod_groups(groups: &[SmallGroup], table: &mut ResourceTable) -> Vec<PodGroup>
                 pods: g.pods,
                 demand,
                 constraints: g.constraints(),
+                topology: None,
             }
         })
         .collect()

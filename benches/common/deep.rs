@@ -40,6 +40,7 @@ fn fleet(clusters: usize, nodes: u32) -> (Vec<ClusterSpec>, u64) {
         .map(|c| ClusterSpec {
             name: format!("member-{c:02}"),
             labels: labels(&[("region", ["eu", "us", "ap"][c % 3])]),
+            topology: Vec::new(),
             nodes: vec![
                 pool(
                     format!("m{c:02}-general"),

@@ -125,6 +125,7 @@ pub fn scenario_seeded(seed: u64, jobs: usize, clusters: usize, nodes: u32) -> S
         .map(|c| ClusterSpec {
             name: format!("member-{c:02}"),
             labels: [("region".to_string(), ["eu", "us", "ap"][c % 3].to_string())].into(),
+            topology: Vec::new(),
             nodes: vec![
                 pool(
                     format!("m{c:02}-gpu"),
