@@ -133,7 +133,10 @@ fn a_required_rack_avoids_a_fragmented_member_and_waits_saying_why() {
     assert_eq!(first["cluster"], "racked", "{first}");
     let second = job(&r, "second");
     assert_eq!(second["cluster"], "racked", "{second}");
-    assert_eq!(second["dispatched"], 600, "it waits for the one rack: {second}");
+    assert_eq!(
+        second["dispatched"], 600,
+        "it waits for the one rack: {second}"
+    );
     for j in [first, second] {
         assert_eq!(
             domains_of(j, &racks),
@@ -151,7 +154,10 @@ fn a_required_rack_avoids_a_fragmented_member_and_waits_saying_why() {
     );
     // The estimate made at submission knows the fragmented member cannot take it.
     assert_eq!(second["estimate"]["cluster"], "racked", "{second}");
-    assert!(second["estimate"]["start"].as_u64() >= Some(600), "{second}");
+    assert!(
+        second["estimate"]["start"].as_u64() >= Some(600),
+        "{second}"
+    );
 
     // Explained, the waiting job names its ask and each member's verdict; dispatched, its rack.
     let file = write("explain.yaml", &text);
@@ -191,7 +197,10 @@ fn a_preferred_level_never_makes_a_job_wait() {
 
 #[test]
 fn a_component_asks_with_kueues_pod_set_annotation() {
-    let text = scenario("", "kueue.x-k8s.io/podset-required-topology: example.com/rack");
+    let text = scenario(
+        "",
+        "kueue.x-k8s.io/podset-required-topology: example.com/rack",
+    );
     let r = report(&write("component.yaml", &text));
     let racks = racks(&text);
     let second = job(&r, "second");
@@ -223,7 +232,9 @@ fn what_if_counts_the_topology() {
         .find(|l| l.contains("team/second"))
         .unwrap_or_default();
     assert!(
-        line.contains("on racked") && line.contains("10s on fragmented") && line.contains("changed"),
+        line.contains("on racked")
+            && line.contains("10s on fragmented")
+            && line.contains("changed"),
         "{out}"
     );
     // The same node outside any rack changes nothing.

@@ -83,10 +83,22 @@ pub async fn ensure_namespace(client: &Client, name: &str) {
         .unwrap_or_else(|e| panic!("namespace {name}: {e}"));
 }
 
+/// The topology levels of each member of the example fleet (`examples/fleet.yaml`).
+fn fleet_topology() -> std::collections::BTreeMap<String, Vec<String>> {
+    let file = fleet::repo_root().join("examples").join("fleet.yaml");
+    let text = std::fs::read_to_string(&file).expect("examples/fleet.yaml");
+    let sc = muster::sim::parse_scenario("examples/fleet.yaml", &text).expect("the fleet file");
+    sc.clusters
+        .into_iter()
+        .map(|c| (c.name, c.topology))
+        .collect()
+}
+
 /// Secrets with the members' kubeconfigs and a MemberCluster for each, labelled like the
-/// example fleet (region, tier).
+/// example fleet (region, tier), with its topology levels.
 pub async fn register_members(hub: &Client) {
     ensure_namespace(hub, CONTROLLER_NS).await;
+    let topology = fleet_topology();
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), CONTROLLER_NS);
     let mcs: Api<DynamicObject> = fleet::dynamic_api(
         hub,
@@ -117,7 +129,8 @@ pub async fn register_members(hub: &Client) {
         let mc = json!({
             "apiVersion": "muster.dev/v1alpha1", "kind": "MemberCluster",
             "metadata": {"name": m, "labels": {"region": region, "tier": tier}},
-            "spec": {"kubeconfigSecretRef": {"name": format!("{m}-kubeconfig")}}
+            "spec": {"kubeconfigSecretRef": {"name": format!("{m}-kubeconfig")},
+                     "topology": topology.get(m).cloned().unwrap_or_default()}
         });
         mcs.patch(
             m,
