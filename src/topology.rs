@@ -80,7 +80,10 @@ pub fn read_ask(
         {
             return Err((
                 field,
-                format!("conflicts with {first} ({}); ask for one level only", had.level),
+                format!(
+                    "conflicts with {first} ({}); ask for one level only",
+                    had.level
+                ),
             ));
         }
         found.get_or_insert((key, ask));
@@ -118,7 +121,9 @@ pub fn check_label_key(key: &str) -> Result<(), String> {
             .chars()
             .all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
     {
-        return bad("the name part takes letters, digits, '-', '_', '.', and starts and ends with a letter or digit");
+        return bad(
+            "the name part takes letters, digits, '-', '_', '.', and starts and ends with a letter or digit",
+        );
     }
     if let Some(p) = prefix
         && (p.is_empty()

@@ -63,7 +63,11 @@ impl Fleet {
     /// How plans are carried out on `cluster`, and why.
     /// The member's `spec.topology` levels, or why they cannot be used (`spec.topology[i]: ...`;
     /// the member is then used without levels, so a job that requires one waits, saying so).
-    pub(super) fn topology(&self, stores: &HubStores, cluster: &str) -> Result<Vec<String>, String> {
+    pub(super) fn topology(
+        &self,
+        stores: &HubStores,
+        cluster: &str,
+    ) -> Result<Vec<String>, String> {
         let levels = stores
             .members
             .state()

@@ -140,7 +140,10 @@ mod tests {
         assert_eq!(d.common(1, [0, 2]).map(Domain::name), Some("b1/r1".into()));
         assert_eq!(d.common(1, [0, 1]), None);
         assert_eq!(d.common(1, [3]), None);
-        assert_eq!(d.tightest(&[1, 4]).map(|(l, x)| (l, x.name())), Some((0, "b2".into())));
+        assert_eq!(
+            d.tightest(&[1, 4]).map(|(l, x)| (l, x.name())),
+            Some((0, "b2".into()))
+        );
         assert_eq!(d.level("rack"), Some(1));
     }
 }

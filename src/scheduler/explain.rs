@@ -408,7 +408,11 @@ fn topology_asks(groups: &[PodGroup]) -> Vec<String> {
     }
     groups
         .iter()
-        .filter_map(|g| g.topology.as_ref().map(|a| format!("{}: {}", g.name, a.describe())))
+        .filter_map(|g| {
+            g.topology
+                .as_ref()
+                .map(|a| format!("{}: {}", g.name, a.describe()))
+        })
         .collect()
 }
 
@@ -1122,7 +1126,9 @@ mod tests {
         );
         assert_eq!(p.quota_block().map(|r| r.node.as_str()), Some("root"));
         // The fleet has room: it would fit now, quota aside.
-        assert!(matches!(&p.clusters[0].fit, Fit::Fits { nodes, .. } if nodes.get("m-0") == Some(&1)));
+        assert!(
+            matches!(&p.clusters[0].fit, Fit::Fits { nodes, .. } if nodes.get("m-0") == Some(&1))
+        );
         let text = e.to_string();
         assert!(
             text.contains(

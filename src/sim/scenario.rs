@@ -343,7 +343,10 @@ pub(super) fn check_cluster(file: &str, field: &str, c: &ClusterSpec) -> Result<
     if let Err(e) = crate::topology::check_levels(&c.topology) {
         return Err(ScenarioError::Field {
             file: file.into(),
-            field: format!("{field}.topology{}", e.split_once(':').map_or("", |(i, _)| i)),
+            field: format!(
+                "{field}.topology{}",
+                e.split_once(':').map_or("", |(i, _)| i)
+            ),
             message: e.split_once(": ").map_or(e.clone(), |(_, m)| m.to_string()),
         });
     }

@@ -20,8 +20,8 @@ use super::{
     InterpretError, JobKind, TrainingRuntimes, Workload,
 };
 use crate::labels::LabelSelector;
-use crate::topology::TopologyAsk;
 use crate::quantity::{Quantity, ResourceList};
+use crate::topology::TopologyAsk;
 
 mod trainjob;
 
@@ -408,7 +408,11 @@ fn topology_ask(
     template: &PodTemplateSpec,
     template_path: &str,
 ) -> Result<Option<TopologyAsk>, InterpretError> {
-    let Some(ann) = template.metadata.as_ref().and_then(|m| m.annotations.as_ref()) else {
+    let Some(ann) = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+    else {
         return Ok(None);
     };
     crate::topology::read_ask(ann, &format!("{template_path}.metadata.annotations"), false)

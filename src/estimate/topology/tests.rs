@@ -43,7 +43,13 @@ fn member(nodes: &[(&str, &str, i64)], mode: PlacementMode, t: &mut ResourceTabl
     Cluster::new(&info, t, 1)
 }
 
-fn group(name: &str, pods: u32, gpus: i64, ask: Option<TopologyAsk>, t: &mut ResourceTable) -> PodGroup {
+fn group(
+    name: &str,
+    pods: u32,
+    gpus: i64,
+    ask: Option<TopologyAsk>,
+    t: &mut ResourceTable,
+) -> PodGroup {
     let mut requests = ResourceList::new();
     requests.set("nvidia.com/gpu", Quantity::from_units(gpus));
     requests.set("cpu", Quantity::from_units(1));
@@ -83,11 +89,18 @@ fn nodes_of(p: &Placement) -> Vec<usize> {
 fn a_required_rack_is_one_rack_and_the_reason_names_the_largest() {
     let mut t = ResourceTable::default();
     let c = member(
-        &[("b1", "r1", 4), ("b1", "r1", 2), ("b1", "r2", 4), ("b2", "r1", 2), ("b2", "r1", 4)],
+        &[
+            ("b1", "r1", 4),
+            ("b1", "r1", 2),
+            ("b1", "r2", 4),
+            ("b2", "r1", 2),
+            ("b2", "r1", 4),
+        ],
         PlacementMode::Gates,
         &mut t,
     );
-    let job = |level: &str, t: &mut ResourceTable| vec![group("worker", 8, 1, ask(level, true, true), t)];
+    let job =
+        |level: &str, t: &mut ResourceTable| vec![group("worker", 8, 1, ask(level, true, true), t)];
     let g = job(RACK, &mut t);
     let no = run(&c, &g, &t).unwrap_err();
     assert!(no.capacity, "{no:?}");
@@ -110,7 +123,12 @@ fn a_required_rack_is_one_rack_and_the_reason_names_the_largest() {
 fn the_tightest_domain_wins_and_preferred_falls_back_level_by_level() {
     let mut t = ResourceTable::default();
     let c = member(
-        &[("b1", "r1", 8), ("b1", "r2", 4), ("b2", "r3", 2), ("b2", "r4", 2)],
+        &[
+            ("b1", "r1", 8),
+            ("b1", "r2", 4),
+            ("b2", "r3", 2),
+            ("b2", "r4", 2),
+        ],
         PlacementMode::Gates,
         &mut t,
     );
@@ -120,7 +138,12 @@ fn the_tightest_domain_wins_and_preferred_falls_back_level_by_level() {
     // block holding 4 is b2 (4 free) over b1 (12).
     let mut t2 = ResourceTable::default();
     let c2 = member(
-        &[("b1", "r1", 8), ("b1", "r2", 4), ("b2", "r3", 2), ("b2", "r4", 2)],
+        &[
+            ("b1", "r1", 8),
+            ("b1", "r2", 4),
+            ("b2", "r3", 2),
+            ("b2", "r4", 2),
+        ],
         PlacementMode::Gates,
         &mut t2,
     );
@@ -128,9 +151,17 @@ fn the_tightest_domain_wins_and_preferred_falls_back_level_by_level() {
     assert_eq!(nodes_of(&run(&c2, &g, &t2).unwrap()), vec![0]);
     let g = vec![group("worker", 14, 1, ask(RACK, false, true), &mut t2)];
     let anywhere = nodes_of(&run(&c2, &g, &t2).unwrap());
-    assert_eq!(c2.levels.common(0, anywhere.iter().copied()), None, "anywhere at last");
+    assert_eq!(
+        c2.levels.common(0, anywhere.iter().copied()),
+        None,
+        "anywhere at last"
+    );
     let g = vec![group("worker", 10, 1, ask(RACK, false, true), &mut t2)];
-    assert_eq!(nodes_of(&run(&c2, &g, &t2).unwrap()), vec![0, 1], "block b1");
+    assert_eq!(
+        nodes_of(&run(&c2, &g, &t2).unwrap()),
+        vec![0, 1],
+        "block b1"
+    );
 }
 
 /// Per-component asks give each component its own rack; an unknown required level fails with
@@ -149,11 +180,33 @@ fn components_get_their_own_domains_and_unknown_levels_are_named() {
     ];
     let p = run(&c, &g, &t).unwrap();
     assert_eq!(p.groups[0], vec![(2, 1)], "the master takes b2's rack");
-    assert_eq!(nodes_of(&Placement { groups: vec![p.groups[1].clone()] }), vec![0, 1]);
-    let g = vec![group("worker", 1, 1, ask("example.com/zone", true, true), &mut t)];
+    assert_eq!(
+        nodes_of(&Placement {
+            groups: vec![p.groups[1].clone()]
+        }),
+        vec![0, 1]
+    );
+    let g = vec![group(
+        "worker",
+        1,
+        1,
+        ask("example.com/zone", true, true),
+        &mut t,
+    )];
     let no = run(&c, &g, &t).unwrap_err();
-    assert!(no.reason.contains("levels are example.com/block, example.com/rack"), "{}", no.reason);
-    let g = vec![group("worker", 1, 1, ask("example.com/zone", false, true), &mut t)];
+    assert!(
+        no.reason
+            .contains("levels are example.com/block, example.com/rack"),
+        "{}",
+        no.reason
+    );
+    let g = vec![group(
+        "worker",
+        1,
+        1,
+        ask("example.com/zone", false, true),
+        &mut t,
+    )];
     assert!(run(&c, &g, &t).is_ok());
 }
 
@@ -215,9 +268,10 @@ fn reference_fits(c: &Cluster, groups: &[PodGroup]) -> bool {
             if k == left {
                 break;
             }
-            let fits = g.demand.iter().all(|(r, x)| {
-                x <= 0 || c.nodes[ni].free(r) - at(&used[ni], r) >= x
-            });
+            let fits = g
+                .demand
+                .iter()
+                .all(|(r, x)| x <= 0 || c.nodes[ni].free(r) - at(&used[ni], r) >= x);
             if !fits {
                 break;
             }
@@ -243,8 +297,11 @@ fn reference_fits(c: &Cluster, groups: &[PodGroup]) -> bool {
             if !u.ask.required {
                 return true;
             }
-            doms.common(li, u.groups.iter().flat_map(|&g| nodes_of[g].iter().copied()))
-                .is_some()
+            doms.common(
+                li,
+                u.groups.iter().flat_map(|&g| nodes_of[g].iter().copied()),
+            )
+            .is_some()
         })
     };
     let mut used = vec![Vec::new(); n];
