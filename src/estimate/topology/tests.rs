@@ -235,6 +235,7 @@ fn reference_fits(c: &Cluster, groups: &[PodGroup]) -> bool {
     let doms = &c.levels;
     // The unit domains a placement uses must be one per unit at the asked level.
     let units = units(groups);
+    #[allow(clippy::too_many_arguments)] // the brute-force reference keeps its whole state explicit
     fn rec(
         c: &Cluster,
         groups: &[PodGroup],
