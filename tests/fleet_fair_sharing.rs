@@ -177,12 +177,5 @@ async fn a_late_team_takes_its_fair_part_back_from_a_borrowing_sibling() {
     hub::delete_webhook(&hub).await;
     let tail = controller.log_tail();
     drop(controller);
-    match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(_)) => panic!("timed out; controller log tail:\n{tail}"),
-        Err(e) => {
-            let msg = fleet::panic_message(e.as_ref());
-            panic!("{msg}\ncontroller log tail:\n{tail}")
-        }
-    }
+    fleet::finish(outcome, &tail);
 }

@@ -234,12 +234,5 @@ async fn a_job_that_requires_one_rack_avoids_a_fragmented_member() {
     hub::delete_webhook(&hub).await;
     let tail = controller.log_tail();
     drop(controller);
-    match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(_)) => panic!("timed out; controller log tail:\n{tail}"),
-        Err(e) => {
-            let msg = fleet::panic_message(e.as_ref());
-            panic!("{msg}\ncontroller log tail:\n{tail}")
-        }
-    }
+    fleet::finish(outcome, &tail);
 }

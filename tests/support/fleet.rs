@@ -220,6 +220,18 @@ pub fn describe_pods(pods: &[Pod]) -> String {
 }
 
 /// The message of a caught panic (a `String` or `&str` payload; empty otherwise).
+/// Ends a fleet test: a timeout or a caught panic fails it, with the controller's log tail.
+pub fn finish<E>(outcome: std::thread::Result<Result<(), E>>, tail: &str) {
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => panic!("timed out; controller log tail:\n{tail}"),
+        Err(e) => {
+            let msg = panic_message(e.as_ref());
+            panic!("{msg}\ncontroller log tail:\n{tail}")
+        }
+    }
+}
+
 pub fn panic_message(e: &(dyn std::any::Any + Send)) -> String {
     e.downcast_ref::<String>()
         .cloned()
