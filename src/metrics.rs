@@ -89,6 +89,8 @@ pub struct Metrics {
     cluster_allocatable: prometheus::GaugeVec,
     cluster_free: prometheus::GaugeVec,
     cluster_largest_free: prometheus::GaugeVec,
+    topology_domains: IntGaugeVec,
+    topology_largest_free: prometheus::GaugeVec,
     cluster_reachable: IntGaugeVec,
     cluster_nodes: IntGaugeVec,
     cluster_schedulable_nodes: IntGaugeVec,
@@ -204,6 +206,16 @@ impl Metrics {
                 "muster_cluster_largest_free",
                 "The most free of a resource on any one node of a member that takes pods: the largest block one pod can get (fragmentation).",
                 &["cluster", "resource"],
+            ),
+            topology_domains: int_gauge(
+                "muster_cluster_topology_domains",
+                "Topology domains of a member at one level of its spec.topology (a rack is counted inside its block; nodes without the level's label are in none).",
+                &["cluster", "level"],
+            ),
+            topology_largest_free: gauge(
+                "muster_cluster_topology_largest_free",
+                "The most free of a resource in any one topology domain of a level, over its nodes that take pods: the largest gang a job that requires that level can get.",
+                &["cluster", "level", "resource"],
             ),
             cluster_reachable: int_gauge(
                 "muster_cluster_reachable",
@@ -355,6 +367,7 @@ impl Metrics {
             &self.cluster_reachable,
             &self.cluster_nodes,
             &self.cluster_schedulable_nodes,
+            &self.topology_domains,
         ] {
             g.reset();
         }
@@ -368,6 +381,7 @@ impl Metrics {
             &self.cluster_allocatable,
             &self.cluster_free,
             &self.cluster_largest_free,
+            &self.topology_largest_free,
         ] {
             g.reset();
         }
@@ -432,6 +446,20 @@ impl Metrics {
                 self.cluster_largest_free
                     .with_label_values(&l)
                     .set(base(r.largest_free));
+            }
+            for t in &c.topology {
+                self.topology_domains
+                    .with_label_values(&[c.cluster.as_str(), t.level.as_str()])
+                    .set(count(t.domains));
+                for (resource, free) in &t.largest_free {
+                    self.topology_largest_free
+                        .with_label_values(&[
+                            c.cluster.as_str(),
+                            t.level.as_str(),
+                            resource.as_str(),
+                        ])
+                        .set(base(*free));
+                }
             }
         }
     }
@@ -663,6 +691,59 @@ mod tests {
         assert!(!t.contains(r#"cluster="b""#), "{t}");
         assert!(!t.contains("muster_pending_jobs{"), "{t}");
         assert_eq!(value(&t, r#"muster_cluster_nodes{cluster="a"}"#), Some(1.0));
+    }
+
+    #[test]
+    fn topology_levels_count_domains_and_their_largest_free() {
+        let m = Metrics::new();
+        let mut s = Scheduler::new(Config::default());
+        // Racks: a-0 and a-1 in r1, a-2 in r2; a-3 has no rack label (in no domain).
+        let mut c = cluster("a", 4);
+        c.topology = vec!["example.com/rack".into()];
+        for (n, rack) in c.nodes.iter_mut().zip(["r1", "r1", "r2"]) {
+            n.labels.insert("example.com/rack".into(), rack.into());
+        }
+        s.set_cluster(&c);
+        s.set_cluster(&cluster("b", 1));
+        let Submitted::Queued(_) = submit(&mut s, "x", 2) else {
+            panic!("x is queued")
+        };
+        s.cycle();
+        m.observe(&s);
+        let t = m.encode();
+        let series = |m: &str| {
+            format!(r#"muster_cluster_topology_{m}{{cluster="a",level="example.com/rack"#)
+        };
+        assert_eq!(
+            value(&t, &format!(r#"{}"}}"#, series("domains"))),
+            Some(2.0),
+            "{t}"
+        );
+        // x takes member b (least free); rack r1 keeps 2 nodes x 2 GPUs, r2 one node.
+        assert_eq!(
+            value(
+                &t,
+                &format!(r#"{}",resource="nvidia.com/gpu"}}"#, series("largest_free"))
+            ),
+            Some(4.0),
+            "{t}"
+        );
+        assert_eq!(
+            value(
+                &t,
+                &format!(r#"{}",resource="cpu"}}"#, series("largest_free"))
+            ),
+            Some(8.0),
+            "{t}"
+        );
+        assert!(
+            !t.contains(r#"muster_cluster_topology_domains{cluster="b""#),
+            "b has no levels: {t}"
+        );
+        // Without levels the series disappear.
+        s.set_cluster(&cluster("a", 4));
+        m.observe(&s);
+        assert!(!m.encode().contains("muster_cluster_topology_"));
     }
 
     #[test]

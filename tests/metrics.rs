@@ -355,6 +355,22 @@ fn at_10m_gauges_show_queues_quota_and_members() {
     assert_eq!(cl("muster_cluster_free", "member-a", "nvidia.com/gpu"), 0.0);
     assert_eq!(cl("muster_cluster_free", "member-b", "cpu"), 30.0);
     assert_eq!(cl("muster_cluster_largest_free", "member-b", "cpu"), 15.0);
+    // member-b's two nodes share rack r1: one domain, with all of member-b's free in it.
+    let level = [("cluster", "member-b"), ("level", "example.com/rack")];
+    assert_eq!(e.value("muster_cluster_topology_domains", &level), 1.0);
+    let rack = |r| {
+        e.value(
+            "muster_cluster_topology_largest_free",
+            &[level[0], level[1], ("resource", r)],
+        )
+    };
+    assert_eq!(rack("cpu"), 30.0);
+    assert_eq!(rack("nvidia.com/gpu"), 0.0);
+    assert_eq!(
+        e.of("muster_cluster_topology_domains").len(),
+        1,
+        "member-a declares no levels"
+    );
     assert_eq!(cl("muster_cluster_free", "member-a", "cpu"), 6.0);
     assert_eq!(cl("muster_cluster_free", "member-a", "memory"), 30.0 * GIB);
     assert_eq!(
@@ -869,7 +885,7 @@ fn every_dashboard_query_uses_exported_metrics() {
     let (e, exported) = exported();
     // The families the simulator, a dispatch error, a placement mismatch and a partitioned member
     // produce: all of muster's.
-    assert_eq!(e.types.len(), 30, "{:?}", e.types.keys());
+    assert_eq!(e.types.len(), 32, "{:?}", e.types.keys());
     let d = dashboard();
     let mut exprs = Vec::new();
     collect_exprs(&d, "", &mut exprs);
@@ -910,6 +926,7 @@ fn every_dashboard_query_uses_exported_metrics() {
         "muster_quota_max",
         "muster_cluster_free",
         "muster_cluster_largest_free",
+        "muster_cluster_topology_largest_free",
         "muster_dispatched_jobs_total",
         "muster_preempted_jobs_total",
         "muster_requeued_jobs_total",

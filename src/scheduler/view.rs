@@ -80,6 +80,21 @@ pub struct ClusterCapacity {
     /// Resources some node has, sorted by name. `pods` is left out when some node reports no
     /// pod limit; `kube-queue/max-jobs` is never a node resource.
     pub resources: Vec<Capacity>,
+    /// Per topology level (widest first), its domains and the most free in one of them.
+    pub topology: Vec<LevelCapacity>,
+}
+
+/// One topology level of a member cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LevelCapacity {
+    /// The node label of the level (`example.com/rack`).
+    pub level: String,
+    /// Its domains (a rack is counted inside its block).
+    pub domains: usize,
+    /// Per resource of [`ClusterCapacity::resources`], the most free in any one domain of the
+    /// level (summed over its nodes that take new pods): the largest gang a required ask of
+    /// the level can get.
+    pub largest_free: Vec<(String, i128)>,
 }
 
 impl Scheduler {
@@ -233,17 +248,64 @@ impl Scheduler {
                     })
                     .collect();
                 resources.sort_by(|a, b| a.resource.cmp(&b.resource));
+                let topology = self.level_capacity(c, &resources);
                 ClusterCapacity {
                     cluster: c.name.clone(),
                     reachable: c.reachable,
                     nodes: c.nodes.len(),
                     schedulable_nodes: schedulable,
                     resources,
+                    topology,
                 }
             })
             .collect();
         out.sort_by(|a, b| a.cluster.cmp(&b.cluster));
         out
+    }
+
+    /// Per topology level of `c`, its domain count and the most free of each of `resources` in
+    /// one domain.
+    fn level_capacity(
+        &self,
+        c: &crate::fleet::Cluster,
+        resources: &[Capacity],
+    ) -> Vec<LevelCapacity> {
+        let res: Vec<(String, Res)> = resources
+            .iter()
+            .filter_map(|r| self.table.get(&r.resource).map(|k| (r.resource.clone(), k)))
+            .collect();
+        let takes_pods: Vec<bool> = c
+            .nodes
+            .iter()
+            .map(|n| !n.taints.iter().any(is_condition_taint))
+            .collect();
+        let doms = &c.levels;
+        doms.levels
+            .iter()
+            .zip(&doms.per_level)
+            .map(|(level, domains)| LevelCapacity {
+                level: level.clone(),
+                domains: domains.len(),
+                largest_free: res
+                    .iter()
+                    .map(|(name, r)| {
+                        let most = domains
+                            .iter()
+                            .map(|d| {
+                                d.nodes
+                                    .iter()
+                                    .filter(|&&n| takes_pods[n])
+                                    .fold(0i128, |a, &n| {
+                                        a.saturating_add(c.nodes[n].free(*r).max(0))
+                                    })
+                            })
+                            .max()
+                            .unwrap_or(0);
+                        (name.clone(), most)
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     /// The queue jobs of `namespace` go to: its leaf's path, or the namespace itself without a
