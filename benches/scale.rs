@@ -4,14 +4,16 @@
 //! Run: `cargo bench --bench scale` (args: JOBS CLUSTERS NODES). Other scenarios:
 //! `-- deep` (50,000 jobs, 30 clusters x 300 nodes in three pools, 20 leaves, tens of thousands
 //! waiting), `-- diverse` (the same with hundreds of job shapes), `-- file PATH...` (the
-//! decision digest of scenario files). No assertions on time: results are recorded in
+//! decision digest of scenario files), `-- topology` (the default scenario on racks of 16 nodes,
+//! 4 racks a block, every PyTorchJob and MPIJob requiring one rack, every JobSet preferring
+//! one). No assertions on time: results are recorded in
 //! docs/benchmarks.md.
 
 use std::time::Instant;
 
 mod common;
 
-use common::{deep, scenario};
+use common::{deep, scenario, topology};
 use muster::sim::{self, Scenario};
 
 /// A `/proc/self/status` field in KiB (`VmHWM`: peak resident, `VmRSS`: resident now).
@@ -36,6 +38,7 @@ fn generate(mode: &str, jobs: usize, clusters: usize, nodes: u32) -> Scenario {
     match mode {
         "deep" => deep::deep(jobs, clusters, nodes),
         "diverse" => deep::diverse(jobs, clusters, nodes),
+        "topology" => topology(jobs, clusters, nodes),
         _ => scenario(jobs, clusters, nodes),
     }
 }
@@ -71,7 +74,12 @@ fn main() {
     let args: Vec<usize> = raw.iter().filter_map(|a| a.parse().ok()).collect();
     let mode = raw
         .iter()
-        .find(|a| matches!(a.as_str(), "scale" | "deep" | "diverse" | "file"))
+        .find(|a| {
+            matches!(
+                a.as_str(),
+                "scale" | "deep" | "diverse" | "topology" | "file"
+            )
+        })
         .map_or("scale", String::as_str);
     if mode == "file" {
         // `-- file PATH...`: each scenario file's decisions, for comparing two builds.
@@ -90,12 +98,13 @@ fn main() {
             ("scale", 600, 4, 20),
             ("deep", 800, 4, 30),
             ("diverse", 800, 4, 30),
+            ("topology", 600, 4, 40),
         ] {
             if !one(mode, j, c, n, true) {
                 failed += 1;
             }
         }
-        println!("scale smoke: {} passed, {failed} failed", 3 - failed);
+        println!("scale smoke: {} passed, {failed} failed", 4 - failed);
         if failed > 0 {
             std::process::exit(1);
         }
@@ -122,7 +131,11 @@ fn one(mode: &str, jobs: usize, clusters: usize, nodes: u32, smoke: bool) -> boo
     let run = t1.elapsed();
     let s = &report.summary;
     let decisions = s.dispatches + s.preemptions;
-    let leaves = if mode == "scale" { 100 } else { 20 };
+    let leaves = if matches!(mode, "scale" | "topology") {
+        100
+    } else {
+        20
+    };
     println!("{mode}: {jobs} jobs, {clusters} clusters x {nodes} nodes, {leaves} leaves");
     println!(
         "generate: {:.2}s, {} MiB resident after it",

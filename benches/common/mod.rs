@@ -119,34 +119,67 @@ pub fn scenario(jobs: usize, clusters: usize, nodes: u32) -> Scenario {
 
 /// [`scenario`] from another seed (not 0).
 pub fn scenario_seeded(seed: u64, jobs: usize, clusters: usize, nodes: u32) -> Scenario {
+    generate(seed, jobs, clusters, nodes, None)
+}
+
+/// The topology levels of [`topology`]: blocks of 4 racks, racks of `RACK` nodes.
+pub const LEVELS: [&str; 2] = ["example.com/block", "example.com/rack"];
+/// Nodes per rack in [`topology`].
+pub const RACK: u32 = 16;
+
+/// [`scenario`] on members whose nodes sit in racks of [`RACK`] nodes, 4 racks a block (GPU and
+/// CPU nodes in racks of their own); every distributed job (PyTorchJob, MPIJob) requires one
+/// rack and every JobSet prefers one. The same jobs otherwise, from the same seed.
+pub fn topology(jobs: usize, clusters: usize, nodes: u32) -> Scenario {
+    generate(0x9E37_79B9_7F4A_7C15, jobs, clusters, nodes, Some(RACK))
+}
+
+/// `count` nodes of one shape cut into racks of `rack` nodes (numbered from `first`), 4 racks a
+/// block; one pool without labels when `rack` is `None`.
+fn racked(
+    name: &str,
+    count: u32,
+    alloc: &muster::quantity::ResourceList,
+    rack: Option<u32>,
+    first: u32,
+) -> Vec<NodeSpec> {
+    let Some(rack) = rack else {
+        return vec![pool(name.to_string(), count, alloc.clone(), Default::default(), vec![])];
+    };
+    (0..count.div_ceil(rack))
+        .map(|i| {
+            let r = first + i;
+            let labels = [
+                (LEVELS[0].to_string(), format!("block-{}", r / 4)),
+                (LEVELS[1].to_string(), format!("rack-{r}")),
+            ];
+            let n = rack.min(count - i * rack);
+            pool(format!("{name}-r{r}"), n, alloc.clone(), labels.into(), vec![])
+        })
+        .collect()
+}
+
+fn generate(seed: u64, jobs: usize, clusters: usize, nodes: u32, rack: Option<u32>) -> Scenario {
     let mut rng = Rng(seed);
     let gpu_nodes = nodes * 3 / 5;
+    let gpu = list(&[
+        ("cpu", "128"),
+        ("memory", "1Ti"),
+        ("pods", "110"),
+        ("nvidia.com/gpu", "8"),
+    ]);
+    let cpu = list(&[("cpu", "64"), ("memory", "256Gi"), ("pods", "110")]);
+    let gpu_racks = rack.map_or(0, |r| gpu_nodes.div_ceil(r));
     let clusters_v: Vec<ClusterSpec> = (0..clusters)
         .map(|c| ClusterSpec {
             name: format!("member-{c:02}"),
             labels: [("region".to_string(), ["eu", "us", "ap"][c % 3].to_string())].into(),
-            topology: Vec::new(),
-            nodes: vec![
-                pool(
-                    format!("m{c:02}-gpu"),
-                    gpu_nodes,
-                    list(&[
-                        ("cpu", "128"),
-                        ("memory", "1Ti"),
-                        ("pods", "110"),
-                        ("nvidia.com/gpu", "8"),
-                    ]),
-                    Default::default(),
-                    vec![],
-                ),
-                pool(
-                    format!("m{c:02}-cpu"),
-                    nodes - gpu_nodes,
-                    list(&[("cpu", "64"), ("memory", "256Gi"), ("pods", "110")]),
-                    Default::default(),
-                    vec![],
-                ),
-            ],
+            topology: rack.map_or_else(Vec::new, |_| LEVELS.map(String::from).to_vec()),
+            nodes: [
+                racked(&format!("m{c:02}-gpu"), gpu_nodes, &gpu, rack, 0),
+                racked(&format!("m{c:02}-cpu"), nodes - gpu_nodes, &cpu, rack, gpu_racks),
+            ]
+            .concat(),
             placement: Default::default(),
             reachable: true,
             serves: Default::default(),
@@ -176,12 +209,25 @@ pub fn scenario_seeded(seed: u64, jobs: usize, clusters: usize, nodes: u32) -> S
         .map(|i| {
             let ns = format!("ns-{}-{}", rng.below(10), rng.below(10));
             let prio = ["low", "normal", "high"][rng.below(3) as usize];
+            // In this order: the draws of the scenario without racks.
+            let run_for = (10 + rng.below(140)) * 60_000;
+            let mut manifest = job(&mut rng, i, &ns, prio);
+            if rack.is_some() {
+                let ask = match manifest["kind"].as_str() {
+                    Some("PyTorchJob" | "MPIJob") => Some("muster.dev/topology-required"),
+                    Some("JobSet") => Some("muster.dev/topology-preferred"),
+                    _ => None,
+                };
+                if let Some(ask) = ask {
+                    manifest["metadata"]["annotations"] = json!({ask: LEVELS[1]});
+                }
+            }
             JobSpec {
                 at: (i as u64) * span_ms / jobs.max(1) as u64 / 1000 * 1000,
-                run_for: (10 + rng.below(140)) * 60_000,
+                run_for,
                 running: None,
                 // Compact text: 100,000 trees would be most of the benchmark's memory.
-                manifest: Manifest::compact(&job(&mut rng, i, &ns, prio)),
+                manifest: Manifest::compact(&manifest),
             }
         })
         .collect();
