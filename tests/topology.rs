@@ -208,15 +208,10 @@ fn a_component_asks_with_kueues_pod_set_annotation() {
     assert_eq!(domains_of(second, &racks).len(), 1, "{second}");
 }
 
-#[test]
-fn what_if_counts_the_topology() {
-    let text = scenario(REQUIRED, "");
-    let file = write("whatif.yaml", &text);
-    // A fifth node in the fragmented member's rack b1/r1 makes a rack of 8 GPUs there.
-    let nodes = write(
-        "nodes.yaml",
-        "- {name: f5, allocatable: {cpu: \"64\", nvidia.com/gpu: \"4\"}, labels: {example.com/block: b1, example.com/rack: r1}}\n",
-    );
+/// `muster what-if` on `file` adding the nodes of `nodes_yaml` to member `fragmented`: the
+/// line of `team/second` in the table after the change, and the whole output.
+fn second_after_adding(file: &std::path::Path, name: &str, nodes_yaml: &str) -> (String, String) {
+    let nodes = write(name, nodes_yaml);
     let change = format!("add-nodes=fragmented:{}", nodes.display());
     let (ok, out, err) = muster(&[
         "what-if",
@@ -230,7 +225,21 @@ fn what_if_counts_the_topology() {
         .lines()
         .rev()
         .find(|l| l.contains("team/second"))
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .to_string();
+    (line, out)
+}
+
+#[test]
+fn what_if_counts_the_topology() {
+    let text = scenario(REQUIRED, "");
+    let file = write("whatif.yaml", &text);
+    // A fifth node in the fragmented member's rack b1/r1 makes a rack of 8 GPUs there.
+    let (line, out) = second_after_adding(
+        &file,
+        "nodes.yaml",
+        "- {name: f5, allocatable: {cpu: \"64\", nvidia.com/gpu: \"4\"}, labels: {example.com/block: b1, example.com/rack: r1}}\n",
+    );
     assert!(
         line.contains("on racked")
             && line.contains("10s on fragmented")
@@ -238,24 +247,11 @@ fn what_if_counts_the_topology() {
         "{out}"
     );
     // The same node outside any rack changes nothing.
-    let loose = write(
+    let (line, out) = second_after_adding(
+        &file,
         "loose.yaml",
         "- {name: f5, allocatable: {cpu: \"64\", nvidia.com/gpu: \"4\"}}\n",
     );
-    let change = format!("add-nodes=fragmented:{}", loose.display());
-    let (ok, out, err) = muster(&[
-        "what-if",
-        "--scenario",
-        file.to_str().expect("UTF-8"),
-        "--change",
-        &change,
-    ]);
-    assert!(ok, "{err}");
-    let line = out
-        .lines()
-        .rev()
-        .find(|l| l.contains("team/second"))
-        .unwrap_or_default();
     assert!(!line.contains("changed"), "{out}");
 }
 

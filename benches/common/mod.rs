@@ -144,7 +144,13 @@ fn racked(
     first: u32,
 ) -> Vec<NodeSpec> {
     let Some(rack) = rack else {
-        return vec![pool(name.to_string(), count, alloc.clone(), Default::default(), vec![])];
+        return vec![pool(
+            name.to_string(),
+            count,
+            alloc.clone(),
+            Default::default(),
+            vec![],
+        )];
     };
     (0..count.div_ceil(rack))
         .map(|i| {
@@ -154,7 +160,13 @@ fn racked(
                 (LEVELS[1].to_string(), format!("rack-{r}")),
             ];
             let n = rack.min(count - i * rack);
-            pool(format!("{name}-r{r}"), n, alloc.clone(), labels.into(), vec![])
+            pool(
+                format!("{name}-r{r}"),
+                n,
+                alloc.clone(),
+                labels.into(),
+                vec![],
+            )
         })
         .collect()
 }
@@ -177,7 +189,13 @@ fn generate(seed: u64, jobs: usize, clusters: usize, nodes: u32, rack: Option<u3
             topology: rack.map_or_else(Vec::new, |_| LEVELS.map(String::from).to_vec()),
             nodes: [
                 racked(&format!("m{c:02}-gpu"), gpu_nodes, &gpu, rack, 0),
-                racked(&format!("m{c:02}-cpu"), nodes - gpu_nodes, &cpu, rack, gpu_racks),
+                racked(
+                    &format!("m{c:02}-cpu"),
+                    nodes - gpu_nodes,
+                    &cpu,
+                    rack,
+                    gpu_racks,
+                ),
             ]
             .concat(),
             placement: Default::default(),

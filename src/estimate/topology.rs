@@ -72,11 +72,7 @@ pub(super) fn place(
         reason: if search.budget == 0 {
             format!(
                 "needs {} in one {level} each: gave up after {} estimates of domain choices",
-                units
-                    .iter()
-                    .map(|u| u.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                unit_names(&units),
                 search.tried
             )
         } else if units.len() == 1 {
@@ -91,11 +87,7 @@ pub(super) fn place(
             format!(
                 "needs {} each in one {level}: no choice of domains holds them all together \
                  ({} tried)",
-                units
-                    .iter()
-                    .map(|u| u.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                unit_names(&units),
                 search.tried
             )
         },
@@ -129,6 +121,15 @@ fn units(groups: &[PodGroup]) -> Vec<Unit<'_>> {
             })
         })
         .collect()
+}
+
+/// `master, worker`: the units' names, for reasons.
+fn unit_names(units: &[Unit<'_>]) -> String {
+    units
+        .iter()
+        .map(|u| u.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The unit's choices in the order they are tried, or why none can hold it.
