@@ -6,7 +6,9 @@
 //! waiting), `-- diverse` (the same with hundreds of job shapes), `-- file PATH...` (the
 //! decision digest of scenario files), `-- topology` (the default scenario on racks of 16 nodes,
 //! 4 racks a block, every PyTorchJob and MPIJob requiring one rack, every JobSet preferring
-//! one). No assertions on time: results are recorded in
+//! one). `estimates` after the scenario (`-- deep estimates`) runs it as `muster sim` does by
+//! default, with start-time estimates under their default budget, and prints how they were
+//! made. No assertions on time: results are recorded in
 //! docs/benchmarks.md.
 
 use std::time::Instant;
@@ -117,17 +119,39 @@ fn main() {
     let jobs = args.first().copied().unwrap_or(dj);
     let clusters = args.get(1).copied().unwrap_or(dc);
     let nodes = args.get(2).copied().unwrap_or(dn) as u32;
-    one(mode, jobs, clusters, nodes, false);
+    let estimates = raw.iter().any(|a| a == "estimates");
+    one_with(mode, jobs, clusters, nodes, false, estimates);
 }
 
 /// One run; in a smoke run, whether every job ended (finished, or inadmissible as written).
 fn one(mode: &str, jobs: usize, clusters: usize, nodes: u32, smoke: bool) -> bool {
+    one_with(mode, jobs, clusters, nodes, smoke, smoke && mode == "scale")
+}
+
+/// [`one`], with start-time estimates (the default budget) when `estimates`.
+fn one_with(
+    mode: &str,
+    jobs: usize,
+    clusters: usize,
+    nodes: u32,
+    smoke: bool,
+    estimates: bool,
+) -> bool {
     let t0 = Instant::now();
     let sc = generate(mode, jobs, clusters, nodes);
     let generated = t0.elapsed();
     let rss_generated = status_kib("VmRSS:");
     let t1 = Instant::now();
-    let report = sim::run("bench", &sc, &mut ()).expect("bench scenario is valid");
+    let report = if estimates {
+        let e = sim::Estimating {
+            at_submission: true,
+            ..sim::Estimating::default()
+        };
+        sim::run_estimated("bench", &sc, &mut (), &e)
+    } else {
+        sim::run("bench", &sc, &mut ())
+    }
+    .expect("bench scenario is valid");
     let run = t1.elapsed();
     let s = &report.summary;
     let decisions = s.dispatches + s.preemptions;
@@ -160,6 +184,9 @@ fn one(mode: &str, jobs: usize, clusters: usize, nodes: u32, smoke: bool) -> boo
     println!("utilization: {:?}", s.utilization);
     println!("virtual makespan: {}s", s.makespan);
     println!("decisions digest: {}", s.trace);
+    if let Some(e) = &s.estimates {
+        println!("{}", sim::estimates_line(e));
+    }
     println!("peak RSS: {} MiB", peak_rss_kib() / 1024);
     if !smoke {
         return true;

@@ -43,6 +43,12 @@ pub struct Inputs {
     /// Run time of a waiting job missing from `runtimes`.
     pub default_runtime: Ms,
     pub arrivals: Vec<Arrival>,
+    /// Answer only for these waiting jobs (and the arrivals), and stop once they have started;
+    /// `None`: every waiting job. The run is the same either way, so each answer is too.
+    pub only: Option<Vec<JobId>>,
+    /// Stop after this many admission cycles; the watched jobs not started by then are
+    /// [`Estimates::beyond`]. `None`: only [`MAX_INSTANTS`] bounds the run.
+    pub max_cycles: Option<u64>,
 }
 
 /// One waiting job's forecast.
@@ -73,6 +79,9 @@ pub struct Estimates {
     pub instants: usize,
     /// Admission cycles run.
     pub cycles: u64,
+    /// Watched jobs not started when [`Inputs::max_cycles`] stopped the run: their answer is
+    /// not known (they are absent from `jobs`).
+    pub beyond: Vec<JobId>,
 }
 
 impl Estimates {
@@ -109,7 +118,20 @@ pub fn forecast(mut sched: Scheduler, inputs: &Inputs) -> Estimates {
             events.push(Reverse((at.max(inputs.now), Event::End { job, run: 0 })));
         }
     }
-    for job in sched.waiting() {
+    let waiting: Vec<JobId> = match &inputs.only {
+        Some(only) => only
+            .iter()
+            .copied()
+            .filter(|&j| {
+                matches!(
+                    sched.state(j),
+                    JobState::Pending | JobState::Inadmissible(_)
+                )
+            })
+            .collect(),
+        None => sched.waiting(),
+    };
+    for job in waiting {
         match sched.state(job) {
             JobState::Inadmissible(why) => {
                 out.jobs.insert(job, Start::Never(why.clone()));
@@ -119,6 +141,7 @@ pub fn forecast(mut sched: Scheduler, inputs: &Inputs) -> Estimates {
             }
         }
     }
+    let max_cycles = inputs.max_cycles.unwrap_or(u64::MAX);
     let mut started = 0usize;
     for (index, a) in inputs.arrivals.iter().enumerate() {
         events.push(Reverse((a.at.max(inputs.now), Event::Arrive { index })));
@@ -178,6 +201,7 @@ pub fn forecast(mut sched: Scheduler, inputs: &Inputs) -> Estimates {
         out.instants += 1;
         if (started == watched.len() && arrived == inputs.arrivals.len())
             || out.instants >= MAX_INSTANTS
+            || out.cycles >= max_cycles
         {
             break;
         }
@@ -220,7 +244,15 @@ pub fn forecast(mut sched: Scheduler, inputs: &Inputs) -> Estimates {
         }
     }
     let horizon = out.instants >= MAX_INSTANTS;
+    let cut = out.cycles >= max_cycles && !horizon;
     for (job, w) in watched {
+        if cut
+            && w.start.is_none()
+            && let Target::Job(j) = w.target
+        {
+            out.beyond.push(j);
+            continue;
+        }
         let start = match w.start {
             Some((at, cluster, after)) => {
                 let mut names: Vec<String> = after.iter().map(|&j| sched.job_label(j)).collect();
@@ -258,6 +290,7 @@ pub fn forecast(mut sched: Scheduler, inputs: &Inputs) -> Estimates {
         .into_iter()
         .map(|s| s.unwrap_or_else(|| Start::Never("not submitted within the forecast".into())))
         .collect();
+    out.beyond.sort_unstable();
     out
 }
 

@@ -54,6 +54,12 @@ enum Command {
         /// instant at which a submitted job has to wait; see docs/sim.md for the cost).
         #[arg(long)]
         no_estimates: bool,
+        /// Make every estimate at its job's submission, however long the forecasts take. By
+        /// default the forecasts may spend about twice the run's own admission cycles (after a
+        /// first 20,000): past that, estimates are made later in the wait or skipped, and the
+        /// summary says how many (docs/sim.md#the-estimate-budget).
+        #[arg(long, conflicts_with = "no_estimates")]
+        exact_estimates: bool,
         /// Instead of a scenario: the deterministic simulation with faults, seeds
         /// FROM..FROM+N (see --faults-from); prints each broken invariant with its replay command.
         #[arg(long, value_name = "N", conflicts_with_all = ["scenario", "faults_seed", "metrics"])]
@@ -378,6 +384,7 @@ fn main() -> ExitCode {
             metrics,
             metrics_at,
             no_estimates,
+            exact_estimates,
             ..
         } => run_sim(
             scenario.as_deref(),
@@ -385,7 +392,11 @@ fn main() -> ExitCode {
             &explain,
             metrics.as_deref(),
             metrics_at.as_deref(),
-            !no_estimates,
+            (!no_estimates).then_some(if exact_estimates {
+                sim::Budget::unbounded()
+            } else {
+                sim::Budget::DEFAULT
+            }),
         ),
         Command::Controller(args) => run_controller(*args),
         Command::Explain {
@@ -684,7 +695,7 @@ fn run_sim(
     explain: &[String],
     metrics_path: Option<&str>,
     metrics_at: Option<&str>,
-    estimates: bool,
+    estimates: Option<sim::Budget>,
 ) -> ExitCode {
     let at_ms = match metrics_at.map(sim::parse_duration).transpose() {
         Ok(t) => t,
@@ -731,7 +742,8 @@ fn run_sim(
     let metrics = Metrics::new();
     let rec = metrics_out.as_ref().map(|_| &metrics);
     let estimating = sim::Estimating {
-        at_submission: estimates,
+        at_submission: estimates.is_some(),
+        budget: estimates.unwrap_or_default(),
         ..sim::Estimating::default()
     };
     let result = sim::run_full(

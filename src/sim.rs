@@ -14,10 +14,11 @@ mod report;
 mod scenario;
 
 pub use digest::TraceDigest;
-pub use estimates::{EstimateReport, Estimating};
+pub use estimates::{Budget, EstimateReport, EstimateSummary, Estimating};
 pub use manifest::Manifest;
 pub use report::{
-    Explained, JobReport, Report, Summary, WaitStats, explanations_text, secs, table,
+    Explained, JobReport, Report, Summary, WaitStats, estimates_line, explanations_text, secs,
+    table,
 };
 pub use scenario::*;
 
@@ -455,7 +456,7 @@ fn run_inner(
                 break;
             }
         }
-        est.instant(&sched, &jobs, now);
+        est.instant(&sched, &jobs, now, cycles);
         for &i in &watched {
             let j = &jobs[i];
             let Some(id) = j.id else { continue };
@@ -551,7 +552,12 @@ fn run_inner(
         warnings,
         (&changes.before, changes.since),
     );
-    let summary = Summary { trace, ..summary };
+    est.end();
+    let summary = Summary {
+        trace,
+        estimates: est.enabled().then(|| est.summary.clone()),
+        ..summary
+    };
     Ok(Report {
         jobs: reports,
         summary,

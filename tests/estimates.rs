@@ -6,7 +6,7 @@
 //! nodes until their time is up.
 
 use muster::runtime::ANNOTATION;
-use muster::sim::{self, Estimating, Scenario};
+use muster::sim::{self, Budget, Estimating, Scenario};
 use serde_json::{Value, json};
 
 /// xorshift64*, deterministic per seed.
@@ -258,4 +258,105 @@ jobs:
     assert_eq!(r.jobs[0].state, "Rejected");
     let why = r.jobs[0].reason.clone().unwrap_or_default();
     assert!(why.contains("job: 1"), "{why}");
+}
+
+/// Seconds of a report value (whole or fractional) as milliseconds.
+fn ms(v: &Value) -> u64 {
+    v.as_u64()
+        .map(|s| s * 1000)
+        .or_else(|| v.as_f64().map(|s| (s * 1000.0).round() as u64))
+        .expect("a time")
+}
+
+#[test]
+fn a_spent_budget_puts_estimates_off_says_so_and_what_it_makes_is_exact() {
+    let (mut later, mut skipped) = (0, 0);
+    for seed in 1..=8 {
+        let sc = random_over(seed, 80, 1800);
+        let run = |budget| {
+            let e = Estimating {
+                budget,
+                ..estimating()
+            };
+            sim::run_estimated("budget", &sc, &mut (), &e).expect("runs")
+        };
+        let exact = run(Budget::unbounded());
+        // A small first allowance that grows by one forecast cycle per cycle of the run.
+        let tight_budget = Budget {
+            per_cycle: 1,
+            base: 40,
+            min_forecast: 1,
+        };
+        let tight = run(tight_budget);
+        assert_eq!(exact.summary.trace, tight.summary.trace, "same decisions");
+        let e = exact.summary.estimates.clone().expect("estimates");
+        assert_eq!((e.later, e.skipped, e.budget), (0, 0, None), "seed {seed}");
+        assert_eq!(e.at_submission as usize, sc.jobs.len(), "seed {seed}");
+        let t = tight.summary.estimates.clone().expect("estimates");
+        assert_eq!(
+            (t.at_submission + t.later + t.skipped) as usize,
+            sc.jobs.len(),
+            "seed {seed}: every job accounted for: {t:?}"
+        );
+        // The forecasts stop within an instant (16 cycles) of the budget.
+        let allowed = tight.summary.cycles + tight_budget.base;
+        assert!(
+            t.forecast_cycles <= allowed + 16 * t.forecasts,
+            "seed {seed}: {t:?} against {allowed}"
+        );
+        later += t.later;
+        skipped += t.skipped;
+        // What the budget put off is made at a later instant of the wait; each estimate is
+        // the one an unbounded forecast makes at that same instant.
+        let mut again = std::collections::BTreeMap::new();
+        let mut counted = (0, 0, 0);
+        for (i, (x, y)) in exact.jobs.iter().zip(&tight.jobs).enumerate() {
+            let Some(te) = &y.estimate else {
+                counted.2 += 1;
+                assert!(
+                    y.first_dispatched.is_some() || !y.dispatched.is_null(),
+                    "{y:?}"
+                );
+                continue;
+            };
+            if te.made_at == y.submitted {
+                counted.0 += 1;
+                assert_eq!(x.estimate.as_ref(), Some(te), "seed {seed} job {i}");
+            } else {
+                counted.1 += 1;
+                let first = y.first_dispatched.as_ref().unwrap_or(&y.dispatched);
+                assert!(ms(&te.made_at) > ms(&y.submitted), "{y:?}");
+                if !first.is_null() && te.start != Value::Null {
+                    assert!(ms(&te.made_at) <= ms(first), "made in the wait: {y:?}");
+                }
+                again.insert(i, ms(&te.made_at));
+            }
+        }
+        assert_eq!(
+            counted,
+            (t.at_submission, t.later, t.skipped),
+            "seed {seed}: the summary counts what the jobs show"
+        );
+        let check = sim::run_estimated(
+            "again",
+            &sc,
+            &mut (),
+            &Estimating {
+                again_at: again.clone(),
+                budget: Budget::unbounded(),
+                ..estimating()
+            },
+        )
+        .expect("runs");
+        for (&i, _) in &again {
+            assert_eq!(
+                check.jobs[i].estimate_again, tight.jobs[i].estimate,
+                "seed {seed} job {i}: the later estimate is the forecast of its instant"
+            );
+        }
+    }
+    assert!(
+        later > 0 && skipped > 0,
+        "the budget did bite: {later} later, {skipped} skipped"
+    );
 }

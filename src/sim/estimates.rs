@@ -3,6 +3,14 @@
 //! that instant (and, when asked, again for chosen jobs later in their wait). Expected run times
 //! follow the controller's rules ([`crate::runtime`]): the declared annotation, the deadline, the
 //! history of finished jobs of the same queue and shape (the simulator's own), the default.
+//!
+//! Owns how much forecasting a run does ([`Budget`]). Each forecast answers only for the jobs
+//! due at its instant and stops once they have started (the same run, so the same answers).
+//! By default the forecasts' admission cycles may total a bounded multiple of the run's own:
+//! a job whose instant finds the budget spent, or whose forecast is cut off by it, is estimated
+//! at the next instant a forecast is made (`madeAt` later than its submission), or not at all
+//! if it is dispatched first. The summary counts each kind ([`EstimateSummary`]); small runs
+//! stay exact, and `Budget::unbounded` makes every estimate at its instant.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -15,6 +23,75 @@ use crate::runtime::{self, Declared, History, Rules};
 use crate::scheduler::{JobState, Scheduler};
 use crate::workload::Workload;
 
+/// How much forecasting a run may do: the forecasts' admission cycles may total at most
+/// `per_cycle` times the run's own admission cycles so far, plus `base`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    pub per_cycle: u64,
+    pub base: u64,
+    /// A forecast starts only with at least this many cycles of budget left (or all of it,
+    /// if less): each also clones the core, so a forecast of a few cycles would cost mostly
+    /// that.
+    pub min_forecast: u64,
+}
+
+impl Budget {
+    /// What `muster sim` uses unless `--exact-estimates`: forecasts cost at most about twice
+    /// the run's own cycles beyond a first 20,000 (every estimate of a small run is exact).
+    pub const DEFAULT: Budget = Budget {
+        per_cycle: 2,
+        base: 20_000,
+        min_forecast: 2_000,
+    };
+    /// No bound: every estimate at its instant, each forecast run to its end.
+    pub const fn unbounded() -> Budget {
+        Budget {
+            per_cycle: u64::MAX,
+            base: u64::MAX,
+            min_forecast: 0,
+        }
+    }
+
+    fn allows(&self, run_cycles: u64) -> u64 {
+        run_cycles
+            .saturating_mul(self.per_cycle)
+            .saturating_add(self.base)
+    }
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget::DEFAULT
+    }
+}
+
+/// How the estimates of a run were made.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EstimateSummary {
+    /// Estimates made at the instant the job was submitted (or, for a job dispatched or found
+    /// inadmissible at once, read off that instant).
+    pub at_submission: u64,
+    /// Estimates made later in the job's first wait because the budget was spent at its
+    /// submission (`madeAt` says when).
+    pub later: u64,
+    /// Jobs dispatched before any forecast could answer for them: no estimate.
+    pub skipped: u64,
+    /// Forecasts run, and their admission cycles in all.
+    pub forecasts: u64,
+    pub forecast_cycles: u64,
+    /// The budget in force (`null`: unbounded, `--exact-estimates`).
+    pub budget: Option<BudgetReport>,
+}
+
+/// [`Budget`] as reported.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetReport {
+    pub per_cycle: u64,
+    pub base: u64,
+}
+
 /// Which estimates a run makes.
 #[derive(Clone, Debug, Default)]
 pub struct Estimating {
@@ -24,6 +101,8 @@ pub struct Estimating {
     /// first instant at or after it when the job still waits for its first dispatch).
     pub again_at: BTreeMap<usize, u64>,
     pub rules: Rules,
+    /// How much forecasting the run may do.
+    pub budget: Budget,
 }
 
 /// One estimate as reported.
@@ -72,10 +151,11 @@ pub(super) struct Estimator {
     history: History,
     declared: Vec<Option<Declared>>,
     fresh: Vec<usize>,
+    /// Jobs whose estimate at submission the budget put off, in submission order.
+    owed: Vec<usize>,
     pub first: Vec<Option<EstimateReport>>,
     pub again: Vec<Option<EstimateReport>>,
-    /// Forecasts run.
-    pub forecasts: u64,
+    pub summary: EstimateSummary,
 }
 
 impl Estimator {
@@ -85,13 +165,20 @@ impl Estimator {
             history: History::default(),
             declared: vec![None; jobs],
             fresh: Vec::new(),
+            owed: Vec::new(),
             first: vec![None; jobs],
             again: vec![None; jobs],
-            forecasts: 0,
+            summary: EstimateSummary {
+                budget: (opts.budget != Budget::unbounded()).then_some(BudgetReport {
+                    per_cycle: opts.budget.per_cycle,
+                    base: opts.budget.base,
+                }),
+                ..EstimateSummary::default()
+            },
         }
     }
 
-    fn enabled(&self) -> bool {
+    pub fn enabled(&self) -> bool {
         self.opts.at_submission || !self.opts.again_at.is_empty()
     }
 
@@ -121,14 +208,24 @@ impl Estimator {
             })
     }
 
-    /// After the cycles of instant `now`: the estimates due at it.
-    pub fn instant(&mut self, sched: &Scheduler, jobs: &[SimJob], now: u64) {
+    /// After the cycles of instant `now` (the run's `run_cycles` so far): the estimates due at
+    /// it, as far as the budget goes.
+    pub fn instant(&mut self, sched: &Scheduler, jobs: &[SimJob], now: u64, run_cycles: u64) {
         if !self.enabled() {
             return;
         }
         let mut due: Vec<usize> = Vec::new();
-        for i in std::mem::take(&mut self.fresh) {
+        let fresh = std::mem::take(&mut self.fresh);
+        let owed = std::mem::take(&mut self.owed);
+        let fresh_from = owed.len();
+        for (k, i) in owed.into_iter().chain(fresh).enumerate() {
             let Some(id) = jobs[i].id else { continue };
+            let late = k < fresh_from;
+            if late && jobs[i].first_dispatched.is_some() {
+                // Dispatched before a forecast could answer: no estimate.
+                self.summary.skipped += 1;
+                continue;
+            }
             // Dispatched at once (even if preempted again within the instant): it started.
             if let Some((at, cluster)) = jobs[i].first_dispatched.clone() {
                 self.first[i] = Some(EstimateReport::new(
@@ -140,11 +237,13 @@ impl Estimator {
                         more: 0,
                     },
                 ));
+                self.summary.at_submission += 1;
                 continue;
             }
             match sched.state(id) {
                 JobState::Inadmissible(why) => {
                     self.first[i] = Some(EstimateReport::new(now, &Start::Never(why.clone())));
+                    self.count(late);
                 }
                 _ => due.push(i),
             }
@@ -166,12 +265,26 @@ impl Estimator {
         if due.is_empty() && again.is_empty() {
             return;
         }
+        let allowed = self.opts.budget.allows(run_cycles);
+        let left = allowed.saturating_sub(self.summary.forecast_cycles);
+        if left == 0 || left < self.opts.budget.min_forecast.min(allowed) {
+            // Put off; `again` is tried at every instant anyway.
+            self.owed = due;
+            return;
+        }
         let mut inputs = Inputs {
             now,
             ends: HashMap::new(),
             runtimes: HashMap::new(),
             default_runtime: self.opts.rules.default,
             arrivals: Vec::new(),
+            only: Some(
+                due.iter()
+                    .chain(&again)
+                    .filter_map(|&i| jobs[i].id)
+                    .collect(),
+            ),
+            max_cycles: (self.opts.budget != Budget::unbounded()).then_some(left),
         };
         for (i, j) in jobs.iter().enumerate() {
             let Some(id) = j.id else { continue };
@@ -189,11 +302,16 @@ impl Estimator {
                 _ => {}
             }
         }
-        self.forecasts += 1;
+        self.summary.forecasts += 1;
         let est = forecast::forecast(sched.clone(), &inputs);
+        self.summary.forecast_cycles += est.cycles;
         for i in due {
-            if let Some(s) = jobs[i].id.and_then(|id| est.get(id)) {
+            let Some(id) = jobs[i].id else { continue };
+            if let Some(s) = est.get(id) {
                 self.first[i] = Some(EstimateReport::new(now, s));
+                self.count(jobs[i].at < now);
+            } else if est.beyond.binary_search(&id).is_ok() {
+                self.owed.push(i);
             }
         }
         for i in again {
@@ -201,5 +319,20 @@ impl Estimator {
                 self.again[i] = Some(EstimateReport::new(now, s));
             }
         }
+    }
+
+    fn count(&mut self, late: bool) {
+        if late {
+            self.summary.later += 1;
+        } else {
+            self.summary.at_submission += 1;
+        }
+    }
+
+    /// At the end of the run: jobs still owed an estimate are skipped (they never waited at an
+    /// instant with budget, and the run ended first).
+    pub fn end(&mut self) {
+        self.summary.skipped += self.owed.len() as u64;
+        self.owed.clear();
     }
 }

@@ -90,6 +90,9 @@ pub struct Summary {
     /// Wait (submission to last dispatch) quantiles per queue, seconds.
     pub wait: BTreeMap<String, WaitStats>,
     pub quota_warnings: Vec<String>,
+    /// How the start-time estimates were made (absent without estimates).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimates: Option<super::EstimateSummary>,
     /// The digest of every decision of the run (not part of the output: for comparing runs).
     #[serde(skip)]
     pub trace: super::TraceDigest,
@@ -130,6 +133,23 @@ pub fn explanations_text(r: &Report) -> String {
         }
     }
     out
+}
+
+/// How the estimates were made, in one line: exact at submission, put off by the budget, none.
+pub fn estimates_line(e: &super::EstimateSummary) -> String {
+    let mut line = format!(
+        "start-time estimates: {} at submission, {} later in the wait, {} skipped; {} forecasts, {} forecast cycles",
+        e.at_submission, e.later, e.skipped, e.forecasts, e.forecast_cycles
+    );
+    match &e.budget {
+        Some(b) if e.later + e.skipped > 0 => line.push_str(&format!(
+            " (budget: {} cycles + {} per cycle of the run spent; --exact-estimates makes every estimate at submission)",
+            b.base, b.per_cycle
+        )),
+        Some(_) => {}
+        None => line.push_str(" (exact: no budget)"),
+    }
+    line
 }
 
 /// Human-readable table: one line per job, then the summary.
@@ -229,6 +249,9 @@ pub fn table(r: &Report) -> String {
         .map(|(k, v)| format!("{k} {v}%"))
         .collect();
     let _ = writeln!(out, "utilization: {}", util.join(", "));
+    if let Some(e) = &s.estimates {
+        let _ = writeln!(out, "{}", estimates_line(e));
+    }
     for (q, st) in &s.wait {
         let _ = writeln!(
             out,
@@ -326,6 +349,7 @@ pub(super) fn summarize(
         utilization,
         wait,
         quota_warnings,
+        estimates: None,
         trace: Default::default(),
     }
 }
