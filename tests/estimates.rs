@@ -348,7 +348,7 @@ fn a_spent_budget_puts_estimates_off_says_so_and_what_it_makes_is_exact() {
             },
         )
         .expect("runs");
-        for (&i, _) in &again {
+        for &i in again.keys() {
             assert_eq!(
                 check.jobs[i].estimate_again, tight.jobs[i].estimate,
                 "seed {seed} job {i}: the later estimate is the forecast of its instant"
