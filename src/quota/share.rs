@@ -113,6 +113,20 @@ fn mul_wide(a: u128, b: u128) -> (u128, u128) {
 
 impl Ord for Share {
     fn cmp(&self, o: &Self) -> Ordering {
+        // Every part within 64 bits (the usual case: milli-amounts times a milli-weight): the
+        // products fit 128 bits. Otherwise the 256-bit products ([`Share::cmp_wide`]).
+        if (self.num | self.den | o.num | o.den) >> 64 == 0 {
+            (self.num * o.den).cmp(&(o.num * self.den))
+        } else {
+            self.cmp_wide(o)
+        }
+    }
+}
+
+impl Share {
+    /// The comparison by 256-bit cross products, for any parts: the reference
+    /// [`Ord::cmp`]'s fast path is held to.
+    fn cmp_wide(&self, o: &Self) -> Ordering {
         mul_wide(self.num, o.den).cmp(&mul_wide(o.num, self.den))
     }
 }
@@ -263,6 +277,26 @@ mod tests {
         assert!(s(big, big - 1) > s(big - 1, big));
         assert_eq!(s(big, big), s(1, 1));
         assert!(s(u128::MAX, u128::MAX - 1) < s(u128::MAX - 1, u128::MAX - 2));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// The 128-bit fast path orders as the 256-bit products do, on parts near and past 64
+        /// bits alike.
+        #[test]
+        fn the_fast_comparison_is_the_wide_one(
+            parts in proptest::array::uniform4(proptest::prop_oneof![
+                0u128..1000,
+                (u64::MAX as u128 - 1000)..=(u64::MAX as u128),
+                (u64::MAX as u128)..=(u64::MAX as u128 + 1000),
+                proptest::num::u128::ANY,
+            ]),
+        ) {
+            let a = s(parts[0], parts[1].max(1));
+            let b = s(parts[2], parts[3].max(1));
+            proptest::prop_assert_eq!(a.cmp(&b), a.cmp_wide(&b));
+            proptest::prop_assert_eq!(b.cmp(&a), b.cmp_wide(&a));
+        }
     }
 
     #[test]

@@ -94,15 +94,18 @@ impl Scheduler {
                     self.fleet_blocked.insert(c);
                     continue;
                 }
+                let decided = out.len();
                 match self.try_admit(job, out) {
                     Ok(by_reclaim) => {
                         moved = true;
                         reclaimed |= by_reclaim;
-                        // Victims' leaves use less now: every share is recomputed.
-                        if by_reclaim {
-                            self.rebuild(&mut round);
-                        } else {
-                            self.fair_admitted(&mut round, job);
+                        // Its leaf uses more now, and each victim's leaf less: the keys on
+                        // those paths are recomputed (a share depends on its node's usage).
+                        self.fair_admitted(&mut round, job);
+                        for d in &out[decided..] {
+                            if let Decision::Preempt { job: v, .. } = d {
+                                self.fair_admitted(&mut round, *v);
+                            }
                         }
                         if let Some((o, _)) = self.classes[c].jobs.iter().next() {
                             let o = *o;

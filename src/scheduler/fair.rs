@@ -12,14 +12,15 @@
 //! A tournament, not a sort: comparing two heads at the node where their paths meet is not
 //! transitive (cousins with different dominant resources). Each inner node keeps its
 //! children's keys; a visit changes the usage and the heads of one leaf only, so only that
-//! leaf's path is recomputed ([`Round::refresh`]). A reclaim changes other leaves' usage: the
-//! round is then built again ([`Round::rebuild`]).
+//! leaf's path is recomputed ([`Scheduler::refresh`]); a reclaim also changes its victims'
+//! leaves' usage, whose paths are then recomputed as well.
 
 use std::collections::BTreeSet;
 use std::fmt;
 
 use serde::Serialize;
 
+use super::sorted::Sorted;
 use super::{ClassId, Scheduler};
 use crate::queue::JobOrder;
 use crate::quota::Share;
@@ -34,9 +35,9 @@ pub(super) struct Round {
     /// Heads outside any tree leaf (no tree), in queue order.
     loose: BTreeSet<(JobOrder, ClassId)>,
     /// Per node (a leaf), its heads in queue order.
-    leaves: Vec<BTreeSet<(JobOrder, ClassId)>>,
+    leaves: Vec<Sorted<(JobOrder, ClassId)>>,
     /// Per inner node, the key of each child that has a head below it, with the child.
-    kids: Vec<BTreeSet<(Key, usize)>>,
+    kids: Vec<Sorted<(Key, usize)>>,
     /// The key each node has in its parent's set.
     key: Vec<Option<Key>>,
     /// Leaves whose path must be refreshed before the next pop, each once.
@@ -50,7 +51,7 @@ impl Round {
         let mut all: Vec<(JobOrder, ClassId)> =
             std::mem::take(&mut self.loose).into_iter().collect();
         for s in &mut self.leaves {
-            all.extend(std::mem::take(s));
+            all.extend(s.take());
         }
         for k in &mut self.kids {
             k.clear();
@@ -195,8 +196,8 @@ impl Scheduler {
     pub(super) fn fair_round(&self) -> Round {
         let n = self.quota.as_ref().map_or(0, |q| q.tree.nodes.len());
         Round {
-            leaves: vec![BTreeSet::new(); n],
-            kids: vec![BTreeSet::new(); n],
+            leaves: vec![Sorted::default(); n],
+            kids: vec![Sorted::default(); n],
             key: vec![None; n],
             marked: vec![false; n],
             ..Round::default()
@@ -233,6 +234,12 @@ impl Scheduler {
             (Some(t), Some(l)) => t.min(l),
             (t, l) => t.or(l)?,
         };
+        // Every test (debug) build holds the tournament to one recomputed from scratch.
+        debug_assert_eq!(
+            Some(pick),
+            self.fair_pick_reference(round),
+            "the fair round's pick"
+        );
         if round.loose.remove(&pick) {
             return Some(pick);
         }
@@ -245,7 +252,8 @@ impl Scheduler {
         Some(pick)
     }
 
-    /// After `job` was admitted: its leaf's path uses more now, so its keys are recomputed.
+    /// After `job` was admitted or preempted: its leaf's path uses more or less now, so its
+    /// keys are recomputed (a node's share depends on its own usage only).
     pub(super) fn fair_admitted(&self, round: &mut Round, job: super::JobId) {
         if let Some(leaf) = self.queues.leaf(self.jobs[job].queue)
             && leaf < round.leaves.len()
@@ -254,14 +262,37 @@ impl Scheduler {
         }
     }
 
-    /// After a reclaim (usage changed off one path): every leaf's keys are recomputed.
-    pub(super) fn rebuild(&self, round: &mut Round) {
-        for leaf in 0..round.leaves.len() {
-            // Only the tree's leaves hold heads: an inner node is refreshed from its children
-            // on the way up (marked itself, it would be read as a leaf with no head).
-            if !round.leaves[leaf].is_empty() {
-                round.mark(leaf);
+    /// The head [`Self::fair_pop`] must take, computed from scratch (every node's share and
+    /// best head now): the slow, obvious form of the round, for debug builds.
+    fn fair_pick_reference(&self, round: &Round) -> Option<(JobOrder, ClassId)> {
+        fn best(
+            q: &crate::quota::QuotaState,
+            round: &Round,
+            n: usize,
+        ) -> Option<(JobOrder, ClassId)> {
+            let own = round.leaves.get(n).and_then(|l| l.first().copied());
+            let kids = q.tree.nodes[n]
+                .children
+                .iter()
+                .filter_map(|&c| {
+                    best(q, round, c).map(|(o, k)| ((q.share(c, &Demand::default()).0, o, k), c))
+                })
+                .min()
+                .map(|((_, o, k), _)| (o, k));
+            match (own, kids) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
             }
+        }
+        let tree = self
+            .quota
+            .as_ref()
+            .filter(|_| !round.leaves.is_empty())
+            .and_then(|q| best(q, round, 0));
+        let loose = round.loose.first().copied();
+        match (tree, loose) {
+            (Some(t), Some(l)) => Some(t.min(l)),
+            (t, l) => t.or(l),
         }
     }
 
@@ -276,13 +307,16 @@ impl Scheduler {
                 round.kids[n].first().map(|((_, o, c), _)| (*o, *c))
             };
             let new = head.map(|(o, c)| (q.share(n, &Demand::default()).0, o, c));
-            let old = round.key[n].take();
-            if let Some(k) = old {
-                round.kids[p].remove(&(k, n));
-            }
-            if let Some(k) = new {
-                round.kids[p].insert((k, n));
-                round.key[n] = Some(k);
+            // Unchanged (a push that is not this node's new best, usage moved elsewhere on
+            // the path): its place in the parent's set stays.
+            if new != round.key[n] {
+                if let Some(k) = round.key[n].take() {
+                    round.kids[p].remove(&(k, n));
+                }
+                if let Some(k) = new {
+                    round.kids[p].insert((k, n));
+                    round.key[n] = Some(k);
+                }
             }
             n = p;
         }

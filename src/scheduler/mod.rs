@@ -28,6 +28,7 @@ mod reclaim;
 mod reserve;
 #[cfg(test)]
 mod serves_tests;
+mod sorted;
 pub mod view;
 mod wake;
 
