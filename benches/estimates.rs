@@ -5,7 +5,8 @@
 //! exact run times, a sample of waiting jobs is run again without the jobs submitted after them,
 //! to show what moves the starts is later arrivals. Then the cost of one forecast over 10,000
 //! waiting jobs, as the controller makes it (a copy of the core, the forward run).
-//! Run: `cargo bench --bench estimates` (args: JOBS CLUSTERS NODES). Figures: docs/benchmarks.md.
+//! Run: `cargo bench --bench estimates` (args: JOBS CLUSTERS NODES; `cost` for the cost of one
+//! forecast only). Figures: docs/benchmarks.md.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -194,8 +195,10 @@ fn main() {
     let jobs = args.first().copied().unwrap_or(dj);
     let clusters = args.get(1).copied().unwrap_or(dc);
     let nodes = args.get(2).copied().unwrap_or(dn) as u32;
+    // `-- cost`: only the cost of one forecast (the last part).
+    let only_cost = raw.iter().any(|a| a == "cost");
     println!("estimates: {jobs} jobs, {clusters} clusters x {nodes} nodes, 100 leaves");
-    for seed in [1u64, 2] {
+    for seed in [1u64, 2].into_iter().filter(|_| !only_cost) {
         for (label, noise) in [("exact", 0u64), ("±50 %", 50)] {
             let mut sc = scenario_seeded(0x9E37_79B9_7F4A_7C15 ^ seed, jobs, clusters, nodes);
             declare(&mut sc, noise, seed);
