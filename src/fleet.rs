@@ -269,6 +269,11 @@ pub struct Node {
 }
 
 impl Node {
+    /// Whether it takes new pods: neither unschedulable nor NotReady (no condition taint).
+    pub fn takes_pods(&self) -> bool {
+        !self.taints.iter().any(is_condition_taint)
+    }
+
     pub fn free(&self, r: Res) -> i128 {
         at(&self.alloc, r) - at(&self.external, r) - at(&self.reserved, r)
     }
@@ -459,7 +464,7 @@ impl Cluster {
                 total_alloc: vec![0; len],
             };
             for n in &self.nodes {
-                let usable = !n.taints.iter().any(is_condition_taint);
+                let usable = n.takes_pods();
                 for i in 0..len {
                     let r = Res(i as u16);
                     // Saturating: a node without a pod limit counts NO_POD_LIMIT pods, and a

@@ -60,13 +60,7 @@ async fn a_kubeconfig_with_an_exec_plugin_is_refused_naming_the_field() {
         )
         .await
         .expect("Secret");
-    let mcs = fleet::dynamic_api(
-        &hub,
-        "muster.dev/v1alpha1",
-        "MemberCluster",
-        "memberclusters",
-        None,
-    );
+    let mcs = hub::member_clusters(&hub);
     let mc = json!({
         "apiVersion": "muster.dev/v1alpha1", "kind": "MemberCluster",
         "metadata": {"name": member},

@@ -419,13 +419,7 @@ async fn a_namespace_admin_cannot_get_around_the_queue() {
         fleet::create_json(&hub, "memberclusters", mc)
             .await
             .expect("an admin may");
-        let mcs = fleet::dynamic_api(
-            &hub,
-            "muster.dev/v1alpha1",
-            "MemberCluster",
-            "memberclusters",
-            None,
-        );
+        let mcs = hub::member_clusters(&hub);
         let cond = wait_for("the MemberCluster's Ready condition", T, || async {
             match hub::ready_condition(&mcs, &format!("{ns}-mc")).await? {
                 Value::Null => Err("no Ready condition yet".to_string()),

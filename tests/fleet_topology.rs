@@ -204,13 +204,7 @@ async fn a_job_that_requires_one_rack_avoids_a_fragmented_member() {
         })
         .await;
         // The member's status counts its domains per level.
-        let mcs = fleet::dynamic_api(
-            &hub,
-            "muster.dev/v1alpha1",
-            "MemberCluster",
-            "memberclusters",
-            None,
-        );
+        let mcs = hub::member_clusters(&hub);
         wait_for("member-b's domains in its status", T, || async {
             let mc = mcs.get("member-b").await.map_err(|e| e.to_string())?;
             let d = mc.data["status"]["topologyDomains"].clone();

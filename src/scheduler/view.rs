@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::{JobState, Scheduler};
-use crate::fleet::{NO_POD_LIMIT, is_condition_taint};
+use crate::fleet::NO_POD_LIMIT;
 use crate::resources::{Demand, MAX_JOBS, PODS, Res, at};
 
 /// Jobs waiting in one queue at one priority.
@@ -221,7 +221,7 @@ impl Scheduler {
                 let mut schedulable = 0;
                 let mut pod_limit_unknown = false;
                 for n in &c.nodes {
-                    let takes_pods = !n.taints.iter().any(is_condition_taint);
+                    let takes_pods = n.takes_pods();
                     schedulable += usize::from(takes_pods);
                     pod_limit_unknown |= at(&n.alloc, PODS) >= NO_POD_LIMIT;
                     for (k, a) in n.alloc.iter().enumerate() {
@@ -274,11 +274,6 @@ impl Scheduler {
             .iter()
             .filter_map(|r| self.table.get(&r.resource).map(|k| (r.resource.clone(), k)))
             .collect();
-        let takes_pods: Vec<bool> = c
-            .nodes
-            .iter()
-            .map(|n| !n.taints.iter().any(is_condition_taint))
-            .collect();
         let doms = &c.levels;
         doms.levels
             .iter()
@@ -294,7 +289,7 @@ impl Scheduler {
                             .map(|d| {
                                 d.nodes
                                     .iter()
-                                    .filter(|&&n| takes_pods[n])
+                                    .filter(|&&n| c.nodes[n].takes_pods())
                                     .fold(0i128, |a, &n| {
                                         a.saturating_add(c.nodes[n].free(*r).max(0))
                                     })

@@ -52,6 +52,11 @@ impl Budget {
         }
     }
 
+    /// False for [`Budget::unbounded`].
+    pub fn is_bounded(&self) -> bool {
+        *self != Budget::unbounded()
+    }
+
     fn allows(&self, run_cycles: u64) -> u64 {
         run_cycles
             .saturating_mul(self.per_cycle)
@@ -169,7 +174,7 @@ impl Estimator {
             first: vec![None; jobs],
             again: vec![None; jobs],
             summary: EstimateSummary {
-                budget: (opts.budget != Budget::unbounded()).then_some(BudgetReport {
+                budget: opts.budget.is_bounded().then_some(BudgetReport {
                     per_cycle: opts.budget.per_cycle,
                     base: opts.budget.base,
                 }),
@@ -215,12 +220,11 @@ impl Estimator {
             return;
         }
         let mut due: Vec<usize> = Vec::new();
-        let fresh = std::mem::take(&mut self.fresh);
         let owed = std::mem::take(&mut self.owed);
-        let fresh_from = owed.len();
-        for (k, i) in owed.into_iter().chain(fresh).enumerate() {
+        for i in owed.into_iter().chain(std::mem::take(&mut self.fresh)) {
             let Some(id) = jobs[i].id else { continue };
-            let late = k < fresh_from;
+            // Owed since an earlier instant (a job is fresh at the instant it is submitted).
+            let late = jobs[i].at < now;
             if late && jobs[i].first_dispatched.is_some() {
                 // Dispatched before a forecast could answer: no estimate.
                 self.summary.skipped += 1;
@@ -284,7 +288,7 @@ impl Estimator {
                     .filter_map(|&i| jobs[i].id)
                     .collect(),
             ),
-            max_cycles: (self.opts.budget != Budget::unbounded()).then_some(left),
+            max_cycles: self.opts.budget.is_bounded().then_some(left),
         };
         for (i, j) in jobs.iter().enumerate() {
             let Some(id) = j.id else { continue };

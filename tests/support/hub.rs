@@ -100,13 +100,7 @@ pub async fn register_members(hub: &Client) {
     ensure_namespace(hub, CONTROLLER_NS).await;
     let topology = fleet_topology();
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), CONTROLLER_NS);
-    let mcs: Api<DynamicObject> = fleet::dynamic_api(
-        hub,
-        "muster.dev/v1alpha1",
-        "MemberCluster",
-        "memberclusters",
-        None,
-    );
+    let mcs: Api<DynamicObject> = member_clusters(hub);
     for (m, region, tier) in [
         ("member-a", "eu", "small"),
         ("member-b", "eu", "medium"),
@@ -140,6 +134,17 @@ pub async fn register_members(hub: &Client) {
         .await
         .unwrap_or_else(|e| panic!("MemberCluster {m}: {e}"));
     }
+}
+
+/// The hub's MemberClusters, as dynamic objects.
+pub fn member_clusters(hub: &Client) -> Api<DynamicObject> {
+    fleet::dynamic_api(
+        hub,
+        "muster.dev/v1alpha1",
+        "MemberCluster",
+        "memberclusters",
+        None,
+    )
 }
 
 /// Writes the ElasticQuotaTree `muster-e2e` in kube-system (replacing any earlier one).
