@@ -5,6 +5,11 @@
 //! the evidence as the reason) until a copy of the kind there shows a status or a pod, or until
 //! `RETRY` has passed (a job may then go there again, and show it again). The job whose copy
 //! shows it is taken back by the lifecycle's own stuck-pods rule.
+//!
+//! An operator that is behind is not one that does not act: while a copy seen untouched was
+//! acted on within the last `SILENCE` (a member's job controller working through a burst of
+//! copies at its API rate limit), no copy's silence counts as evidence. Without this, each copy
+//! acted on cleared the stall and the next untouched one set it again, pass after pass.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +28,10 @@ pub const RETRY: Ms = 300_000;
 pub struct Operators {
     /// (member, kind) → (since, the reason).
     stalled: BTreeMap<(String, JobKind), (Ms, String)>,
+    /// (member, kind) → the copies seen untouched (no status, no pod), by UID, and when first.
+    untouched: BTreeMap<(String, JobKind), BTreeMap<String, Ms>>,
+    /// (member, kind) → when a copy seen untouched was last seen acted on.
+    progress: BTreeMap<(String, JobKind), Ms>,
 }
 
 /// Whether an operator acted on `copy`: it wrote a status, or made a pod.
@@ -46,10 +55,34 @@ impl Operators {
         now: Ms,
     ) -> bool {
         let key = (member.to_string(), kind);
+        let uid = copy.uid().unwrap_or_else(|| copy.name_any());
         if acted(copy, pods) {
+            if self
+                .untouched
+                .get_mut(&key)
+                .and_then(|u| u.remove(&uid))
+                .is_some()
+            {
+                self.progress.insert(key.clone(), now);
+            }
             return self.stalled.remove(&key).is_some();
         }
-        if copy.metadata.deletion_timestamp.is_some() || self.stalled.contains_key(&key) {
+        if copy.metadata.deletion_timestamp.is_some() {
+            if let Some(u) = self.untouched.get_mut(&key) {
+                u.remove(&uid);
+            }
+            return false;
+        }
+        self.untouched
+            .entry(key.clone())
+            .or_default()
+            .entry(uid)
+            .or_insert(now);
+        let behind = self
+            .progress
+            .get(&key)
+            .is_some_and(|p| now.saturating_sub(*p) < SILENCE);
+        if behind || self.stalled.contains_key(&key) {
             return false;
         }
         let Some(created) = copy
@@ -83,6 +116,13 @@ impl Operators {
     pub fn stalled(&mut self, member: &str, now: Ms) -> BTreeMap<JobKind, String> {
         self.stalled
             .retain(|_, (since, _)| now.saturating_sub(*since) < RETRY);
+        // Copies not seen again (deleted): forgotten; one still there is seen again.
+        for u in self.untouched.values_mut() {
+            u.retain(|_, first| now.saturating_sub(*first) < RETRY);
+        }
+        self.untouched.retain(|_, u| !u.is_empty());
+        self.progress
+            .retain(|_, at| now.saturating_sub(*at) < SILENCE);
         self.stalled
             .iter()
             .filter(|((m, _), _)| m == member)
@@ -97,9 +137,14 @@ mod tests {
     use serde_json::{Value, json};
 
     fn copy(created: &str, status: Value) -> DynamicObject {
+        named("j", created, status)
+    }
+
+    fn named(name: &str, created: &str, status: Value) -> DynamicObject {
         serde_json::from_value(json!({
             "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
-            "metadata": {"name": "j", "namespace": "ns", "creationTimestamp": created},
+            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": created,
+                         "uid": format!("uid-{name}")},
             "spec": {}, "status": status,
         }))
         .expect("object")
@@ -132,17 +177,57 @@ mod tests {
         // A pod, or a status, on a copy of that kind there: acting again.
         assert!(o.observe("m", JobKind::MPIJob, &silent, 1, at(40)));
         assert!(o.stalled("m", at(40)).is_empty());
-        o.observe("m", JobKind::MPIJob, &silent, 0, at(50));
+        // It made progress at 40 s (the copy seen untouched got its pod): untouched again,
+        // the copy stalls the kind only once SILENCE has passed since.
+        assert!(!o.observe("m", JobKind::MPIJob, &silent, 0, at(50)));
+        assert!(o.observe("m", JobKind::MPIJob, &silent, 0, at(70)));
         let busy = copy(
             T0,
             json!({"conditions": [{"type": "Created", "status": "True"}]}),
         );
-        assert!(o.observe("m", JobKind::MPIJob, &busy, 0, at(60)));
-        assert!(o.stalled("m", at(60)).is_empty());
+        assert!(o.observe("m", JobKind::MPIJob, &busy, 0, at(80)));
+        assert!(o.stalled("m", at(80)).is_empty());
         // An empty status is no evidence; the stall expires after RETRY.
         let empty = copy(T0, json!({}));
-        assert!(o.observe("m", JobKind::MPIJob, &empty, 0, at(61)));
-        assert_eq!(o.stalled("m", at(61 + 299)).len(), 1);
-        assert!(o.stalled("m", at(61 + 300)).is_empty());
+        assert!(o.observe("m", JobKind::MPIJob, &empty, 0, at(111)));
+        assert_eq!(o.stalled("m", at(111 + 299)).len(), 1);
+        assert!(o.stalled("m", at(111 + 300)).is_empty());
+    }
+
+    #[test]
+    fn an_operator_behind_is_not_one_that_does_not_act() {
+        // A burst: copies made at T0 that the member's job controller reaches one by one.
+        let mut o = Operators::default();
+        let (a, b, c) = (
+            named("a", T0, Value::Null),
+            named("b", T0, Value::Null),
+            named("c", T0, Value::Null),
+        );
+        for x in [&a, &b, &c] {
+            assert!(!o.observe("m", JobKind::MPIJob, x, 0, at(1)));
+        }
+        // `a` gets its pod at 25 s: the operator works, behind.
+        assert!(!o.observe("m", JobKind::MPIJob, &a, 1, at(25)));
+        // `b` and `c`, untouched for over SILENCE, are no evidence while it made progress
+        // within SILENCE: no stall, and nothing changes pass after pass.
+        for t in [31, 40, 54] {
+            assert!(!o.observe("m", JobKind::MPIJob, &b, 0, at(t)), "at {t}s");
+            assert!(!o.observe("m", JobKind::MPIJob, &c, 0, at(t)), "at {t}s");
+            assert!(o.stalled("m", at(t)).is_empty(), "at {t}s");
+        }
+        // No progress for SILENCE: now it counts, once, and stays said while nothing acts.
+        assert!(o.observe("m", JobKind::MPIJob, &b, 0, at(55)));
+        let why = o.stalled("m", at(55));
+        assert!(!o.observe("m", JobKind::MPIJob, &c, 0, at(56)));
+        assert_eq!(o.stalled("m", at(56)), why, "the reason is not rewritten");
+        // `b` acted on: the stall goes, and `c` alone does not bring it back at once.
+        assert!(o.observe("m", JobKind::MPIJob, &b, 1, at(60)));
+        assert!(!o.observe("m", JobKind::MPIJob, &c, 0, at(61)));
+        assert!(o.stalled("m", at(61)).is_empty());
+        // A copy acted on that was never seen untouched says nothing of progress.
+        let d = named("d", T0, json!({"active": 1}));
+        let mut fresh = Operators::default();
+        assert!(!fresh.observe("m", JobKind::MPIJob, &d, 1, at(40)));
+        assert!(fresh.observe("m", JobKind::MPIJob, &c, 0, at(41)));
     }
 }
