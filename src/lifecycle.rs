@@ -280,6 +280,9 @@ pub struct Settings {
     /// Creates out at once on one member (sent and not known to have landed, [`sent`]): a burst
     /// of admissions to one member goes out this many at a time, the rest on later passes.
     pub creates_per_member: usize,
+    /// A record that says only that the copy was created waits this long after the create
+    /// for the pods to run, so that one write says both ([`outbox`]).
+    pub dispatched_write_delay: Ms,
     pub partition: Partition,
     /// An earlier controller's defect put back (`muster sim --faults-defect` only).
     pub defect: Option<Defect>,
@@ -299,6 +302,7 @@ impl Default for Settings {
             drain_grace: 60_000,
             record_settle: 5_000,
             creates_per_member: 16,
+            dispatched_write_delay: 5_000,
             defect: None,
             partition: Partition::Replace,
         }

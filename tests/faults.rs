@@ -16,7 +16,7 @@ fn report(o: &Outcome) -> String {
 }
 
 fn seeds(from: u64, n: u64, partition: Partition) {
-    let mut freed_early = 0;
+    let (mut freed_early, mut folded) = (0, 0);
     for seed in from..from + n {
         let o = run(&Options {
             seed,
@@ -27,7 +27,14 @@ fn seeds(from: u64, n: u64, partition: Partition) {
         // A run that never ends a job or never injects a fault proves nothing.
         assert!(o.faults > 0 && o.finished > 0, "{}", o.summary());
         freed_early += o.freed_early;
+        folded += o.folded;
     }
+    // The controller's wait for pods before it says Dispatched is among what they meet: the
+    // seeds hold every invariant with Dispatched folded into Running.
+    assert!(
+        folded >= n as u32,
+        "{folded} Dispatched writes folded in {n} seeds"
+    );
     // Batch Jobs whose quota was freed on their pods' success, before the member said so, are
     // among what the faults meet.
     assert!(
@@ -99,7 +106,7 @@ fn checker_catches_garbage_collection_of_unknown_copies() {
 fn checker_catches_a_replaced_leader_that_goes_on_acting() {
     // Rare since records land a pass or more after they are sent: the old leader's create
     // lands after the new leader placed the job elsewhere, a copy no record names.
-    let (seed, v) = caught(Defect::Unfenced, Partition::Replace, 2213..2214).expect("not caught");
+    let (seed, v) = caught(Defect::Unfenced, Partition::Replace, 84..85).expect("not caught");
     assert!(v.starts_with("invariant 7"), "seed {seed}: {v}");
 }
 
@@ -108,7 +115,7 @@ fn checker_catches_record_writes_in_any_order() {
     // The outbox without its order: a take-back's record fails (or a crash comes) while an
     // admission into the quota it frees lands; a new leader finds both jobs in place.
     let (seed, v) =
-        caught(Defect::WritesUnordered, Partition::Replace, 72..73).expect("not caught");
+        caught(Defect::WritesUnordered, Partition::Replace, 421..422).expect("not caught");
     assert!(v.starts_with("invariant 2"), "seed {seed}: {v}");
 }
 
@@ -145,7 +152,7 @@ fn checker_catches_queued_jobs_deleted_without_a_finalizer() {
 #[test]
 fn checker_catches_a_stuck_copy_that_stops_every_dispatch() {
     // A copy held by a finalizer while it is deleted: without the drain grace, no job starts.
-    let (seed, v) = caught(Defect::DrainForever, Partition::Replace, 7..8).expect("not caught");
+    let (seed, v) = caught(Defect::DrainForever, Partition::Replace, 27..28).expect("not caught");
     assert!(v.starts_with("invariant 5"), "seed {seed}: {v}");
     assert!(v.contains("copies muster deletes"), "seed {seed}: {v}");
 }
@@ -156,8 +163,7 @@ fn checker_catches_a_deleted_jobs_charge_kept_only_in_memory() {
     // its record (kept by muster's finalizer) says that copy may run. A controller that starts
     // meanwhile and does not charge the job again from the record lets the QueuedJob go: the
     // copy runs with nothing durable naming it, and its capacity goes to others.
-    let (seed, v) =
-        caught(Defect::ChargeInMemory, Partition::Replace, 442..443).expect("not caught");
+    let (seed, v) = caught(Defect::ChargeInMemory, Partition::Replace, 69..70).expect("not caught");
     assert!(v.starts_with("invariant 7"), "seed {seed}: {v}");
 }
 
@@ -167,7 +173,7 @@ fn checker_catches_absence_in_a_lagging_view_taken_for_gone() {
     // in the view has that orphan "confirmed gone", and once the member is removed the job runs
     // twice: from the moment the orphan is dropped, no record names that copy. Absence counts
     // only from a view that has reached muster's create.
-    let (seed, v) = caught(Defect::AbsenceTrusted, Partition::Replace, 19..20).expect("not caught");
+    let (seed, v) = caught(Defect::AbsenceTrusted, Partition::Replace, 54..55).expect("not caught");
     assert!(v.starts_with("invariant 7"), "seed {seed}: {v}");
     holds_without_the_defect(seed);
 }
@@ -185,25 +191,15 @@ fn checker_catches_a_lease_handed_over_while_writes_are_out() {
     // The hub has no fence: a record the replaced leader sent lands after the next leader
     // wrote its own, so the hub's record is no longer the one in force. A
     // replica hands its lease over only once every write sent under it is answered or given up.
-    let (seed, v) = caught(Defect::ReleaseEarly, Partition::Replace, 417..418).expect("not caught");
+    let (seed, v) = caught(Defect::ReleaseEarly, Partition::Replace, 12..13).expect("not caught");
     assert!(v.starts_with("invariant 6"), "seed {seed}: {v}");
 }
 
-#[test]
-fn checker_catches_a_create_beside_a_copy_taken_back_in_the_same_pass() {
-    // A restarted leader finds a job's spec edited while it was placed: the job is taken back
-    // and its copy left to go, while another job admitted to that member before the restart
-    // is created in the same pass, beside it, uncharged. Creates now wait for every job of the
-    // pass to step, and a copy left behind in it holds them back as any old copy does.
-    let (seed, v) = caught(
-        Defect::CreatesBeforeTakeBacks,
-        Partition::Replace,
-        8519..8520,
-    )
-    .expect("not caught");
-    assert!(v.starts_with("invariant 2"), "seed {seed}: {v}");
-    holds_without_the_defect(seed);
-}
+// `Defect::CreatesBeforeTakeBacks` (a create beside a copy taken back in the same pass) was
+// shown here with seed 8519. That run took a job back after a restart because its durable
+// admission lacked the generation its spec was read from. Admissions keep it now, and no seed
+// in 0..50,000 reaches the story. The defect is shown directly in
+// `lifecycle::book_tests::a_create_waits_for_a_copy_taken_back_in_the_same_pass`.
 
 #[test]
 fn checker_catches_a_job_made_again_that_takes_an_earlier_ones_name() {
@@ -212,23 +208,22 @@ fn checker_catches_a_job_made_again_that_takes_an_earlier_ones_name() {
     // earlier job's record is gone while its copy still runs, named by nothing durable. It
     // waits for the name instead (`tidy::intake`). Seed 163 (160 before the simulated members
     // served the training runtime with a digest).
-    let (seed, v) =
-        caught(Defect::NameTakenOver, Partition::Replace, 163..164).expect("not caught");
+    let (seed, v) = caught(Defect::NameTakenOver, Partition::Replace, 76..77).expect("not caught");
     assert!(v.starts_with("invariant 7"), "seed {seed}: {v}");
     holds_without_the_defect(seed);
 }
 
 #[test]
 fn a_job_made_again_right_after_a_restart_waits_for_the_earlier_record() {
-    // Seed 20 (3809 before the fair order, 1522 before the simulation edited training
-    // runtimes): a running job's hub
+    // Seed 24 (20 before the dispatch write waited for pods, 3809 before the fair order, 1522
+    // before the simulation edited training runtimes): a running job's hub
     // job is deleted with `--cascade=orphan` (its QueuedJob stays, not Terminating) and made
     // again under its name; the controller restarts. The new
     // process takes the new job in before `tidy` has charged the earlier one again from its
     // record, so `Book::keeps` alone said "not kept": the new job took the QueuedJob over while
     // the earlier copy ran (invariant 7). The intake now asks whether the book would keep it.
     let o = run(&Options {
-        seed: 20,
+        seed: 24,
         partition: Partition::Replace,
         ..Options::default()
     });
@@ -236,7 +231,7 @@ fn a_job_made_again_right_after_a_restart_waits_for_the_earlier_record() {
     assert!(
         o.trace
             .iter()
-            .any(|l| l.contains("j9n waits for the QueuedJob of j9")),
+            .any(|l| l.contains("j7n waits for the QueuedJob of j7")),
         "the seed no longer makes a job wait for an earlier one's name: find another"
     );
 }
@@ -246,8 +241,7 @@ fn checker_catches_a_patch_made_from_belief_alone() {
     // A status write whose answer was lost landed all the same; the next write, a merge patch
     // from the status last known to have landed, leaves the keys the lost one set (a member,
     // an old copy) on the hub, and the record a new leader reads is not the one written.
-    let (seed, v) =
-        caught(Defect::PatchFromBelief, Partition::Replace, 103..104).expect("not caught");
+    let (seed, v) = caught(Defect::PatchFromBelief, Partition::Replace, 2..3).expect("not caught");
     assert!(v.starts_with("invariant 6"), "seed {seed}: {v}");
 }
 
@@ -257,8 +251,13 @@ fn checker_catches_a_status_taken_over_with_the_earlier_jobs_keys() {
     // `--cascade=orphan`): the create takes that QueuedJob over; its status patch, planned
     // from nothing, leaves the earlier job's keys in the new job's record.
     let (seed, v) =
-        caught(Defect::StatusTakenOver, Partition::Replace, 426..427).expect("not caught");
+        caught(Defect::StatusTakenOver, Partition::Replace, 78..79).expect("not caught");
     assert!(v.starts_with("invariant 6"), "seed {seed}: {v}");
+    // The record broken is the new job's (`j0n`), not any other's.
+    assert!(
+        v.contains("n differs from the controller's"),
+        "seed {seed}: {v}"
+    );
 }
 
 #[test]
@@ -317,15 +316,15 @@ fn a_copy_is_created_only_for_the_admission_the_hub_holds() {
 
 #[test]
 fn a_job_made_again_under_a_kept_name_takes_its_queued_job_over_only_when_let() {
-    // Seed 76: job j4 is deleted with `--cascade=orphan` (its QueuedJob left behind) and made
-    // again under its name as j4n. Its first create meets j4's QueuedJob and takes nothing
+    // Seed 71 (76 before the dispatch write waited for pods): job j4 is deleted with
+    // `--cascade=orphan` (its QueuedJob left behind) and made again under its name as j4n. Its first create meets j4's QueuedJob and takes nothing
     // over until the core has said that record keeps nothing (`tidy::takes_over`, asked where
     // the write lands); the next write takes it. Every invariant holds throughout. (Seed 161
     // showed the same with the hub watches down between the delete and the relist; the fair
     // order changed that run, and no seed in 0..8,000 shows the story with a drop now. Seed 202
     // showed it until creates waited for every job of a pass to step.)
     let o = run(&Options {
-        seed: 76,
+        seed: 71,
         partition: Partition::Replace,
         ..Options::default()
     });
@@ -338,8 +337,8 @@ fn a_job_made_again_under_a_kept_name_takes_its_queued_job_over_only_when_let() 
     };
     let deleted = at("hub job j4 deleted");
     let tracked = at("track j4n");
-    let met = at("write j4n: QueuedJob team-a/job-4 holds j4's record; nothing taken over");
-    let taken = at("write j4n: QueuedJob team-a/job-4 taken over");
+    let met = at("write j4n: QueuedJob team-b/job-4 holds j4's record; nothing taken over");
+    let taken = at("write j4n: QueuedJob team-b/job-4 taken over");
     assert!(deleted < tracked && tracked < met && met < taken);
 }
 

@@ -311,6 +311,7 @@ pub(super) fn settings(o: &Options) -> Settings {
         drain_grace: Settings::default().drain_grace,
         record_settle: Settings::default().record_settle,
         creates_per_member: super::members::WRITES_PER_MEMBER,
+        dispatched_write_delay: Settings::default().dispatched_write_delay,
         defect: None,
         partition: o.partition,
     }

@@ -60,6 +60,8 @@ pub(super) struct Job {
     pub synced_status: Option<Value>,
     /// When a member status was last copied to the hub job.
     pub synced_at: Option<Instant>,
+    /// When its pods were first seen all done while its member had not yet said it ended.
+    pub ending_since: Option<Instant>,
     /// The QueuedJob status last written (None: the QueuedJob may not exist), and when.
     pub written: Option<QueuedJobStatus>,
     pub written_at: Option<Instant>,
@@ -102,6 +104,7 @@ impl Job {
         self.released.clear();
         self.mismatched.clear();
         self.waiting = None;
+        self.ending_since = None;
     }
 }
 
@@ -573,6 +576,7 @@ pub(super) fn new_job(
         mismatched: BTreeSet::new(),
         synced_status: None,
         synced_at: None,
+        ending_since: None,
         written: None,
         written_at: None,
         version: None,

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -31,6 +32,9 @@ use crate::workload::JobKind;
 
 /// How often a running job's member status is copied to the hub job at most.
 const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a job whose pods are all done waits for its member to say it ended before the
+/// status in between (a batch Job's `SuccessCriteriaMet`) is copied.
+const ENDING_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Whether `pod`'s controller is an object of the copy's `kind` other than the copy `copy_uid`
 /// (an earlier copy of the same job, deleted, whose pods are still there).
@@ -386,23 +390,37 @@ fn follow_copy(
     }
     // The member's job status, copied to the hub job.
     let member_status = copy.data.get("status").cloned();
-    let Some(j) = hubjobs.jobs.get(uid) else {
+    let ended = status::outcome(kind, &copy.data).is_some()
+        || core.book.get(uid).is_none_or(|e| e.record.phase.terminal());
+    let pods_done = core.book.get(uid).is_some_and(|e| e.record.pods_done);
+    let Some(j) = hubjobs.jobs.get_mut(uid) else {
         return;
     };
+    if pods_done && !ended {
+        j.ending_since.get_or_insert_with(Instant::now);
+    }
+    let j = &*j;
     let Some(st) = member_status else { return };
-    if j.synced_status.as_ref() == Some(&st) || !ctx.leadership.is_leader() {
+    // Copied when what a user reads of it changed (a pod's readiness alone is not copied).
+    let unchanged = j
+        .synced_status
+        .as_ref()
+        .is_some_and(|s| s == &st || status::user_view(s) == status::user_view(&st));
+    if unchanged || !ctx.leadership.is_leader() {
         return;
     }
     // While the job runs, its status is copied at most every STATUS_EVERY (a pod's start,
-    // readiness and end would be a write each); an ended job's at once, in the pass that
-    // sees it end (before its record says so).
-    let ended = status::outcome(j.kind, &copy.data).is_some()
-        || core.book.get(uid).is_none_or(|e| e.record.phase.terminal());
-    if let Some(due) = j
-        .synced_at
-        .map(|at| STATUS_EVERY.saturating_sub(at.elapsed()))
-        .filter(|d| !ended && !d.is_zero())
-    {
+    // readiness and end would be a write each); once its pods are all done, the member's
+    // word on the outcome comes next, and the status waits for it at most ENDING_WAIT; an
+    // ended job's at once, in the pass that sees it end (before its record says so).
+    let due = |since: Option<Instant>, every: std::time::Duration| {
+        since.map(|at| every.saturating_sub(at.elapsed()))
+    };
+    let wait = due(j.synced_at, STATUS_EVERY)
+        .into_iter()
+        .chain(due(j.ending_since, ENDING_WAIT))
+        .max();
+    if let Some(due) = wait.filter(|d| !ended && !d.is_zero()) {
         let at = now_ms() + due.as_millis() as u64;
         core.wake_at(at);
         return;

@@ -60,6 +60,27 @@ fn figures_only(a: &QueuedJobStatus, b: &QueuedJobStatus) -> bool {
     same(&plain(a), &plain(b))
 }
 
+/// Two statuses of a placed job that differ only in how its pods look right now (their counts
+/// and where each is): shown at most every [`FIGURES_EVERY`], or with the record's next change.
+fn pods_only(a: &QueuedJobStatus, b: &QueuedJobStatus) -> bool {
+    let placed = |s: &QueuedJobStatus| {
+        matches!(
+            s.state,
+            QueuedJobState::Admitted | QueuedJobState::Dispatched | QueuedJobState::Running
+        )
+    };
+    if !placed(a) || a.state != b.state {
+        return false;
+    }
+    let plain = |s: &QueuedJobStatus| {
+        let mut s = s.clone();
+        s.pods = None;
+        s.pod_placement = Vec::new();
+        s
+    };
+    same(&plain(a), &plain(b))
+}
+
 /// Two statuses that differ only in when the state last changed.
 fn same(a: &QueuedJobStatus, b: &QueuedJobStatus) -> bool {
     let mut a = a.clone();
@@ -174,26 +195,29 @@ pub(super) fn write_records(
     writer: &mut Writer,
 ) {
     let shared: &Core = core;
-    let plan = writer.outbox.plan(&shared.book, |uid, record, _changed| {
-        let st = compose((shared, hubjobs, fleet, forecasts), uid, record)?;
-        let j = hubjobs.jobs.get(uid)?;
-        // What the hub holds is known only when no write since the last that landed
-        // failed or went unanswered; otherwise the status goes now, whole.
-        if let Some(w) = &j.written
-            && j.unsure.is_none()
-        {
-            if same(&st, w) {
-                return Some(Candidate::Same);
+    let now = super::clock::now_ms();
+    let plan = writer
+        .outbox
+        .plan((&shared.book, now), |uid, record, _changed| {
+            let st = compose((shared, hubjobs, fleet, forecasts), uid, record)?;
+            let j = hubjobs.jobs.get(uid)?;
+            // What the hub holds is known only when no write since the last that landed
+            // failed or went unanswered; otherwise the status goes now, whole.
+            if let Some(w) = &j.written
+                && j.unsure.is_none()
+            {
+                if same(&st, w) {
+                    return Some(Candidate::Same);
+                }
+                let age = j.written_at.map_or(FIGURES_EVERY, |t| t.elapsed());
+                if (figures_only(&st, w) || pods_only(&st, w)) && age < FIGURES_EVERY {
+                    let wait = (FIGURES_EVERY - age).as_millis() as u64;
+                    return Some(Candidate::Later(wait));
+                }
             }
-            let age = j.written_at.map_or(FIGURES_EVERY, |t| t.elapsed());
-            if figures_only(&st, w) && age < FIGURES_EVERY {
-                let wait = (FIGURES_EVERY - age).as_millis() as u64;
-                return Some(Candidate::Later(wait));
-            }
-        }
-        let take_over = writer.outbox.may_take(uid).map(str::to_string);
-        put(ctx, shared, hubjobs, (uid, st), take_over).map(Candidate::Send)
-    });
+            let take_over = writer.outbox.may_take(uid).map(str::to_string);
+            put(ctx, shared, hubjobs, (uid, st), take_over).map(Candidate::Send)
+        });
     if let Some(wait) = plan.wait {
         let at = super::clock::now_ms() + wait;
         core.wake_at(at);
@@ -298,5 +322,34 @@ mod tests {
         let mut c = b.clone();
         c.requeues = 1;
         assert!(!figures_only(&a, &c));
+    }
+
+    #[test]
+    fn how_the_pods_of_a_placed_job_look_is_not_news() {
+        use crate::lifecycle::wire::PodCounts;
+        let dispatched = |scheduled: u32| QueuedJobStatus {
+            state: QueuedJobState::Dispatched,
+            reason: Some("dispatched to member-a".into()),
+            pods: Some(PodCounts {
+                expected: 2,
+                scheduled,
+                running: 0,
+            }),
+            ..QueuedJobStatus::default()
+        };
+        assert!(pods_only(&dispatched(0), &dispatched(1)));
+        // Anything else of the record is written at once.
+        let mut running = dispatched(2);
+        running.state = QueuedJobState::Running;
+        assert!(!pods_only(&dispatched(2), &running));
+        let mut moved = dispatched(1);
+        moved.reason = Some("dispatched to member-a: 1/2 pods running".into());
+        assert!(!pods_only(&dispatched(0), &moved));
+        // A waiting job has no pods to show; its other fields follow `figures_only`.
+        let mut waiting = dispatched(0);
+        waiting.state = QueuedJobState::Queued;
+        let mut waiting_b = dispatched(1);
+        waiting_b.state = QueuedJobState::Queued;
+        assert!(!pods_only(&waiting, &waiting_b));
     }
 }

@@ -196,6 +196,33 @@ pub fn replace_patch(old: Option<&Value>, new: &Value) -> Value {
     }
 }
 
+/// Status fields no user reads off a hub job: the live pod gauges and bookkeeping of the
+/// member's controller (a batch Job's `ready`, `terminating` and `uncountedTerminatedPods`,
+/// operators' reconcile and probe times), at any depth.
+const UNREAD: [&str; 6] = [
+    "ready",
+    "terminating",
+    "uncountedTerminatedPods",
+    "lastReconcileTime",
+    "lastProbeTime",
+    "lastUpdateTime",
+];
+
+/// What a user reads of a job's status: `status` without the [`UNREAD`] fields. The hub job's
+/// status is copied from the member only when this changes (the copy is then whole).
+pub fn user_view(status: &Value) -> Value {
+    match status {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !UNREAD.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), user_view(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(user_view).collect()),
+        v => v.clone(),
+    }
+}
+
 /// Whether a pod holds node resources: bound and not terminated.
 pub fn pod_is_active(p: &Pod) -> bool {
     let bound = p
@@ -348,6 +375,29 @@ mod tests {
         let mut merged = old.clone();
         json_patch::merge(&mut merged, &p);
         assert_eq!(merged, new);
+    }
+
+    #[test]
+    fn a_user_reads_counts_and_conditions_not_pod_gauges() {
+        let started = json!({"startTime": "t0", "active": 1, "ready": 0, "terminating": 0,
+            "uncountedTerminatedPods": {}});
+        // The pod became ready: nothing a user reads changed.
+        let ready = json!({"startTime": "t0", "active": 1, "ready": 1, "terminating": 0,
+            "uncountedTerminatedPods": {}});
+        assert_eq!(user_view(&started), user_view(&ready));
+        // It ended: the counts and the condition did.
+        let done = json!({"startTime": "t0", "active": 0, "ready": 0, "succeeded": 1,
+            "conditions": [{"type": "Complete", "status": "True"}]});
+        assert_ne!(user_view(&ready), user_view(&done));
+        // At any depth (an operator's replica statuses), and only those fields.
+        let a = json!({"replicaStatuses": {"Worker": {"active": 2}},
+            "conditions": [{"type": "Running", "lastUpdateTime": "t1"}], "lastReconcileTime": "t1"});
+        let b = json!({"replicaStatuses": {"Worker": {"active": 2}},
+            "conditions": [{"type": "Running", "lastUpdateTime": "t2"}], "lastReconcileTime": "t2"});
+        assert_eq!(user_view(&a), user_view(&b));
+        let c = json!({"replicaStatuses": {"Worker": {"active": 1}},
+            "conditions": [{"type": "Running", "lastUpdateTime": "t2"}], "lastReconcileTime": "t2"});
+        assert_ne!(user_view(&b), user_view(&c));
     }
 
     #[test]

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 
 use super::tidy::{self, Name};
-use super::{Book, Defect, Entry, Ms, Phase, Record};
+use super::{Book, Defect, Entry, Ms, Phase, Record, Settings};
 use crate::scheduler::Scheduler;
 
 /// Batches out at once.
@@ -172,6 +172,30 @@ impl Outbox {
             || (self.unsure.contains_key(uid) && defect != Some(Defect::AnswersTrusted))
     }
 
+    /// How long `e`'s record waits before it is written, when all it says beyond what the hub
+    /// holds is that the copy was created: the hub holds this very admission (same member,
+    /// same admission, nothing to clean up there) and the copy was made less than
+    /// [`Settings::dispatched_write_delay`] ago. If the pods run within that time, one write
+    /// says Running (with `dispatchedAt`) where two would say Dispatched, then Running. Nothing
+    /// reads the difference: a controller that reads the admission back finds the copy and
+    /// adopts it as its own, as after a crash between the create and its record's write.
+    fn waits_for_pods(&self, uid: &str, e: &Entry, now: Ms, s: &Settings) -> Option<Ms> {
+        let (r, w) = (&e.record, e.written.as_ref()?);
+        let c = r.cluster.as_deref()?;
+        let same_admission = w.phase == Phase::Admitted
+            && w.cluster.as_deref() == Some(c)
+            && w.admitted_at == r.admitted_at
+            && w.requeues == r.requeues
+            && !w.orphans.contains_key(c)
+            && !w.unconfirmed.contains(c);
+        if r.phase != Phase::Dispatched || r.ran || !same_admission || self.unsure.contains_key(uid)
+        {
+            return None;
+        }
+        let due = r.dispatched_at?.saturating_add(s.dispatched_write_delay);
+        (now < due).then(|| due - now)
+    }
+
     /// Batches out.
     #[cfg(test)]
     fn out(&self) -> usize {
@@ -185,7 +209,7 @@ impl Outbox {
     /// [`REST_PER_BATCH`] of them.
     pub fn plan<T>(
         &self,
-        book: &Book,
+        (book, now): (&Book, Ms),
         mut candidate: impl FnMut(&str, &Record, bool) -> Option<Candidate<T>>,
     ) -> Plan<T> {
         let defect = book.settings.defect;
@@ -207,6 +231,10 @@ impl Outbox {
             let frees_now = changed && self.frees(uid, e, defect);
             if self.writing(uid) {
                 free_held |= frees_now;
+                continue;
+            }
+            if let Some(wait) = self.waits_for_pods(uid, e, now, &book.settings) {
+                plan.wait = Some(plan.wait.map_or(wait, |w| w.min(wait)));
                 continue;
             }
             let write = match candidate(uid, &e.record, changed) {
@@ -370,7 +398,9 @@ mod tests {
     }
 
     fn send_changed(book: &Book, o: &Outbox) -> Plan<()> {
-        o.plan(book, |_, _, changed| changed.then_some(Candidate::Send(())))
+        o.plan((book, 0), |_, _, changed| {
+            changed.then_some(Candidate::Send(()))
+        })
     }
 
     fn uids(items: &[Item<()>]) -> Vec<&str> {
@@ -395,6 +425,50 @@ mod tests {
             (b.freeing(), 0),
             out.iter().map(|(u, r, l)| (*u, *r, l)),
         );
+    }
+
+    #[test]
+    fn a_dispatch_waits_for_its_pods_so_that_one_write_says_running() {
+        let (_s, mut book) = book(None);
+        let delay = book.settings.dispatched_write_delay;
+        // `y` admitted to member-a, durable.
+        let mut admitted = running("member-a");
+        admitted.phase = Phase::Admitted;
+        *book.record_mut("y").expect("y") = admitted.clone();
+        book.written("y", Some(admitted.clone()));
+        // Its copy was created at 10 s.
+        let mut dispatched = admitted.clone();
+        dispatched.phase = Phase::Dispatched;
+        dispatched.dispatched_at = Some(10_000);
+        *book.record_mut("y").expect("y") = dispatched.clone();
+        let mut o = Outbox::default();
+        let p = o.plan((&book, 11_000), |_, _, c| c.then_some(Candidate::Send(())));
+        assert!(p.batch.is_none(), "held for its pods");
+        assert_eq!(p.wait, Some(10_000 + delay - 11_000));
+        // Its pods run: the record says Running, and goes at once.
+        let mut run = dispatched.clone();
+        run.phase = Phase::Running;
+        run.ran = true;
+        *book.record_mut("y").expect("y") = run;
+        let p = o.plan((&book, 12_000), |_, _, c| c.then_some(Candidate::Send(())));
+        assert_eq!(uids(&p.batch.expect("sent").rest), ["y"]);
+        // Pods that do not run within the delay: Dispatched goes when it is over.
+        *book.record_mut("y").expect("y") = dispatched.clone();
+        let p = o.plan((&book, 10_000 + delay), |_, _, c| {
+            c.then_some(Candidate::Send(()))
+        });
+        assert_eq!(uids(&p.batch.expect("sent").rest), ["y"]);
+        // Never when the hub holds anything but this admission, or is unsure of what it holds.
+        let mut other = admitted.clone();
+        other.requeues += 1;
+        book.written("y", Some(other));
+        let p = o.plan((&book, 11_000), |_, _, c| c.then_some(Candidate::Send(())));
+        assert!(p.batch.is_some(), "another admission is held");
+        book.written("y", Some(admitted));
+        o.doubt(&book, "y");
+        let p = o.plan((&book, 11_000), |_, _, c| c.then_some(Candidate::Send(())));
+        assert!(p.batch.is_some(), "the hub's record is unsure");
+        let _ = o.sending(&mut book, p);
     }
 
     #[test]
@@ -467,7 +541,7 @@ mod tests {
         let mut sent = 0;
         for i in 0..(BATCHES + 2) {
             let only = format!("q{i}");
-            let p = o.plan(&book, |uid, _, changed| {
+            let p = o.plan((&book, 0), |uid, _, changed| {
                 (changed && uid == only).then_some(Candidate::Send(()))
             });
             if o.sending(&mut book, p).is_some() {
@@ -483,7 +557,7 @@ mod tests {
         let (_s, mut book) = book(None);
         let o = Outbox::default();
         take_back_and_admit(&mut book);
-        let p = o.plan(&book, |uid, _, _| {
+        let p = o.plan((&book, 0), |uid, _, _| {
             Some(if uid == "x" {
                 Candidate::<()>::Same
             } else {

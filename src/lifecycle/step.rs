@@ -52,6 +52,8 @@ pub fn admitted(r: &Record, cluster: &str, placement: Plan, now: Ms) -> (Record,
         cluster: Some(cluster.to_string()),
         placement,
         spec: r.spec.clone(),
+        // The generation that spec was read from (a write of its own otherwise, a pass later).
+        generation: r.generation,
         admitted_at: Some(now),
         requeues: r.requeues,
         avoid: r.avoid.clone(),

@@ -117,6 +117,17 @@ const STARTING: Progress = Progress::Starting {
 };
 
 #[test]
+fn an_admission_keeps_the_generation_its_spec_was_read_from() {
+    // Otherwise the next step sets it again, and the record is written twice.
+    let queued = Record {
+        generation: Some(3),
+        ..rec(Phase::Queued)
+    };
+    let (n, _) = step::admitted(&queued, "member-a", BTreeMap::new(), 5_000);
+    assert_eq!((n.phase, n.generation), (Phase::Admitted, Some(3)));
+}
+
+#[test]
 fn the_copy_is_created_only_once_the_hub_holds_the_admission() {
     // Defect 3: a copy created before its admission is durable is created again after a crash.
     let r = rec(Phase::Admitted);

@@ -34,7 +34,15 @@ pub struct Options {
     pub partition: Partition,
     /// Re-introduce a known defect into the controller's glue (to show the checker catches it).
     pub defect: Option<Defect>,
+    /// How long a record that says only that the copy was created waits for the pods to run
+    /// (`Settings::dispatched_write_delay`; [`DISPATCHED_WRITE_DELAY`] by default, 0 to write
+    /// each step as it comes).
+    pub dispatched_write_delay: Ms,
 }
+
+/// The fault runs' [`Options::dispatched_write_delay`]: 3 virtual seconds (the controller's
+/// 5 s, scaled as its other timeouts are).
+pub const DISPATCHED_WRITE_DELAY: Ms = 3_000;
 
 pub use crate::lifecycle::Defect;
 
@@ -46,6 +54,7 @@ impl Default for Options {
             jobs: 14,
             partition: Partition::Replace,
             defect: None,
+            dispatched_write_delay: DISPATCHED_WRITE_DELAY,
         }
     }
 }
@@ -65,6 +74,9 @@ pub struct Outcome {
     pub finished: u32,
     /// Jobs whose quota was freed once every pod succeeded, before their member said so.
     pub freed_early: u32,
+    /// Jobs whose first record on a member that landed said Running: the write that would have
+    /// said Dispatched waited for the pods and was folded into it.
+    pub folded: u32,
 }
 
 impl Outcome {
@@ -77,13 +89,14 @@ impl Outcome {
                 self.seed, self.seed
             ),
             None => format!(
-                "seed {} ({policy}): every invariant held; {} faults, {} crashes, {} requeues, {} jobs ended ({} freed before their member said so)",
+                "seed {} ({policy}): every invariant held; {} faults, {} crashes, {} requeues, {} jobs ended ({} freed before their member said so, {} Dispatched writes folded into Running)",
                 self.seed,
                 self.faults,
                 self.crashes,
                 self.requeues,
                 self.finished,
-                self.freed_early
+                self.freed_early,
+                self.folded
             ),
         }
     }
@@ -94,7 +107,11 @@ const MEMBERS: [&str; 3] = ["member-a", "member-b", "member-c"];
 pub const TREE_MAX: (u64, u64) = (16, 12);
 
 /// The settings of a fault run: the controller's timeouts, scaled to a short virtual run.
-pub fn settings(partition: Partition, defect: Option<Defect>) -> Settings {
+pub fn settings(
+    partition: Partition,
+    defect: Option<Defect>,
+    dispatched_write_delay: Ms,
+) -> Settings {
     Settings {
         pods_ready_timeout: 30_000,
         pods_lost_timeout: 20_000,
@@ -107,6 +124,7 @@ pub fn settings(partition: Partition, defect: Option<Defect>) -> Settings {
         drain_grace: 15_000,
         record_settle: 3_000,
         creates_per_member: 2,
+        dispatched_write_delay,
         defect,
         partition,
     }
@@ -136,6 +154,8 @@ pub struct World {
     pub runtime: world::Runtime,
     /// Jobs a durable record once showed with every pod done, still placed.
     pub freed_early: std::collections::BTreeSet<String>,
+    /// Jobs whose Dispatched write was folded into their Running one ([`Outcome::folded`]).
+    pub folded: std::collections::BTreeSet<String>,
 }
 
 impl World {
@@ -198,9 +218,10 @@ pub fn run(o: &Options) -> Outcome {
         jobs: Rc::new(BTreeMap::new()),
         store: Rc::new(Store::default()),
         freed_early: Default::default(),
+        folded: Default::default(),
         tree: (TREE_MAX.0, true),
         tree_before: ((TREE_MAX.0, true), 0),
-        settings: settings(o.partition, o.defect),
+        settings: settings(o.partition, o.defect, o.dispatched_write_delay),
         trace: Vec::new(),
         fault_end: Ms::from(o.ticks) * TICK,
         runtime: world::Runtime {
@@ -370,6 +391,7 @@ pub fn run(o: &Options) -> Outcome {
         .filter(|r| r.phase.terminal())
         .count() as u32;
     out.freed_early = w.freed_early.len() as u32;
+    out.folded = w.folded.len() as u32;
     out.trace = std::mem::take(&mut w.trace);
     out
 }

@@ -39,31 +39,33 @@ impl Process {
         let hub = self.hub_store(w);
         let (known, versions, store, defect) =
             (&self.known, &self.known_versions, &*hub, self.defect);
-        let plan = self.outbox.plan(&self.book, |uid, record, changed| {
-            if !changed {
-                return None;
-            }
-            let status = serde_json::to_value(to_status(record, Vec::new())).ok()?;
-            let (held, unsure) = match known.get(uid) {
-                Some((held, unsure)) => (Some(held), unsure.as_ref()),
-                None => (store.statuses.get(uid), None),
-            };
-            let empty = json!({});
-            let held_now = held.unwrap_or(&empty);
-            if unsure.is_none() && held_now == &status {
-                return Some(Candidate::Same);
-            }
-            Some(Candidate::Send(StatusWrite {
-                patch: patch_for(held_now, unsure, &status, defect),
-                create: self.book.get(uid).is_none_or(|e| e.written.is_none()),
-                take_over: self.outbox.may_take(uid).map(str::to_string),
-                version: versions
-                    .get(uid)
-                    .or_else(|| store.versions.get(uid))
-                    .copied(),
-                status,
-            }))
-        });
+        let plan = self
+            .outbox
+            .plan((&self.book, w.now), |uid, record, changed| {
+                if !changed {
+                    return None;
+                }
+                let status = serde_json::to_value(to_status(record, Vec::new())).ok()?;
+                let (held, unsure) = match known.get(uid) {
+                    Some((held, unsure)) => (Some(held), unsure.as_ref()),
+                    None => (store.statuses.get(uid), None),
+                };
+                let empty = json!({});
+                let held_now = held.unwrap_or(&empty);
+                if unsure.is_none() && held_now == &status {
+                    return Some(Candidate::Same);
+                }
+                Some(Candidate::Send(StatusWrite {
+                    patch: patch_for(held_now, unsure, &status, defect),
+                    create: self.book.get(uid).is_none_or(|e| e.written.is_none()),
+                    take_over: self.outbox.may_take(uid).map(str::to_string),
+                    version: versions
+                        .get(uid)
+                        .or_else(|| store.versions.get(uid))
+                        .copied(),
+                    status,
+                }))
+            });
         if let Some(batch) = self.outbox.sending(&mut self.book, plan) {
             let late = if w.now < w.fault_end {
                 w.rng.below(3)
@@ -175,6 +177,17 @@ impl Process {
         }
         if r.pods_done && r.phase.placed() {
             w.freed_early.insert(uid.to_string());
+        }
+        if r.phase == crate::lifecycle::Phase::Running
+            && self
+                .book
+                .get(uid)
+                .and_then(|e| e.written.as_ref())
+                .is_some_and(|h| {
+                    h.phase == crate::lifecycle::Phase::Admitted && h.admitted_at == r.admitted_at
+                })
+        {
+            w.folded.insert(uid.to_string());
         }
         let name = w.jobs.get(uid).map(|j| j.queued_name()).unwrap_or_default();
         match Rc::make_mut(&mut w.store).put(&name, uid, write, self.defect) {
