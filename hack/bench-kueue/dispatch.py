@@ -36,6 +36,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kube import Kube  # noqa: E402
 from report import fmt  # noqa: E402
+import cpu  # noqa: E402
 from muster_run import (api_requests, diff_requests, free_port, http_ok, install_crds,  # noqa: E402
                         muster_crds, pct, register, wait, watch)
 
@@ -91,6 +92,27 @@ class Seen:
         self.member = [None] * n
         self.held_by = [set() for _ in range(n)]
         self.count = 0
+        self.complete = set()
+        self.complete_last = None
+        # muster only: each QueuedJob's statuses as its watch saw them (state: reason).
+        self.records = {}
+        # Each hub Job's status changes (the keys that changed), as a watch saw them.
+        self.hub_statuses = {}
+
+    def on_queued_job(self, typ, obj, now):
+        st = obj.get("status") or {}
+        with self.lock:
+            seq, last = self.records.setdefault(obj["metadata"]["name"], ([], {}))
+            if st == last:
+                return
+            changed = sorted(k for k in set(st) | set(last) if st.get(k) != last.get(k))
+            if "lifecycle" in changed:
+                a, b = last.get("lifecycle") or {}, st.get("lifecycle") or {}
+                changed.remove("lifecycle")
+                changed += sorted(f"lifecycle.{k}" for k in set(a) | set(b) if a.get(k) != b.get(k))
+            seq.append(f"{st.get('state')} [{','.join(changed)}]")
+            last.clear()
+            last.update(st)
 
     def on_member_job(self, cluster, typ, obj, now):
         name = obj["metadata"]["name"]
@@ -111,6 +133,25 @@ class Seen:
                 self.created[i] = now
                 self.member[i] = cluster
                 self.count += 1
+
+    def on_hub_job(self, typ, obj, now):
+        """Counts the hub Jobs whose status says Complete (the system copied it back)."""
+        name = obj["metadata"]["name"]
+        if typ == "DELETED" or not name.startswith("job-"):
+            return
+        st = obj.get("status") or {}
+        done = any(c.get("type") == "Complete" and c.get("status") == "True"
+                   for c in st.get("conditions") or [])
+        with self.lock:
+            seq, last = self.hub_statuses.setdefault(name, ([], {}))
+            if st != last:
+                seq.append(",".join(sorted(k for k in set(st) | set(last)
+                                           if st.get(k) != last.get(k))))
+                last.clear()
+                last.update(st)
+            if done and name not in self.complete:
+                self.complete.add(name)
+                self.complete_last = now
 
 
 def namespaces(kubes):
@@ -167,6 +208,23 @@ def start_multikueue(a, hub, members, out):
 
 # -- the run ------------------------------------------------------------------------------------
 
+IDLE_SECONDS = 5.0
+
+
+def wait_for(a, procs, deadline, done, seen, pids):
+    """Waits until `done()` (or the deadline), watching that no controller exited; returns the
+    CPU snapshot and the time when it happened."""
+    while time.time() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                raise SystemExit(f"{a.system}: a controller exited ({p.returncode}); see {a.out}")
+        with seen.lock:
+            if done():
+                break
+        time.sleep(0.2)
+    return cpu.snapshot(pids), time.time()
+
+
 def create_all(hub, n, creators, system, seen, errors):
     nxt = [0]
     lock = threading.Lock()
@@ -211,7 +269,7 @@ def report(a):
         m = json.load(f)
     with open(os.path.join(a.multikueue, "summary.json")) as f:
         k = json.load(f)
-    cpu = lambda s: sum(c["userSeconds"] + c["sysSeconds"] for c in s["controllers"])  # noqa: E731
+    ctl = lambda s: sum(c["userSeconds"] + c["sysSeconds"] for c in s["controllers"])  # noqa: E731
     rows = [
         ("jobs seen on a member", k["seenOnMember"], m["seenOnMember"]),
         ("creating them on the hub (s)", k["createSeconds"], m["createSeconds"]),
@@ -221,8 +279,17 @@ def report(a):
         ("submit → created in member, p99 (ms)", k["p99SubmitToMemberMs"], m["p99SubmitToMemberMs"]),
         ("submit → created in member, max (ms)", k["maxSubmitToMemberMs"], m["maxSubmitToMemberMs"]),
         ("jobs on more than one member at the end", k["onMoreThanOneMember"], m["onMoreThanOneMember"]),
-        ("controller cpu, all processes (s)", cpu(k), cpu(m)),
+        ("controller cpu, all processes (s)", ctl(k), ctl(m)),
+        ("first submit → every hub Job Complete (s)", k.get("hubCompleteSeconds"),
+         m.get("hubCompleteSeconds")),
+        ("hub API requests per job", (k.get("apiRequestsPerJob") or {}).get("hub"),
+         (m.get("apiRequestsPerJob") or {}).get("hub")),
     ]
+    for w in ("dispatch", "lifecycle"):
+        for key, label in (("totalMs", "ms"), ("totalMsAboveIdle", "ms above idle")):
+            rows.append((f"fleet cpu per job, {w} window ({label})",
+                         ((k.get("cpuPerJob") or {}).get(w) or {}).get(key),
+                         ((m.get("cpuPerJob") or {}).get(w) or {}).get(key)))
     w = max(len(r[0]) for r in rows)
     lines = [" ".join(a.meta), f"{'figure':<{w}}  {'MultiKueue':>10}  {'muster':>10}  {'muster/MK':>9}"]
     for name, kv, mv in rows:
@@ -293,27 +360,47 @@ def main():
             threading.Thread(target=watch, daemon=True, args=(
                 k, f"/apis/batch/v1/namespaces/{NS}/jobs",
                 lambda t, o, now, m=m: seen.on_member_job(m, t, o, now), stop)).start()
+        threading.Thread(target=watch, daemon=True, args=(
+            hub, f"/apis/batch/v1/namespaces/{NS}/jobs", seen.on_hub_job, stop)).start()
+        if a.system == "muster":
+            threading.Thread(target=watch, daemon=True, args=(
+                hub, f"/apis/muster.dev/v1alpha1/namespaces/{NS}/queuedjobs",
+                seen.on_queued_job, stop)).start()
         time.sleep(1)
         quiet = wait_quiet()
+        pids = cpu.fleet_pids(a.kubeconfigs)
+        names = ["muster"] if a.system == "muster" else [f"kueue {i}" for i in range(len(procs))]
+        pids.update({n: p.pid for n, p in zip(names, procs)})
+        # What every process spends per second while the fleet waits (the idle fleet).
+        c_idle, t_idle = cpu.snapshot(pids), time.time()
+        time.sleep(IDLE_SECONDS)
+        idle_rate = {k: v / (time.time() - t_idle)
+                     for k, v in cpu.spent(c_idle, cpu.snapshot(pids)).items()}
         req0 = {"hub": api_requests(hub), **{m: api_requests(k) for m, k in members.items()}}
         log(f"{a.system}: ready; creating {a.jobs} jobs with {a.creators} threads")
         errors = []
+        c0 = cpu.snapshot(pids)
         t0 = time.time()
         create_all(hub, a.jobs, a.creators, a.system, seen, errors)
         t_created = time.time()
         log(f"{a.system}: {a.jobs - len(errors)} created in {t_created - t0:.1f}s ({len(errors)} errors)")
         deadline = time.time() + a.timeout
-        while time.time() < deadline:
-            for p in procs:
-                if p.poll() is not None:
-                    raise SystemExit(f"{a.system}: a controller exited ({p.returncode}); see {a.out}")
-            with seen.lock:
-                done = seen.count
-            if done >= a.jobs - len(errors):
-                break
-            time.sleep(0.2)
-        else:
+        expected = a.jobs - len(errors)
+        # Window "dispatch": from the first submit to the last job created on a member.
+        c1, t1 = wait_for(a, procs, deadline, lambda: seen.count >= expected, seen, pids)
+        if seen.count < expected:
             log(f"{a.system}: timed out with {seen.count} of {a.jobs} seen on a member")
+        # Window "lifecycle": on to every hub Job Complete (its member's status copied back).
+        c2, t2 = wait_for(a, procs, deadline, lambda: len(seen.complete) >= expected, seen, pids)
+        if len(seen.complete) < expected:
+            log(f"{a.system}: timed out with {len(seen.complete)} of {a.jobs} Complete on the hub")
+        cpu_windows = {
+            "dispatch": cpu.per_job(cpu.spent(c0, c1), idle_rate, t1 - t0, max(1, expected)),
+            "lifecycle": cpu.per_job(cpu.spent(c0, c2), idle_rate, t2 - t0, max(1, expected)),
+        }
+        for w, acc in cpu_windows.items():
+            for line in cpu.table(w, acc):
+                log(line)
         # Let duplicates (a job on two members at once) show, then take the settled view.
         time.sleep(5)
         requests = {"hub": diff_requests(req0["hub"], api_requests(hub)),
@@ -342,11 +429,28 @@ def main():
         "meanSubmitToMemberMs": sum(lat) / len(lat) if lat else None,
         "maxSubmitToMemberMs": max(lat) if lat else None,
         "perMember": per_member, "onMoreThanOneMember": twice,
-        "apiRequests": requests, "controllers": usage,
+        "hubCompleteSeconds": (seen.complete_last - first) if seen.complete_last else None,
+        "apiRequests": requests,
+        "apiRequestsPerJob": {c: round(sum(r.values()) / max(1, len(created)), 2)
+                              for c, r in requests.items()},
+        "cpuPerJob": cpu_windows, "controllers": usage,
         "load": os.getloadavg(), "busyBefore": quiet,
     }
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
+    def sequences(path, records):
+        """Each object's status changes in order (figures as #), most common first."""
+        import collections
+        import re
+        seqs = collections.Counter(
+            " -> ".join(re.sub(r"[0-9]+", "#", r) for r in rs) for rs, _ in records.values())
+        with open(path, "w") as f:
+            for seq, n in seqs.most_common():
+                f.write(f"{n:6d}  {seq}\n")
+    sequences(os.path.join(a.out, "hubjob-statuses.txt"), seen.hub_statuses)
+    if seen.records:
+        # The QueuedJob statuses a job went through, most common sequences first.
+        sequences(os.path.join(a.out, "queuedjob-statuses.txt"), seen.records)
     with open(os.path.join(a.out, "jobs.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["job", "ms submit to member", "member", "members holding it at the end"])
