@@ -219,8 +219,7 @@ pub(super) fn write_records(
             put(ctx, shared, hubjobs, (uid, st), take_over).map(Candidate::Send)
         });
     if let Some(wait) = plan.wait {
-        let at = super::clock::now_ms() + wait;
-        core.wake_at(at);
+        core.wake_at(now + wait);
     }
     if let Some(batch) = writer.outbox.sending(&mut core.book, plan) {
         writer.send_records(ctx, core.book.settings.defect, batch);
