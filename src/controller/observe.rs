@@ -390,9 +390,10 @@ fn follow_copy(
     }
     // The member's job status, copied to the hub job.
     let member_status = copy.data.get("status").cloned();
-    let ended = status::outcome(kind, &copy.data).is_some()
-        || core.book.get(uid).is_none_or(|e| e.record.phase.terminal());
-    let pods_done = core.book.get(uid).is_some_and(|e| e.record.pods_done);
+    let record = core.book.get(uid).map(|e| &e.record);
+    let ended =
+        status::outcome(kind, &copy.data).is_some() || record.is_none_or(|r| r.phase.terminal());
+    let pods_done = record.is_some_and(|r| r.pods_done);
     let Some(j) = hubjobs.jobs.get_mut(uid) else {
         return;
     };

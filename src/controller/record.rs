@@ -45,40 +45,38 @@ pub(super) fn words(s: &str) -> String {
     out
 }
 
+/// Two statuses that are [`same`] once `plain` has blanked, in each, what may differ.
+fn alike(a: &QueuedJobStatus, b: &QueuedJobStatus, plain: impl Fn(&mut QueuedJobStatus)) -> bool {
+    let (mut a, mut b) = (a.clone(), b.clone());
+    plain(&mut a);
+    plain(&mut b);
+    same(&a, &b)
+}
+
 /// Two statuses of a waiting job that differ only in the figures their reason and explanation
 /// quote.
 fn figures_only(a: &QueuedJobStatus, b: &QueuedJobStatus) -> bool {
-    if a.state != QueuedJobState::Queued || b.state != QueuedJobState::Queued {
-        return false;
-    }
-    let plain = |s: &QueuedJobStatus| {
-        let mut s = s.clone();
-        s.reason = s.reason.as_deref().map(words);
-        s.explanation = s.explanation.as_deref().map(words);
-        s
-    };
-    same(&plain(a), &plain(b))
+    a.state == QueuedJobState::Queued
+        && b.state == QueuedJobState::Queued
+        && alike(a, b, |s| {
+            s.reason = s.reason.as_deref().map(words);
+            s.explanation = s.explanation.as_deref().map(words);
+        })
 }
 
 /// Two statuses of a placed job that differ only in how its pods look right now (their counts
 /// and where each is): shown at most every [`FIGURES_EVERY`], or with the record's next change.
 fn pods_only(a: &QueuedJobStatus, b: &QueuedJobStatus) -> bool {
-    let placed = |s: &QueuedJobStatus| {
-        matches!(
-            s.state,
-            QueuedJobState::Admitted | QueuedJobState::Dispatched | QueuedJobState::Running
-        )
-    };
-    if !placed(a) || a.state != b.state {
-        return false;
-    }
-    let plain = |s: &QueuedJobStatus| {
-        let mut s = s.clone();
-        s.pods = None;
-        s.pod_placement = Vec::new();
-        s
-    };
-    same(&plain(a), &plain(b))
+    let placed = matches!(
+        a.state,
+        QueuedJobState::Admitted | QueuedJobState::Dispatched | QueuedJobState::Running
+    );
+    placed
+        && a.state == b.state
+        && alike(a, b, |s| {
+            s.pods = None;
+            s.pod_placement.clear();
+        })
 }
 
 /// Two statuses that differ only in when the state last changed.

@@ -182,12 +182,8 @@ impl Outbox {
     fn waits_for_pods(&self, uid: &str, e: &Entry, now: Ms, s: &Settings) -> Option<Ms> {
         let (r, w) = (&e.record, e.written.as_ref()?);
         let c = r.cluster.as_deref()?;
-        let same_admission = w.phase == Phase::Admitted
-            && w.cluster.as_deref() == Some(c)
-            && w.admitted_at == r.admitted_at
-            && w.requeues == r.requeues
-            && !w.orphans.contains_key(c)
-            && !w.unconfirmed.contains(c);
+        let same_admission =
+            w.phase == Phase::Admitted && w.records_admission(r) && !w.unconfirmed.contains(c);
         if r.phase != Phase::Dispatched || r.ran || !same_admission || self.unsure.contains_key(uid)
         {
             return None;

@@ -184,7 +184,7 @@ impl Process {
                 .get(uid)
                 .and_then(|e| e.written.as_ref())
                 .is_some_and(|h| {
-                    h.phase == crate::lifecycle::Phase::Admitted && h.admitted_at == r.admitted_at
+                    h.phase == crate::lifecycle::Phase::Admitted && h.records_admission(r)
                 })
         {
             w.folded.insert(uid.to_string());
