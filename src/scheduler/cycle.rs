@@ -200,24 +200,29 @@ impl Scheduler {
         if class.reason_job != Some(job) || class.reason_cycle < j.enqueued_cycle {
             return false;
         }
+        !self.quota_may_move(job) && self.fits_nowhere(job)
+    }
+
+    /// Whether quota may make a visit of `job` end other than in a wait for the fleet: it is
+    /// over a max now, or it may reclaim (its queue's jobs of lower priority may be preempted
+    /// for it, sibling subtrees may be preempted for it, or a resource it asks for stays
+    /// within its leaf's min). An admission can turn this on for a job that waits for the
+    /// fleet (its path uses more; what it is short of changes), so admissions wake such jobs.
+    pub(super) fn quota_may_move(&self, job: JobId) -> bool {
+        let j = &self.jobs[job];
         let d = &self.shapes[j.shape].quota_demand;
-        if let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(j.queue))
-            && (q.check(leaf, d).is_err()
-                // Its queue's jobs of lower priority may be preempted for it (what they free
-                // may bring it within min).
-                || self.any_lower_in_leaf(job, leaf)
-                // Sibling subtrees may be preempted for it (F1).
-                || self.fairness_above(leaf)
-                || d.iter().any(|(r, x)| {
-                    r != PODS
-                        && r != MAX_JOBS
-                        && x > 0
-                        && q.used_of(leaf, r) + x <= q.min_of(leaf, r)
-                }))
-        {
+        let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(j.queue)) else {
             return false;
-        }
-        self.fits_nowhere(job)
+        };
+        q.check(leaf, d).is_err()
+            // Its queue's jobs of lower priority may be preempted for it (what they free
+            // may bring it within min).
+            || self.any_lower_in_leaf(job, leaf)
+            // Sibling subtrees may be preempted for it (F1).
+            || self.fairness_above(leaf)
+            || d.iter().any(|(r, x)| {
+                r != PODS && r != MAX_JOBS && x > 0 && q.used_of(leaf, r) + x <= q.min_of(leaf, r)
+            })
     }
 
     /// Admits `job` (true: by reclaiming, with victims preempted) or says why it waits.
@@ -357,6 +362,7 @@ impl Scheduler {
                 })
             });
         self.reserve(job, ci, placement.clone());
+        self.admission_wakes();
         if borrows {
             for c in std::mem::take(&mut self.reclaim_blocked) {
                 self.mark_dirty(c);

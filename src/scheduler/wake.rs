@@ -13,6 +13,27 @@ impl Scheduler {
         }
     }
 
+    /// After an admission: the classes waiting for the fleet whose head quota may now move
+    /// ([`Scheduler::quota_may_move`]: over a max since, or able to reclaim with what it is
+    /// short of now) are visited again, as every head is in the reference's next pass.
+    pub(super) fn admission_wakes(&mut self) {
+        let woken: Vec<ClassId> = self
+            .fleet_blocked
+            .iter()
+            .copied()
+            .filter(|&c| {
+                self.classes[c]
+                    .jobs
+                    .first()
+                    .is_some_and(|&(_, j)| self.quota_may_move(j))
+            })
+            .collect();
+        for c in woken {
+            self.fleet_blocked.remove(&c);
+            self.mark_dirty(c);
+        }
+    }
+
     pub(super) fn mark_dirty(&mut self, c: ClassId) {
         if !self.classes[c].dirty {
             self.classes[c].dirty = true;
