@@ -621,8 +621,10 @@ fn the_scheduler_decides_as_the_reference_on_random_scenarios() {
     // node as a leaf to refresh), found at 8,000 cases; 6255 left asleep a job waiting for the
     // fleet that an admission in its queue had put over its leaf's max, where the reference
     // preempted its queue's job of lower priority in the next pass (admissions now wake the
-    // classes quota may move: `Scheduler::admission_wakes`), found at 4,255 cases.
-    const KEPT: &[u64] = &[2811, 6255];
+    // classes quota may move: `Scheduler::admission_wakes`), found at 4,255 cases; 13549 skipped
+    // a reclaim trial as failed after quota usage had changed (the memo of a trial that failed
+    // on quota now holds only while nothing the tree charges changed), found at 11,549 cases.
+    const KEPT: &[u64] = &[2811, 6255, 13549];
     let kept = KEPT
         .iter()
         .copied()

@@ -124,9 +124,9 @@ struct Class {
     /// [`Scheduler::certain_to_wait`]).
     reason_job: Option<JobId>,
     dirty: bool,
-    /// Per cluster: (cluster version, candidates, failed on a necessary condition) of the last
-    /// failed reclaim trial there.
-    reclaim_failed: HashMap<usize, (u64, u64, bool)>,
+    /// Per cluster: (cluster version, candidates, failed on a necessary condition, quota usage
+    /// version) of the last failed reclaim trial there.
+    reclaim_failed: HashMap<usize, (u64, u64, bool, u64)>,
 }
 
 /// Scheduler settings.
@@ -143,6 +143,9 @@ pub struct Scheduler {
     clusters: Vec<Cluster>,
     cluster_by_name: HashMap<String, usize>,
     fleet_version: u64,
+    /// Bumped whenever what the tree charges changes (an admission, a release, a new tree):
+    /// a reclaim trial that failed on quota or a guard holds only while this is unchanged.
+    usage_version: u64,
     quota: Option<QuotaState>,
     queues: Queues,
     priorities: BTreeMap<String, i32>,
@@ -188,6 +191,7 @@ impl Scheduler {
             clusters: Vec::new(),
             cluster_by_name: HashMap::new(),
             fleet_version: 1,
+            usage_version: 0,
             quota: None,
             queues: Queues::default(),
             priorities: BTreeMap::new(),
@@ -295,6 +299,7 @@ impl Scheduler {
     /// every job moves to the queue of its namespace's new leaf.
     pub fn set_quota_tree(&mut self, tree: Option<QuotaTree>) {
         self.quota = tree.map(|t| QuotaState::new(t, &mut self.table));
+        self.usage_version += 1;
         // Leaf indices belong to the old tree: queues get theirs again as jobs are re-homed.
         self.queues.forget_leaves();
         self.admitted_by_leaf.clear();

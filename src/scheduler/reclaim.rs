@@ -401,10 +401,13 @@ impl Scheduler {
                 );
                 let class = self.jobs[job].class;
                 // A trial that failed because the job did not fit even one by one with every
-                // candidate gone fails again while the cluster only lost free capacity.
-                if let Some(&(v, h, capacity)) = self.classes[class].reclaim_failed.get(&ci)
+                // candidate gone fails again while the cluster only lost free capacity; one that
+                // failed otherwise (quota, a guard) only while neither the cluster nor anything
+                // the tree charges changed.
+                if let Some(&(v, h, capacity, u)) = self.classes[class].reclaim_failed.get(&ci)
                     && h == memo.1
-                    && (v == memo.0 || (capacity && self.clusters[ci].freed <= v))
+                    && ((v == memo.0 && u == self.usage_version)
+                        || (capacity && self.clusters[ci].freed <= v))
                 {
                     continue;
                 }
@@ -414,7 +417,7 @@ impl Scheduler {
                         break;
                     }
                     Err(capacity) => {
-                        let entry = (memo.0, memo.1, capacity);
+                        let entry = (memo.0, memo.1, capacity, self.usage_version);
                         self.classes[class].reclaim_failed.insert(ci, entry);
                     }
                 }

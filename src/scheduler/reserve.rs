@@ -53,6 +53,7 @@ impl Scheduler {
         restore: bool,
     ) {
         self.reserve_nodes(job, ci, &placement, 1);
+        self.usage_version += 1;
         let shape = &self.shapes[self.jobs[job].shape];
         if let (Some(q), Some(leaf)) = (self.quota.as_mut(), self.queues.leaf(self.jobs[job].queue))
         {
@@ -83,6 +84,7 @@ impl Scheduler {
             return;
         };
         self.reserve_nodes(job, ci, &placement, -1);
+        self.usage_version += 1;
         let shape = &self.shapes[self.jobs[job].shape];
         let leaf = self.queues.leaf(self.jobs[job].queue);
         if let (Some(q), Some(leaf)) = (self.quota.as_mut(), leaf) {
