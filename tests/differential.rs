@@ -4,10 +4,12 @@
 //! decisions (admit where, preempt whom, who waits) and reach the same state; and the
 //! properties of reclaim checked on every run (see `check_cycle` and `check_instant`).
 //!
-//! `MUSTER_DIFF_CASES` (default 2000) scenarios from `MUSTER_DIFF_SEED` (default 1) on (with
+//! `MUSTER_DIFF_CASES` (default 6000, about 32 s in a debug build; 2000 until two divergences
+//! were found beyond them) scenarios from `MUSTER_DIFF_SEED` (default 1) on (with
 //! `MUSTER_DIFF_TRACE` set, each seed is named on stderr as it starts and its scenario written to
-//! `differential-current.yaml` in the test tmpdir): a soak
-//! run sets more, and one seed replays with `MUSTER_DIFF_CASES=1 MUSTER_DIFF_SEED=N`. A failing
+//! `differential-current.yaml` in the test tmpdir): a soak run sets more (a release build runs
+//! about 1,000 cases a second: `MUSTER_DIFF_CASES=40000 MUSTER_DIFF_SEED=6001 cargo test --release
+//! --test differential`), and one seed replays with `MUSTER_DIFF_CASES=1 MUSTER_DIFF_SEED=N`. A failing
 //! scenario is shrunk (jobs, members, node groups and changes taken out while it still fails)
 //! and written as a scenario file that `muster sim` replays; the failure names the file.
 
@@ -612,7 +614,7 @@ fn shrink(mut g: GScenario) -> (GScenario, String) {
 
 #[test]
 fn the_scheduler_decides_as_the_reference_on_random_scenarios() {
-    let cases = env_u64("MUSTER_DIFF_CASES", 2000);
+    let cases = env_u64("MUSTER_DIFF_CASES", 6000);
     let base = env_u64("MUSTER_DIFF_SEED", 1);
     let trace = std::env::var("MUSTER_DIFF_TRACE").is_ok();
     let mut seen = Seen::default();
