@@ -8,7 +8,7 @@
 //! were found beyond them) scenarios from `MUSTER_DIFF_SEED` (default 1) on (with
 //! `MUSTER_DIFF_TRACE` set, each seed is named on stderr as it starts and its scenario written to
 //! `differential-current.yaml` in the test tmpdir): a soak run sets more (a release build runs
-//! about 1,000 cases a second: `MUSTER_DIFF_CASES=40000 MUSTER_DIFF_SEED=6001 cargo test --release
+//! about 600 cases a second: `MUSTER_DIFF_CASES=40000 MUSTER_DIFF_SEED=6001 cargo test --release
 //! --test differential`), and one seed replays with `MUSTER_DIFF_CASES=1 MUSTER_DIFF_SEED=N`. A failing
 //! scenario is shrunk (jobs, members, node groups and changes taken out while it still fails)
 //! and written as a scenario file that `muster sim` replays; the failure names the file.
