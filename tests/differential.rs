@@ -8,10 +8,11 @@
 //! were found beyond them) scenarios from `MUSTER_DIFF_SEED` (default 1) on (with
 //! `MUSTER_DIFF_TRACE` set, each seed is named on stderr as it starts and its scenario written to
 //! `differential-current.yaml` in the test tmpdir): a soak run sets more (a release build runs
-//! about 600 cases a second: `MUSTER_DIFF_CASES=40000 MUSTER_DIFF_SEED=6001 cargo test --release
-//! --test differential`), and one seed replays with `MUSTER_DIFF_CASES=1 MUSTER_DIFF_SEED=N`. A failing
-//! scenario is shrunk (jobs, members, node groups and changes taken out while it still fails)
-//! and written as a scenario file that `muster sim` replays; the failure names the file.
+//! about 600 cases a second: `MUSTER_DIFF_CASES=40000 MUSTER_DIFF_SEED=6001 cargo test
+//! --release --test differential`), and one seed replays with `MUSTER_DIFF_CASES=1
+//! MUSTER_DIFF_SEED=N`. A failing scenario is shrunk (jobs, members, node groups and changes
+//! taken out while it still fails) and written as a scenario file that `muster sim` replays; the
+//! failure names the file.
 
 #[path = "support/reference.rs"]
 mod reference;
@@ -618,8 +619,8 @@ fn the_scheduler_decides_as_the_reference_on_random_scenarios() {
     let base = env_u64("MUSTER_DIFF_SEED", 1);
     let trace = std::env::var("MUSTER_DIFF_TRACE").is_ok();
     let mut seen = Seen::default();
-    // Seeds beyond the default range that once caught a defect, run every time too (not in a
-    // one-seed replay): 2811 lost a head of the fair order's round (a reclaim marked an inner
+    // Seeds that once caught a defect, run every time too when outside the range (not in a
+    // one-seed replay): 2811 (inside the default range since it grew to 6,000) lost a head of the fair order's round (a reclaim marked an inner
     // node as a leaf to refresh), found at 8,000 cases; 6255 left asleep a job waiting for the
     // fleet that an admission in its queue had put over its leaf's max, where the reference
     // preempted its queue's job of lower priority in the next pass (admissions now wake the
