@@ -24,18 +24,21 @@ const BENCH: &[(&str, u64, u64, u64)] = &[
         // Re-pinned with fair sharing between siblings (A7, issue 30): borrowers are visited
         // by share, fewer waits. Waits re-pinned again (moves unchanged) when admissions began
         // to wake the classes waiting for the fleet that quota may now move (differential
-        // seed 6255): those visits end in more waits.
-        0xdb239e00dd8ec370,
-        0x645d1f947114ebb9,
-        175579,
+        // seed 6255): those visits end in more waits. Re-pinned when reclaim began to read
+        // shortness and victims from the nodes a job may use (R1, R6; differential seed
+        // 24639): the deep scenario's three node pools, one tainted, change which jobs reclaim.
+        0x40fec54a855052b0,
+        0xbf4b7a637116a017,
+        181067,
     ),
     (
         "diverse 1500x4x30",
         // Re-pinned with fair sharing between siblings (A7, issue 30); waits again (moves
-        // unchanged) with the wake of differential seed 6255, as above.
-        0x8dc6b898830a02be,
-        0xaa65d2e43657a270,
-        344124,
+        // unchanged) with the wake of differential seed 6255, as above; and with reclaim
+        // reading the nodes a job may use (R1, R6), as above.
+        0xe8cd63c1d389be04,
+        0x3156d31596c23d1b,
+        365063,
     ),
 ];
 
@@ -118,6 +121,12 @@ const FILES: &[(&str, u64, u64, u64)] = &[
         0x248285241df03481,
         0x4233f7f83509dd08,
         1,
+    ),
+    (
+        "tests/data/scenarios/reclaim_node_pools.yaml",
+        0x1f4d58463bdb0d5b,
+        0x632a2aadb05a06e3,
+        2,
     ),
     (
         "tests/data/scenarios/reclaim_pingpong.yaml",

@@ -365,3 +365,28 @@ fn reclaim_never_takes_what_the_victims_leaf_is_guaranteed_in_another_resource()
     assert_eq!(job("a-job").dispatched, serde_json::json!(3600));
     assert_eq!(job("a-job").preemptions + job("b-job").preemptions, 0);
 }
+
+/// A job that may use one node pool reclaims what is borrowed on that pool: shortness is read
+/// from the nodes it may use (R1), and a borrower's job on another pool, which frees nothing
+/// it can use, does not stand in for the one that does (R6). Watched at every cycle: exactly
+/// one preemption, b-mid for a-job at 10s.
+#[test]
+fn reclaim_reads_shortness_and_victims_from_the_nodes_the_job_may_use() {
+    let sc = scenario("reclaim_node_pools.yaml");
+    let mut watch = Preemptions::default();
+    let report = sim::run("reclaim_node_pools.yaml", &sc, &mut watch).expect("runs");
+    assert!(watch.1 >= 3, "the run was not watched: {} cycles", watch.1);
+    let times: Vec<u64> = watch.0.iter().map(|(at, _, _)| *at).collect();
+    assert_eq!(times, vec![10_000], "preemptions: {:?}", watch.0);
+    let job = |name: &str| {
+        report
+            .jobs
+            .iter()
+            .find(|j| j.name == name)
+            .unwrap_or_else(|| panic!("{name} reported"))
+    };
+    assert_eq!(job("a-job").dispatched, serde_json::json!(10));
+    assert_eq!(job("b-mid").preemptions, 1);
+    assert_eq!(job("b-low").preemptions, 0);
+    assert_eq!(job("b-low").dispatched, serde_json::json!(0));
+}

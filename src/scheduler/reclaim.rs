@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::fairness::FairBound;
-use super::{JobId, JobState, Scheduler};
+use super::{JobId, JobState, Scheduler, ShapeId};
 use crate::estimate::{self, Placement};
 use crate::resources::{Demand, MAX_JOBS, PODS, Res, at};
 
@@ -109,10 +109,10 @@ impl Scheduler {
         d
     }
 
-    /// The requested resources the candidate clusters lack for `job`: in every candidate
-    /// cluster, one of its pods asks more than any node has free, or the job more than the
-    /// cluster has free. When no single resource is short (fragmentation, node constraints),
-    /// the job's scarcest resource (its `key_res`).
+    /// The requested resources the candidate clusters lack for `job` on the nodes it may use
+    /// (R1): in every candidate cluster, for some pod group no node that admits it has its
+    /// pod's request free, or those nodes together less than the job's total. When no single
+    /// resource is short (fragmentation), the job's scarcest resource (its `key_res`).
     fn fleet_short(&mut self, job: JobId) -> Vec<Res> {
         let shape_id = self.jobs[job].shape;
         let d = self.shapes[shape_id].quota_demand.clone();
@@ -135,16 +135,21 @@ impl Scheduler {
                 if !c.reachable || !self.candidate(shape_id, ci) {
                     continue;
                 }
+                // The nodes it may use are among those the summary counts: short there is
+                // short on them.
                 let s = self.clusters[ci].summary();
-                if per_pod <= at(&s.max_free, r) && d.get(r) <= at(&s.total_free, r) {
+                if per_pod > at(&s.max_free, r) || d.get(r) > at(&s.total_free, r) {
+                    continue;
+                }
+                if self.enough_on_usable(shape_id, ci, r, d.get(r)) {
                     continue 'res;
                 }
             }
             short.push(r);
         }
         if short.is_empty() {
-            // Fragmentation or node constraints: no one resource is short on its own; the
-            // binding one is taken to be the job's scarcest (what chooses its member).
+            // Fragmentation: no one resource is short on its own; the binding one is taken
+            // to be the job's scarcest (what chooses its member).
             let key = self.shapes[shape_id].key_res;
             if requested.contains(&key) {
                 return vec![key];
@@ -152,6 +157,41 @@ impl Scheduler {
             return requested;
         }
         short
+    }
+
+    /// Whether the nodes of `ci` the shape may use have enough of `r` free: every pod group's
+    /// pod request on one node that admits it, and `total` on them together.
+    fn enough_on_usable(&mut self, shape_id: ShapeId, ci: usize, r: Res, total: i128) -> bool {
+        let usable = self.usable_nodes(shape_id, ci);
+        let c = &self.clusters[ci];
+        let elig = self.eligible_on(self.shapes[shape_id].fit, ci);
+        let each = self.shapes[shape_id].groups.iter().zip(elig).all(|(g, e)| {
+            let need = g.demand.get(r);
+            g.pods == 0 || need == 0 || e.iter().any(|&n| usable[n] && c.nodes[n].free(r) >= need)
+        });
+        each && total
+            <= (0..c.nodes.len())
+                .filter(|&n| usable[n])
+                .fold(0i128, |t, n| t.saturating_add(c.nodes[n].free(r).max(0)))
+    }
+
+    /// The nodes of `ci` the shape may use (they take pods and admit one of its pod groups).
+    fn usable_nodes(&mut self, shape_id: ShapeId, ci: usize) -> Vec<bool> {
+        let fit = self.shapes[shape_id].fit;
+        self.ensure_eligible(fit, ci);
+        let c = &self.clusters[ci];
+        let groups = &self.shapes[shape_id].groups;
+        let mut usable = vec![false; c.nodes.len()];
+        for (_, e) in groups
+            .iter()
+            .zip(self.eligible_on(fit, ci))
+            .filter(|(g, _)| g.pods > 0)
+        {
+            for &n in e {
+                usable[n] = c.nodes[n].takes_pods();
+            }
+        }
+        usable
     }
 
     /// Whether `job` asks for any of `short`.
@@ -385,11 +425,28 @@ impl Scheduler {
             let mut best: Option<(Vec<JobId>, usize)> = None;
             for (_, _, ci) in clusters {
                 let candidates = by_cluster.remove(&ci).unwrap_or_default();
-                let order = self.borrowed_only(leaf, short, candidates, fair);
                 let c = &self.clusters[ci];
                 if !c.reachable || !self.candidate(shape, ci) {
                     continue;
                 }
+                // R6: another leaf's candidate with no pod on a node the job may use frees
+                // nothing it can use; counted by R5, it would stand in for one that does.
+                let usable = self.usable_nodes(shape, ci);
+                let candidates: Vec<JobId> = candidates
+                    .into_iter()
+                    .filter(|&v| {
+                        let on_usable = |p: &Placement| {
+                            p.groups
+                                .iter()
+                                .flatten()
+                                .any(|&(n, k)| k > 0 && usable.get(n).copied().unwrap_or(false))
+                        };
+                        self.queues.leaf(self.jobs[v].queue) == Some(leaf)
+                            || matches!(&self.jobs[v].state,
+                                JobState::Admitted { placement, .. } if on_usable(placement))
+                    })
+                    .collect();
+                let order = self.borrowed_only(leaf, short, candidates, fair);
                 // Same cluster state and same candidates as a failed trial: same failure.
                 let memo = (
                     self.clusters[ci].version,

@@ -596,8 +596,11 @@ impl Reference {
     /// requests, in a leaf that has no job it may preempt by priority: one or two admitted
     /// jobs of other leaves whose removal lets it run while taking only borrowed capacity
     /// (every node on their side below where the paths meet stays at or above its min in
-    /// each requested resource they free), with every node on this job's side below there
-    /// within its min after admitting it. Searched exhaustively; `None` when there is none.
+    /// each requested resource they free; at a leaf that preempts by priority, also without
+    /// its jobs of lower priority than a job taken from it, which that job, back in its queue,
+    /// could preempt for a place within the min: R5), with every node on this job's side
+    /// below there within its min after admitting it. Searched exhaustively; `None` when there
+    /// is none.
     pub fn reclaimable(&self, job: usize, admitted: &[usize]) -> Option<Vec<usize>> {
         let t = self.tree.as_ref()?;
         let leaf = self.leaf(job)?;
@@ -643,6 +646,14 @@ impl Reference {
                     for &o in s {
                         if self.leaf(o).is_some_and(|ol| path_up(t, ol).contains(&n)) {
                             add(&mut taken, &self.jobs[o].charge, 1);
+                        }
+                    }
+                    if n == vl {
+                        // R5: what v could preempt to come back within the min.
+                        for o in self.lower_in_leaf(v) {
+                            if !s.contains(&o) {
+                                add(&mut taken, &self.jobs[o].charge, 1);
+                            }
                         }
                     }
                     let u = self.used(n, &none);

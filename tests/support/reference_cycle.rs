@@ -6,6 +6,8 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
+use muster::fleet::Constraints;
+
 use super::fair::Frac;
 use super::{
     Amounts, Decided, MAX_JOBS, PODS, Plans, Reclaim, Reference, State, add, get, path_up,
@@ -254,8 +256,9 @@ impl Reference {
     }
 
     /// R1 (capacity short): the requested resources no reachable candidate member has enough
-    /// of (a pod's need on one node, or the job's in total); when none alone, the job's
-    /// scarcest resource.
+    /// of on the nodes the job may use there: for some pod group, no node that admits it has
+    /// its pod's request free, or those nodes together less than the job's total; when none
+    /// alone, the job's scarcest resource.
     fn fleet_short(&self, job: usize) -> Vec<String> {
         let requested: Vec<String> = self.jobs[job]
             .charge
@@ -263,21 +266,29 @@ impl Reference {
             .filter(|(r, x)| *r != PODS && *r != MAX_JOBS && **x > 0)
             .map(|(r, _)| r.clone())
             .collect();
-        let groups = self.jobs[job].groups();
+        let groups: Vec<&(u32, Amounts, Constraints)> =
+            self.jobs[job].groups().iter().filter(|g| g.0 > 0).collect();
         let mut short = Vec::new();
         for r in &requested {
-            let per_pod = groups
-                .iter()
-                .filter(|(k, _, _)| *k > 0)
-                .map(|(_, d, _)| get(d, r))
-                .max()
-                .unwrap_or(0);
             let total = get(&self.jobs[job].charge, r);
             let enough = (0..self.clusters.len())
                 .filter(|&ci| self.clusters[ci].reachable && self.candidate(job, ci))
                 .any(|ci| {
-                    let (most, free) = self.summary(ci, r, None);
-                    per_pod <= most && total <= free
+                    let c = &self.clusters[ci];
+                    let admits = |ni: usize, cons: &Constraints| {
+                        c.nodes[ni].usable && c.nodes[ni].filters.admits(cons).is_ok()
+                    };
+                    let free = |ni: usize| get(&self.free(ci, ni, None, false), r);
+                    let each = groups.iter().all(|(_, d, cons)| {
+                        let need = get(d, r);
+                        need == 0
+                            || (0..c.nodes.len()).any(|ni| admits(ni, cons) && free(ni) >= need)
+                    });
+                    let together: i128 = (0..c.nodes.len())
+                        .filter(|&ni| groups.iter().any(|(_, _, cons)| admits(ni, cons)))
+                        .map(|ni| free(ni).max(0))
+                        .sum();
+                    each && total <= together
                 });
             if !enough {
                 short.push(r.clone());
@@ -292,6 +303,25 @@ impl Reference {
             };
         }
         short
+    }
+
+    /// R6: whether victim `v` (admitted on `ci`) has a pod on a node of `ci` that the job may
+    /// use.
+    fn on_usable_node(&self, job: usize, v: usize, ci: usize) -> bool {
+        let State::Admitted { plan, .. } = &self.jobs[v].state else {
+            return false;
+        };
+        let c = &self.clusters[ci];
+        plan.iter().flat_map(|m| m.keys()).any(|name| {
+            c.nodes.iter().any(|n| {
+                &n.name == name
+                    && n.usable
+                    && self.jobs[job]
+                        .groups()
+                        .iter()
+                        .any(|(k, _, cons)| *k > 0 && n.filters.admits(cons).is_ok())
+            })
+        })
     }
 
     fn guard_holds(&self, guard: &[Guard], gone: &BTreeSet<usize>) -> bool {
@@ -439,7 +469,13 @@ impl Reference {
             .collect();
         clusters.sort();
         for (_, _, ci) in clusters {
-            let o = self.borrowed_only(leaf, short, &by_cluster[&ci], fair);
+            // R6: another leaf's candidate with no pod on a node the job may use is left out.
+            let on: Vec<usize> = by_cluster[&ci]
+                .iter()
+                .copied()
+                .filter(|&v| self.leaf(v) == Some(leaf) || self.on_usable_node(job, v, ci))
+                .collect();
+            let o = self.borrowed_only(leaf, short, &on, fair);
             if !self.clusters[ci].reachable || !self.candidate(job, ci) {
                 continue;
             }
