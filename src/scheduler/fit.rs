@@ -31,6 +31,8 @@ pub(super) struct FitMemo {
     pub quota_demand: Demand,
     /// Per cluster: (topology version, eligible nodes per group).
     pub eligible: HashMap<usize, (u64, Vec<Vec<usize>>)>,
+    /// Per cluster: (version, topology version, what is free on the nodes it may use).
+    pub usable_free: HashMap<usize, (u64, u64, UsableFree)>,
     /// Per cluster, the last failure there.
     pub seen: Vec<Seen>,
     /// The fleet version and candidate members at which the pod shape last fit nowhere, and why.
@@ -43,10 +45,19 @@ impl FitMemo {
             groups,
             quota_demand,
             eligible: HashMap::new(),
+            usable_free: HashMap::new(),
             seen: Vec::new(),
             nowhere: None,
         }
     }
+}
+
+/// What is free on one member's nodes that a pod shape may use (they take pods and admit one
+/// of its groups), per resource index: the most on one node, per group, and the total.
+#[derive(Clone, Default)]
+pub(super) struct UsableFree {
+    pub most: Vec<Vec<i128>>,
+    pub total: Vec<i128>,
 }
 
 /// A failed estimate on one member.
@@ -69,6 +80,67 @@ impl Scheduler {
             let e = estimate::eligible(&self.clusters[ci], &f.groups);
             f.eligible.insert(ci, (topo, e));
         }
+    }
+
+    /// What is free on the nodes of `ci` the pod shape may use, kept while the member's
+    /// version is unchanged.
+    pub(super) fn usable_free(&mut self, fit: FitId, ci: usize) {
+        let (v, topo) = (self.clusters[ci].version, self.clusters[ci].topology);
+        let fresh = matches!(self.fits[fit].usable_free.get(&ci),
+            Some((fv, ft, _)) if *fv == v && *ft == topo);
+        if !fresh {
+            let usable = self.usable_nodes(fit, ci);
+            let c = &self.clusters[ci];
+            let len = c
+                .nodes
+                .iter()
+                .map(|n| n.alloc.len().max(n.reserved.len()).max(n.external.len()))
+                .max()
+                .unwrap_or(0);
+            let f = &self.fits[fit];
+            let free = |n: usize, i: usize| c.nodes[n].free(crate::resources::Res(i as u16));
+            let most = f
+                .groups
+                .iter()
+                .zip(self.eligible_on(fit, ci))
+                .map(|(_, e)| {
+                    (0..len)
+                        .map(|i| {
+                            e.iter()
+                                .filter(|&&n| usable[n])
+                                .map(|&n| free(n, i))
+                                .max()
+                                .unwrap_or(0)
+                        })
+                        .collect()
+                })
+                .collect();
+            let total = (0..len)
+                .map(|i| {
+                    (0..c.nodes.len())
+                        .filter(|&n| usable[n])
+                        .fold(0i128, |t, n| t.saturating_add(free(n, i).max(0)))
+                })
+                .collect();
+            let u = UsableFree { most, total };
+            self.fits[fit].usable_free.insert(ci, (v, topo, u));
+        }
+    }
+
+    /// The nodes of `ci` the pod shape may use (they take pods and admit one of its groups
+    /// with pods).
+    pub(super) fn usable_nodes(&mut self, fit: FitId, ci: usize) -> Vec<bool> {
+        self.ensure_eligible(fit, ci);
+        let c = &self.clusters[ci];
+        let mut usable = vec![false; c.nodes.len()];
+        for (g, e) in self.fits[fit].groups.iter().zip(self.eligible_on(fit, ci)) {
+            if g.pods > 0 {
+                for &n in e {
+                    usable[n] = c.nodes[n].takes_pods();
+                }
+            }
+        }
+        usable
     }
 
     /// The tightest cluster (least free of the job's scarcest resource) where the whole job fits.

@@ -162,36 +162,13 @@ impl Scheduler {
     /// Whether the nodes of `ci` the shape may use have enough of `r` free: every pod group's
     /// pod request on one node that admits it, and `total` on them together.
     fn enough_on_usable(&mut self, shape_id: ShapeId, ci: usize, r: Res, total: i128) -> bool {
-        let usable = self.usable_nodes(shape_id, ci);
-        let c = &self.clusters[ci];
-        let elig = self.eligible_on(self.shapes[shape_id].fit, ci);
-        let each = self.shapes[shape_id].groups.iter().zip(elig).all(|(g, e)| {
-            let need = g.demand.get(r);
-            g.pods == 0 || need == 0 || e.iter().any(|&n| usable[n] && c.nodes[n].free(r) >= need)
-        });
-        each && total
-            <= (0..c.nodes.len())
-                .filter(|&n| usable[n])
-                .fold(0i128, |t, n| t.saturating_add(c.nodes[n].free(r).max(0)))
-    }
-
-    /// The nodes of `ci` the shape may use (they take pods and admit one of its pod groups).
-    fn usable_nodes(&mut self, shape_id: ShapeId, ci: usize) -> Vec<bool> {
         let fit = self.shapes[shape_id].fit;
-        self.ensure_eligible(fit, ci);
-        let c = &self.clusters[ci];
-        let groups = &self.shapes[shape_id].groups;
-        let mut usable = vec![false; c.nodes.len()];
-        for (_, e) in groups
-            .iter()
-            .zip(self.eligible_on(fit, ci))
-            .filter(|(g, _)| g.pods > 0)
-        {
-            for &n in e {
-                usable[n] = c.nodes[n].takes_pods();
-            }
-        }
-        usable
+        self.usable_free(fit, ci);
+        let u = &self.fits[fit].usable_free[&ci].2;
+        self.fits[fit].groups.iter().enumerate().all(|(g, pg)| {
+            let need = pg.demand.get(r);
+            pg.pods == 0 || need == 0 || u.most.get(g).is_some_and(|m| at(m, r) >= need)
+        }) && total <= at(&u.total, r)
     }
 
     /// Whether `job` asks for any of `short`.
@@ -431,7 +408,7 @@ impl Scheduler {
                 }
                 // R6: another leaf's candidate with no pod on a node the job may use frees
                 // nothing it can use; counted by R5, it would stand in for one that does.
-                let usable = self.usable_nodes(shape, ci);
+                let usable = self.usable_nodes(self.shapes[shape].fit, ci);
                 let candidates: Vec<JobId> = candidates
                     .into_iter()
                     .filter(|&v| {
