@@ -506,6 +506,24 @@ impl QuotaState {
         Ok(())
     }
 
+    /// The highest node of `leaf`'s path where the request goes over a max, if any. Every
+    /// release that lowers the usage of a node where it is over (so may move it) is of a job
+    /// under that node.
+    pub fn highest_over(&self, leaf: usize, d: &Demand) -> Option<usize> {
+        let mut top = None;
+        let mut cur = Some(leaf);
+        while let Some(n) = cur {
+            if d.iter().any(|(r, x)| {
+                self.max_of(n, r)
+                    .is_some_and(|m| self.used_of(n, r) + x > m)
+            }) {
+                top = Some(n);
+            }
+            cur = self.tree.nodes[n].parent;
+        }
+        top
+    }
+
     /// Whether the request stays within what is guaranteed at every node from `leaf` to the
     /// root: usage + request <= min for every resource asked that the node guarantees (a min
     /// above zero). Such a job borrows nothing.

@@ -35,10 +35,11 @@ const BENCH: &[(&str, u64, u64, u64)] = &[
         "diverse 1500x4x30",
         // Re-pinned with fair sharing between siblings (A7, issue 30); waits again (moves
         // unchanged) with the wake of differential seed 6255, as above; and with reclaim
-        // reading the nodes a job may use (R1, R6), as above.
+        // reading the nodes a job may use (R1, R6), as above; waits again (moves unchanged)
+        // with a job over a max waiting on the highest such node (seed 57987).
         0xe8cd63c1d389be04,
-        0x3156d31596c23d1b,
-        365063,
+        0x4132c9c2bfa37285,
+        365270,
     ),
 ];
 
@@ -82,9 +83,11 @@ const FILES: &[(&str, u64, u64, u64)] = &[
     ),
     (
         "tests/data/scenarios/metrics.yaml",
+        // Waits re-pinned (moves unchanged) when a job over a max began to wait on the highest
+        // such node of its path (differential seed 57987): a release under it visits it again.
         0x321380374102af45,
-        0x16e4d329b70b8b2e,
-        3,
+        0xb2c432887fce92be,
+        4,
     ),
     (
         "tests/data/scenarios/never_admissible.yaml",

@@ -290,14 +290,17 @@ impl Scheduler {
         }
         match (quota_short, fleet_reason) {
             (Some(s), _) => {
-                let q = self
-                    .quota
-                    .as_ref()
-                    .map(|q| q.describe(&s, &self.table))
-                    .unwrap_or_default();
+                let q = self.quota.as_ref();
+                let reason = q.map(|q| q.describe(&s, &self.table)).unwrap_or_default();
+                // Woken by a release under the highest node where it is over a max: a release
+                // elsewhere on that path (not under the first node found) may bring it within
+                // that max, and so change what it is short of and whether it may reclaim.
+                let node = leaf
+                    .and_then(|l| q?.highest_over(l, &self.shapes[shape].quota_demand))
+                    .unwrap_or(s.node);
                 Err(Block {
-                    reason: q,
-                    on: Blocker::Quota(s.node),
+                    reason,
+                    on: Blocker::Quota(node),
                     may_reclaim,
                 })
             }
@@ -387,5 +390,6 @@ struct Block {
 
 enum Blocker {
     Fleet,
+    /// Over a max on its path: the highest such node, whose subtree's releases wake it.
     Quota(usize),
 }
