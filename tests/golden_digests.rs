@@ -27,9 +27,9 @@ const BENCH: &[(&str, u64, u64, u64)] = &[
         // seed 6255): those visits end in more waits. Re-pinned when reclaim began to read
         // shortness and victims from the nodes a job may use (R1, R6; differential seed
         // 24639): the deep scenario's three node pools, one tainted, change which jobs reclaim.
-        0x40fec54a855052b0,
-        0xbf4b7a637116a017,
-        181067,
+        0x7caa3395c23e74c9,
+        0x149231411c87e812,
+        173094,
     ),
     (
         "diverse 1500x4x30",
@@ -37,9 +37,9 @@ const BENCH: &[(&str, u64, u64, u64)] = &[
         // unchanged) with the wake of differential seed 6255, as above; and with reclaim
         // reading the nodes a job may use (R1, R6), as above; waits again (moves unchanged)
         // with a job over a max waiting on the highest such node (seed 57987).
-        0xe8cd63c1d389be04,
-        0x4132c9c2bfa37285,
-        365270,
+        0x78b1f07531c437f3,
+        0x83a58284c8291df3,
+        376520,
     ),
 ];
 

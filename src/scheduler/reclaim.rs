@@ -406,21 +406,25 @@ impl Scheduler {
                 if !c.reachable || !self.candidate(shape, ci) {
                     continue;
                 }
-                // R6: another leaf's candidate with no pod on a node the job may use frees
-                // nothing it can use; counted by R5, it would stand in for one that does.
+                // R6: another leaf's candidate with no pod asking a short resource on a node
+                // the job may use frees nothing it can use; counted by R5, it would stand in
+                // for one that does.
                 let usable = self.usable_nodes(self.shapes[shape].fit, ci);
                 let candidates: Vec<JobId> = candidates
                     .into_iter()
                     .filter(|&v| {
-                        let on_usable = |p: &Placement| {
-                            p.groups
-                                .iter()
-                                .flatten()
-                                .any(|&(n, k)| k > 0 && usable.get(n).copied().unwrap_or(false))
+                        let groups = &self.shapes[self.jobs[v].shape].groups;
+                        let frees = |p: &Placement| {
+                            p.groups.iter().zip(groups).any(|(on, g)| {
+                                short.iter().any(|&r| g.demand.get(r) > 0)
+                                    && on.iter().any(|&(n, k)| {
+                                        k > 0 && usable.get(n).copied().unwrap_or(false)
+                                    })
+                            })
                         };
                         self.queues.leaf(self.jobs[v].queue) == Some(leaf)
                             || matches!(&self.jobs[v].state,
-                                JobState::Admitted { placement, .. } if on_usable(placement))
+                                JobState::Admitted { placement, .. } if frees(placement))
                     })
                     .collect();
                 let order = self.borrowed_only(leaf, short, candidates, fair);

@@ -305,21 +305,25 @@ impl Reference {
         short
     }
 
-    /// R6: whether victim `v` (admitted on `ci`) has a pod on a node of `ci` that the job may
-    /// use.
-    fn on_usable_node(&self, job: usize, v: usize, ci: usize) -> bool {
+    /// R6: whether victim `v` (admitted on `ci`) has a pod asking one of `short` on a node of
+    /// `ci` that the job may use.
+    fn frees_usable(&self, job: usize, v: usize, ci: usize, short: &[String]) -> bool {
         let State::Admitted { plan, .. } = &self.jobs[v].state else {
             return false;
         };
         let c = &self.clusters[ci];
-        plan.iter().flat_map(|m| m.keys()).any(|name| {
-            c.nodes.iter().any(|n| {
-                &n.name == name
-                    && n.usable
-                    && self.jobs[job]
-                        .groups()
-                        .iter()
-                        .any(|(k, _, cons)| *k > 0 && n.filters.admits(cons).is_ok())
+        plan.iter().enumerate().any(|(gi, m)| {
+            let asks = short.iter().any(|r| get(&self.jobs[v].groups[gi].1, r) > 0);
+            asks && m.iter().any(|(name, k)| {
+                *k > 0
+                    && c.nodes.iter().any(|n| {
+                        &n.name == name
+                            && n.usable
+                            && self.jobs[job]
+                                .groups()
+                                .iter()
+                                .any(|(k, _, cons)| *k > 0 && n.filters.admits(cons).is_ok())
+                    })
             })
         })
     }
@@ -469,11 +473,12 @@ impl Reference {
             .collect();
         clusters.sort();
         for (_, _, ci) in clusters {
-            // R6: another leaf's candidate with no pod on a node the job may use is left out.
+            // R6: another leaf's candidate with no pod asking a short resource on a node the
+            // job may use is left out.
             let on: Vec<usize> = by_cluster[&ci]
                 .iter()
                 .copied()
-                .filter(|&v| self.leaf(v) == Some(leaf) || self.on_usable_node(job, v, ci))
+                .filter(|&v| self.leaf(v) == Some(leaf) || self.frees_usable(job, v, ci, short))
                 .collect();
             let o = self.borrowed_only(leaf, short, &on, fair);
             if !self.clusters[ci].reachable || !self.candidate(job, ci) {
