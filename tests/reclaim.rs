@@ -347,20 +347,29 @@ impl Progress for Preemptions {
 /// team-a's job take what team-b is guaranteed in GPUs, and team-b take it back (a ping-pong
 /// the differential test found). A job reclaims only while it stays within its own min in what
 /// the victim's leaf is guaranteed: nothing is preempted at any cycle, a-job waits for b-job.
+/// A scenario file run through `muster sim`'s driver, every cycle watched (at least three).
+fn watched(name: &str) -> (sim::Report, Preemptions) {
+    let sc = scenario(name);
+    let mut watch = Preemptions::default();
+    let report = sim::run(name, &sc, &mut watch).expect("runs");
+    assert!(watch.1 >= 3, "the run was not watched: {} cycles", watch.1);
+    (report, watch)
+}
+
+/// The report of the job named `name`.
+fn reported<'a>(report: &'a sim::Report, name: &str) -> &'a sim::JobReport {
+    report
+        .jobs
+        .iter()
+        .find(|j| j.name == name)
+        .unwrap_or_else(|| panic!("{name} reported"))
+}
+
 #[test]
 fn reclaim_never_takes_what_the_victims_leaf_is_guaranteed_in_another_resource() {
-    let sc = scenario("reclaim_cross_resource.yaml");
-    let mut watch = Preemptions::default();
-    let report = sim::run("reclaim_cross_resource.yaml", &sc, &mut watch).expect("runs");
-    assert!(watch.1 >= 3, "the run was not watched: {} cycles", watch.1);
+    let (report, watch) = watched("reclaim_cross_resource.yaml");
     assert!(watch.0.is_empty(), "preemptions: {:?}", watch.0);
-    let job = |name: &str| {
-        report
-            .jobs
-            .iter()
-            .find(|j| j.name == name)
-            .unwrap_or_else(|| panic!("{name} reported"))
-    };
+    let job = |name: &str| reported(&report, name);
     assert_eq!(job("b-job").dispatched, serde_json::json!(0));
     assert_eq!(job("a-job").dispatched, serde_json::json!(3600));
     assert_eq!(job("a-job").preemptions + job("b-job").preemptions, 0);
@@ -372,19 +381,10 @@ fn reclaim_never_takes_what_the_victims_leaf_is_guaranteed_in_another_resource()
 /// one preemption, b-mid for a-job at 10s.
 #[test]
 fn reclaim_reads_shortness_and_victims_from_the_nodes_the_job_may_use() {
-    let sc = scenario("reclaim_node_pools.yaml");
-    let mut watch = Preemptions::default();
-    let report = sim::run("reclaim_node_pools.yaml", &sc, &mut watch).expect("runs");
-    assert!(watch.1 >= 3, "the run was not watched: {} cycles", watch.1);
+    let (report, watch) = watched("reclaim_node_pools.yaml");
     let times: Vec<u64> = watch.0.iter().map(|(at, _, _)| *at).collect();
     assert_eq!(times, vec![10_000], "preemptions: {:?}", watch.0);
-    let job = |name: &str| {
-        report
-            .jobs
-            .iter()
-            .find(|j| j.name == name)
-            .unwrap_or_else(|| panic!("{name} reported"))
-    };
+    let job = |name: &str| reported(&report, name);
     assert_eq!(job("a-job").dispatched, serde_json::json!(10));
     assert_eq!(job("b-mid").preemptions, 1);
     assert_eq!(job("b-low").preemptions, 0);
