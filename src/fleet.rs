@@ -449,15 +449,19 @@ impl Cluster {
         &self.summary
     }
 
+    /// How many resource indices its nodes' amounts span (allocatable, reserved or external).
+    pub fn res_len(&self) -> usize {
+        self.nodes
+            .iter()
+            .map(|n| n.alloc.len().max(n.reserved.len()).max(n.external.len()))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Cached bounds, recomputed when the cluster changed.
     pub fn summary(&mut self) -> &Summary {
         if self.summary_version != self.version {
-            let len = self
-                .nodes
-                .iter()
-                .map(|n| n.alloc.len().max(n.reserved.len()).max(n.external.len()))
-                .max()
-                .unwrap_or(0);
+            let len = self.res_len();
             let mut s = Summary {
                 max_free: vec![0; len],
                 total_free: vec![0; len],

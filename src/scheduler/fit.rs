@@ -84,26 +84,20 @@ impl Scheduler {
 
     /// What is free on the nodes of `ci` the pod shape may use, kept while the member's
     /// version is unchanged.
-    pub(super) fn usable_free(&mut self, fit: FitId, ci: usize) {
+    pub(super) fn ensure_usable_free(&mut self, fit: FitId, ci: usize) {
         let (v, topo) = (self.clusters[ci].version, self.clusters[ci].topology);
         let fresh = matches!(self.fits[fit].usable_free.get(&ci),
             Some((fv, ft, _)) if *fv == v && *ft == topo);
         if !fresh {
             let usable = self.usable_nodes(fit, ci);
             let c = &self.clusters[ci];
-            let len = c
-                .nodes
-                .iter()
-                .map(|n| n.alloc.len().max(n.reserved.len()).max(n.external.len()))
-                .max()
-                .unwrap_or(0);
-            let f = &self.fits[fit];
+            let len = c.res_len();
             let free = |n: usize, i: usize| c.nodes[n].free(crate::resources::Res(i as u16));
-            let most = f
-                .groups
+            // One entry per group, as the eligible nodes are.
+            let most = self
+                .eligible_on(fit, ci)
                 .iter()
-                .zip(self.eligible_on(fit, ci))
-                .map(|(_, e)| {
+                .map(|e| {
                     (0..len)
                         .map(|i| {
                             e.iter()

@@ -163,7 +163,7 @@ impl Scheduler {
     /// pod request on one node that admits it, and `total` on them together.
     fn enough_on_usable(&mut self, shape_id: ShapeId, ci: usize, r: Res, total: i128) -> bool {
         let fit = self.shapes[shape_id].fit;
-        self.usable_free(fit, ci);
+        self.ensure_usable_free(fit, ci);
         let u = &self.fits[fit].usable_free[&ci].2;
         self.fits[fit].groups.iter().enumerate().all(|(g, pg)| {
             let need = pg.demand.get(r);
