@@ -52,13 +52,14 @@ impl Scheduler {
         // the start of the pass: in the first round none of their jobs goes, so that no job of
         // theirs overtakes a better one of the same queue.
         let deferred = self.deferred_leaves(&dirty);
+        // Heads that would borrow go straight to the second round (see `first_round_push`).
+        let mut borrowing: Vec<(JobOrder, ClassId)> = Vec::new();
         for c in dirty {
             self.classes[c].dirty = false;
-            if let Some((o, _)) = self.classes[c].jobs.iter().next() {
-                self.fair_push(&mut round, *o, c);
+            if let Some(&(o, _)) = self.classes[c].jobs.iter().next() {
+                self.first_round_push(&mut round, &mut borrowing, &deferred, o, c);
             }
         }
-        let mut borrowing: Vec<(JobOrder, ClassId)> = Vec::new();
         for guaranteed_only in [true, false] {
             if !guaranteed_only {
                 for (o, c) in borrowing.drain(..) {
@@ -82,10 +83,7 @@ impl Scheduler {
                 };
                 // Without a tree nothing borrows. A job that would borrow now goes in the
                 // second round.
-                if guaranteed_only
-                    && let Some(leaf) = self.queues.leaf(self.jobs[job].queue)
-                    && (deferred.contains(&leaf) || !self.borrows_nothing(job, leaf))
-                {
+                if guaranteed_only && self.defers(job, &deferred) {
                     borrowing.push((o, c));
                     continue;
                 }
@@ -107,9 +105,23 @@ impl Scheduler {
                                 self.fair_admitted(&mut round, *v);
                             }
                         }
-                        if let Some((o, _)) = self.classes[c].jobs.iter().next() {
-                            let o = *o;
-                            self.fair_push(&mut round, o, c);
+                        if guaranteed_only
+                            && out[decided..]
+                                .iter()
+                                .any(|d| matches!(d, Decision::Preempt { .. }))
+                        {
+                            // Usage fell on the victims' paths: a head set aside may borrow
+                            // nothing now, so each is looked at again at its turn.
+                            for (o, c) in borrowing.drain(..) {
+                                self.fair_push(&mut round, o, c);
+                            }
+                        }
+                        if let Some(&(o, _)) = self.classes[c].jobs.iter().next() {
+                            if guaranteed_only {
+                                self.first_round_push(&mut round, &mut borrowing, &deferred, o, c);
+                            } else {
+                                self.fair_push(&mut round, o, c);
+                            }
                         }
                     }
                     Err(block) => {
@@ -139,6 +151,36 @@ impl Scheduler {
             }
         }
         moved
+    }
+
+    /// Adds a head to the first round, or sets it aside for the second when it would borrow
+    /// now ([`Self::defers`]), the test its turn in the first round would make. Set aside
+    /// early, it is the same: until its turn, usage on its path only grows by admissions (an
+    /// admission of a job of its leaf of lower priority adds as much to what it may free),
+    /// so it would still borrow then; and a head taken from the round at its turn leaves
+    /// every other pick as it was. A preemption lowers usage; then every head set aside goes
+    /// back to the round and is looked at again at its turn.
+    fn first_round_push(
+        &self,
+        round: &mut fair::Round,
+        borrowing: &mut Vec<(JobOrder, ClassId)>,
+        deferred: &BTreeSet<usize>,
+        o: JobOrder,
+        c: ClassId,
+    ) {
+        match self.classes[c].jobs.first() {
+            Some(&(_, job)) if self.defers(job, deferred) => borrowing.push((o, c)),
+            _ => self.fair_push(round, o, c),
+        }
+    }
+
+    /// Whether `job`, a head, goes in the second round: its queue's best job would borrow at
+    /// the start of the pass (`deferred`), or it would borrow now. Without a tree nothing
+    /// borrows.
+    fn defers(&self, job: JobId, deferred: &BTreeSet<usize>) -> bool {
+        self.queues
+            .leaf(self.jobs[job].queue)
+            .is_some_and(|leaf| deferred.contains(&leaf) || !self.borrows_nothing(job, leaf))
     }
 
     /// Whether `job` stays within the guarantees (min) at every node of its path, with its
