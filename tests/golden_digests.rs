@@ -15,9 +15,11 @@ use muster::sim::{self, Scenario, TraceDigest};
 const BENCH: &[(&str, u64, u64, u64)] = &[
     (
         "scale 1500x4x20",
+        // Waits re-pinned (moves unchanged) when a visit that would end in the same wait over
+        // a max as the last one (the same job and shortfall, no reclaim) began to be skipped.
         0x63e09c400fad0e14,
-        0x9b92eaa3f900788f,
-        155,
+        0xd203eb362c51e78d,
+        127,
     ),
     (
         "deep 1500x4x30",
@@ -27,9 +29,11 @@ const BENCH: &[(&str, u64, u64, u64)] = &[
         // seed 6255): those visits end in more waits. Re-pinned when reclaim began to read
         // shortness and victims from the nodes a job may use (R1, R6; differential seed
         // 24639): the deep scenario's three node pools, one tainted, change which jobs reclaim.
+        // Waits re-pinned (moves unchanged) when a visit that would end in the same wait over
+        // a max as the last one (the same job and shortfall, no reclaim) began to be skipped.
         0x7caa3395c23e74c9,
-        0x149231411c87e812,
-        173094,
+        0xc3e79bf411f46957,
+        93027,
     ),
     (
         "diverse 1500x4x30",
@@ -37,9 +41,11 @@ const BENCH: &[(&str, u64, u64, u64)] = &[
         // unchanged) with the wake of differential seed 6255, as above; and with reclaim
         // reading the nodes a job may use (R1, R6), as above; waits again (moves unchanged)
         // with a job over a max waiting on the highest such node (seed 57987).
+        // Waits re-pinned (moves unchanged) when a visit that would end in the same wait over
+        // a max as the last one (the same job and shortfall, no reclaim) began to be skipped.
         0x78b1f07531c437f3,
-        0x83a58284c8291df3,
-        376520,
+        0x6cd451e963a1ef6e,
+        275537,
     ),
 ];
 
@@ -53,9 +59,11 @@ const FILES: &[(&str, u64, u64, u64)] = &[
     ),
     (
         "examples/default.yaml",
+        // Waits re-pinned (moves unchanged) when a visit that would end in the same wait over
+        // a max as the last one (the same job and shortfall, no reclaim) began to be skipped.
         0x75a6dbc0563871fc,
-        0xaab441a71cd2c0e7,
-        3,
+        0x988c9f46c919b6f3,
+        2,
     ),
     (
         "examples/fleet.yaml",
@@ -85,9 +93,11 @@ const FILES: &[(&str, u64, u64, u64)] = &[
         "tests/data/scenarios/metrics.yaml",
         // Waits re-pinned (moves unchanged) when a job over a max began to wait on the highest
         // such node of its path (differential seed 57987): a release under it visits it again.
+        // Waits re-pinned (moves unchanged) when a visit that would end in the same wait over
+        // a max as the last one (the same job and shortfall, no reclaim) began to be skipped.
         0x321380374102af45,
-        0xb2c432887fce92be,
-        4,
+        0x16e4d329b70b8b2e,
+        3,
     ),
     (
         "tests/data/scenarios/never_admissible.yaml",
@@ -103,15 +113,19 @@ const FILES: &[(&str, u64, u64, u64)] = &[
     ),
     (
         "tests/data/scenarios/priority-preemption.yaml",
+        // Waits re-pinned (moves unchanged) when a visit that would end in the same wait over
+        // a max as the last one (the same job and shortfall, no reclaim) began to be skipped.
         0x75298866ba1153e9,
-        0xcf248e139e681561,
-        8,
+        0x61b65fbe9edc237e,
+        5,
     ),
     (
         "tests/data/scenarios/reclaim.yaml",
+        // Waits re-pinned (moves unchanged) when a visit that would end in the same wait over
+        // a max as the last one (the same job and shortfall, no reclaim) began to be skipped.
         0x8aa11b19835068c4,
-        0xd67b6cd93147f1ab,
-        3,
+        0xcd8df7b94d39662c,
+        2,
     ),
     (
         "tests/data/scenarios/reclaim_cross_resource.yaml",

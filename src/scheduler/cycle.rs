@@ -87,6 +87,12 @@ impl Scheduler {
                     borrowing.push((o, c));
                     continue;
                 }
+                if let Some(n) = self.same_quota_wait(c, job) {
+                    // The same job over the same max, unable to reclaim: no decision, the
+                    // reason is kept, and it sleeps on the same node.
+                    self.quota_blocked.entry(n).or_default().insert(c);
+                    continue;
+                }
                 if self.certain_to_wait(c, job) {
                     // The same job waits for the same reason: no decision, the reason is kept.
                     self.fleet_blocked.insert(c);
@@ -130,6 +136,10 @@ impl Scheduler {
                         class.reason = Some(reason.clone());
                         class.reason_cycle = self.cycle_no;
                         class.reason_job = None;
+                        class.over_max = match (&block.on, block.may_reclaim) {
+                            (Blocker::Quota(_), false) => block.over.map(|s| (job, *s)),
+                            _ => None,
+                        };
                         if block.may_reclaim {
                             self.reclaim_blocked.insert(c);
                         }
@@ -245,6 +255,38 @@ impl Scheduler {
         !self.quota_may_move(job) && self.fits_nowhere(job)
     }
 
+    /// Where class `c`, whose head is `job`, sleeps when a visit would certainly end in the
+    /// same wait over a max as its last one: the same job last waited there (since it was
+    /// queued) and could not reclaim; it is over a max now with the same shortfall (so the
+    /// same reason: node, resource, usage, request and max); and it still cannot reclaim
+    /// ([`Self::try_admit`]'s tests: no job of its queue it may preempt, no fairness above its
+    /// leaf, and not within its leaf's min in every resource it is short of). Such a visit is
+    /// skipped: no `Wait` decision, and the reason shown stays the one of the last visit.
+    pub(super) fn same_quota_wait(&self, c: ClassId, job: JobId) -> Option<usize> {
+        let class = &self.classes[c];
+        let j = &self.jobs[job];
+        let (last, s) = class.over_max.as_ref()?;
+        if *last != job || class.reason_cycle < j.enqueued_cycle {
+            return None;
+        }
+        let q = self.quota.as_ref()?;
+        let leaf = self.queues.leaf(j.queue)?;
+        let d = &self.shapes[j.shape].quota_demand;
+        if q.check(leaf, d).err().as_ref() != Some(s)
+            || self.any_lower_in_leaf(job, leaf)
+            || self.fairness_above(leaf)
+            || self.may_reclaim(
+                job,
+                leaf,
+                &self.over_max_short(job, leaf),
+                &Demand::default(),
+            )
+        {
+            return None;
+        }
+        Some(q.highest_over(leaf, d).unwrap_or(s.node))
+    }
+
     /// Whether quota may make a visit of `job` end other than in a wait for the fleet: it is
     /// over a max now, or it may reclaim (its queue's jobs of lower priority may be preempted
     /// for it, sibling subtrees may be preempted for it, or a resource it asks for stays
@@ -344,17 +386,20 @@ impl Scheduler {
                     reason,
                     on: Blocker::Quota(node),
                     may_reclaim,
+                    over: Some(Box::new(s)),
                 })
             }
             (None, Some(r)) => Err(Block {
                 reason: r,
                 on: Blocker::Fleet,
                 may_reclaim,
+                over: None,
             }),
             (None, None) => Err(Block {
                 reason: "no cluster fits".into(),
                 on: Blocker::Fleet,
                 may_reclaim,
+                over: None,
             }),
         }
     }
@@ -428,6 +473,8 @@ struct Block {
     /// Within its leaf's min in what it is short of: it waits for victims whose going makes it
     /// fit, so more free capacity anywhere in the fleet may let it reclaim.
     may_reclaim: bool,
+    /// Over a max: what it is short of ([`crate::quota::QuotaState::check`]).
+    over: Option<Box<crate::quota::Shortfall>>,
 }
 
 enum Blocker {

@@ -146,6 +146,7 @@ impl Scheduler {
             reason: None,
             reason_cycle: 0,
             reason_job: None,
+            over_max: None,
             dirty: false,
             reclaim_failed: HashMap::new(),
         });

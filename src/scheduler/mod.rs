@@ -123,6 +123,9 @@ struct Class {
     /// The job whose visit gave `reason`, when it waited for the fleet (see
     /// [`Scheduler::certain_to_wait`]).
     reason_job: Option<JobId>,
+    /// The job whose visit gave `reason`, and what it was short of, when it waited over a max
+    /// and could not reclaim (see [`Scheduler::same_quota_wait`]).
+    over_max: Option<(JobId, crate::quota::Shortfall)>,
     dirty: bool,
     /// Per cluster: (cluster version, candidates, failed on a necessary condition, quota usage
     /// version) of the last failed reclaim trial there.

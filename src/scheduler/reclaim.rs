@@ -27,12 +27,21 @@ impl Scheduler {
         leaf: usize,
         quota_short: Option<&crate::quota::Shortfall>,
     ) -> Vec<Res> {
-        let Some(q) = self.quota.as_ref() else {
+        if self.quota.is_none() {
             return Vec::new();
-        };
+        }
         if quota_short.is_none() {
             return self.fleet_short(job);
         }
+        self.over_max_short(job, leaf)
+    }
+
+    /// What `job` of `leaf` is short of when it is over a max: each resource it asks that
+    /// would take a node of its path over its max.
+    pub(super) fn over_max_short(&self, job: JobId, leaf: usize) -> Vec<Res> {
+        let Some(q) = self.quota.as_ref() else {
+            return Vec::new();
+        };
         let d = &self.shapes[self.jobs[job].shape].quota_demand;
         d.iter()
             .filter(|(r, x)| {
