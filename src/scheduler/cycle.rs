@@ -117,7 +117,7 @@ impl Scheduler {
                                 .any(|d| matches!(d, Decision::Preempt { .. }))
                         {
                             // Usage fell on the victims' paths: a head set aside may borrow
-                            // nothing now, so each is looked at again at its turn.
+                            // nothing now, so each is read again at its turn (A5).
                             for (o, c) in borrowing.drain(..) {
                                 self.fair_push(&mut round, o, c);
                             }
@@ -164,12 +164,12 @@ impl Scheduler {
     }
 
     /// Adds a head to the first round, or sets it aside for the second when it would borrow
-    /// now ([`Self::defers`]), the test its turn in the first round would make. Set aside
-    /// early, it is the same: until its turn, usage on its path only grows by admissions (an
-    /// admission of a job of its leaf of lower priority adds as much to what it may free),
-    /// so it would still borrow then; and a head taken from the round at its turn leaves
-    /// every other pick as it was. A preemption lowers usage; then every head set aside goes
-    /// back to the round and is looked at again at its turn.
+    /// now ([`Self::defers`]): A5 reads a head when it becomes one (and again at its turn),
+    /// so a borrower never enters the first round's tournament. Until a preemption, usage on
+    /// its path only grows by admissions (an admission of a job of its leaf of lower priority
+    /// adds as much to what it may free), so it would still borrow at its turn. A preemption
+    /// lowers usage; then every head set aside goes back to the round, read again at its turn
+    /// (A5), those whose turn had passed as well.
     fn first_round_push(
         &self,
         round: &mut fair::Round,

@@ -86,7 +86,10 @@ impl Reference {
 
     /// A5. One pass: every class head, in order; first the jobs that borrow nothing (from queues
     /// whose best waiting job borrows nothing at the start of the pass), then the rest; once a
-    /// reclaim happened, the rest wait for the next pass. True when something moved.
+    /// reclaim happened, the rest wait for the next pass. Whether a head would borrow is read
+    /// when it becomes a head of the pass, and again at its turn in the first round; after a
+    /// preemption in the first round the heads set aside go back to it. True when something
+    /// moved.
     fn pass(&mut self, out: &mut Vec<Decided>, plans: &mut Plans) -> Result<bool, String> {
         let waiting = self.waiting();
         let mut heads: BTreeMap<Class, usize> = BTreeMap::new();
@@ -108,10 +111,22 @@ impl Reference {
             .filter(|(_, j)| !self.borrows_nothing(**j, &self.lower_gone(**j)))
             .map(|(l, _)| *l)
             .collect();
-        let mut left: BTreeSet<(Order, Class)> =
-            heads.into_iter().map(|(c, j)| (self.order(j), c)).collect();
-        let (mut moved, mut reclaimed) = (false, false);
+        // A head that would borrow when it becomes a head of the pass goes to the second round.
+        let defers = |me: &Self, job: usize| {
+            me.leaf(job).is_some_and(|leaf| {
+                deferred.contains(&leaf) || !me.borrows_nothing(job, &me.lower_gone(job))
+            })
+        };
+        let mut left: BTreeSet<(Order, Class)> = BTreeSet::new();
         let mut borrowing = Vec::new();
+        for (c, j) in heads {
+            if defers(self, j) {
+                borrowing.push((self.order(j), c));
+            } else {
+                left.insert((self.order(j), c));
+            }
+        }
+        let (mut moved, mut reclaimed) = (false, false);
         for first in [true, false] {
             if !first {
                 left.extend(borrowing.drain(..));
@@ -124,11 +139,8 @@ impl Reference {
                     break;
                 }
                 let Some(job) = self.head(&c) else { continue };
-                if first
-                    && let Some(leaf) = self.leaf(job)
-                    && (deferred.contains(&leaf)
-                        || !self.borrows_nothing(job, &self.lower_gone(job)))
-                {
+                // Admissions since it was read only made it borrow more.
+                if first && defers(self, job) {
                     borrowing.push((o, c));
                     continue;
                 }
@@ -136,8 +148,16 @@ impl Reference {
                     moved = true;
                     self.fair_admits += u64::from(out_of_order);
                     reclaimed |= by_reclaim;
+                    // A preemption lowered usage: the heads set aside are read again.
+                    if first && by_reclaim {
+                        left.extend(borrowing.drain(..));
+                    }
                     if let Some(h) = self.head(&c) {
-                        left.insert((self.order(h), c));
+                        if first && defers(self, h) {
+                            borrowing.push((self.order(h), c));
+                        } else {
+                            left.insert((self.order(h), c));
+                        }
                     }
                 }
             }
