@@ -89,7 +89,7 @@ impl Scheduler {
                 }
                 if let Some(n) = self.same_quota_wait(c, job) {
                     // The same job over the same max, unable to reclaim: no decision, the
-                    // reason is kept, and it sleeps on the same node.
+                    // reason is kept, and it sleeps on the highest node where it is over one.
                     self.quota_blocked.entry(n).or_default().insert(c);
                     continue;
                 }
@@ -262,7 +262,7 @@ impl Scheduler {
     /// ([`Self::try_admit`]'s tests: no job of its queue it may preempt, no fairness above its
     /// leaf, and not within its leaf's min in every resource it is short of). Such a visit is
     /// skipped: no `Wait` decision, and the reason shown stays the one of the last visit.
-    pub(super) fn same_quota_wait(&self, c: ClassId, job: JobId) -> Option<usize> {
+    fn same_quota_wait(&self, c: ClassId, job: JobId) -> Option<usize> {
         let class = &self.classes[c];
         let j = &self.jobs[job];
         let (last, s) = class.over_max.as_ref()?;
