@@ -111,11 +111,7 @@ impl Scheduler {
                                 self.fair_admitted(&mut round, *v);
                             }
                         }
-                        if guaranteed_only
-                            && out[decided..]
-                                .iter()
-                                .any(|d| matches!(d, Decision::Preempt { .. }))
-                        {
+                        if guaranteed_only && by_reclaim {
                             // Usage fell on the victims' paths: a head set aside may borrow
                             // nothing now, so each is read again at its turn (A5).
                             for (o, c) in borrowing.drain(..) {
