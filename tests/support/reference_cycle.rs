@@ -139,7 +139,7 @@ impl Reference {
                     break;
                 }
                 let Some(job) = self.head(&c) else { continue };
-                // Admissions since it was read only made it borrow more.
+                // Read again: admissions since it was read may make it borrow now.
                 if first && defers(self, job) {
                     borrowing.push((o, c));
                     continue;
