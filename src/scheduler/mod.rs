@@ -617,6 +617,8 @@ impl Scheduler {
 #[cfg(test)]
 mod quota_wait_tests;
 #[cfg(test)]
+mod rounds_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tree_change_tests;
