@@ -615,9 +615,7 @@ impl Scheduler {
 }
 
 #[cfg(test)]
-mod quota_wait_tests;
-#[cfg(test)]
-mod rounds_tests;
+mod pass_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

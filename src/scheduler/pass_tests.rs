@@ -1,0 +1,168 @@
+//! Unit tests of what a pass visits: a wait over a max that would be the same as the last one
+//! is not made again (one whose shortfall changed is, with the new reason); and of its two
+//! rounds (A5): a head set aside as a borrower goes back to the first round when a preemption
+//! there lowers usage on its path, even when its turn had passed.
+
+use super::*;
+use crate::fleet::NodeInfo;
+use crate::workload::interpret;
+
+/// A scheduler with one member of one node: 64 cpu and `gpus` GPUs.
+fn scheduler(gpus: &str) -> Scheduler {
+    let mut s = Scheduler::new(Config::default());
+    s.set_cluster(&ClusterInfo {
+        name: "m".into(),
+        nodes: vec![NodeInfo::ready(
+            "n0",
+            &[("cpu", "64"), ("nvidia.com/gpu", gpus), ("pods", "110")],
+        )],
+        ..Default::default()
+    });
+    s
+}
+
+fn parse(root: serde_json::Value) -> QuotaTree {
+    QuotaTree::parse(&serde_json::json!({
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+        "spec": {"root": root}
+    }))
+    .expect("a valid tree")
+}
+
+/// A batch Job of one pod asking 1 cpu and `gpus` GPUs, its pod naming `class` (if any).
+fn job(ns: &str, name: &str, gpus: u32, class: Option<&str>) -> Workload {
+    let mut spec = serde_json::json!({"containers": [{"name": "c", "image": "x",
+        "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": gpus}}}]});
+    if let Some(c) = class {
+        spec["priorityClassName"] = serde_json::json!(c);
+    }
+    interpret(&serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"template": {"spec": spec}}
+    }))
+    .expect("reads")
+}
+
+fn queued(s: &mut Scheduler, w: &Workload, t: u64) -> JobId {
+    match s.submit(w, t) {
+        Submitted::Queued(id) => id,
+        _ => panic!("queued"),
+    }
+}
+
+fn waits_of(d: &[Decision], id: JobId) -> usize {
+    d.iter()
+        .filter(|d| matches!(d, Decision::Wait { job, .. } if *job == id))
+        .count()
+}
+
+fn admitted(d: &[Decision], id: JobId) -> bool {
+    d.iter()
+        .any(|d| matches!(d, Decision::Admit { job, .. } if *job == id))
+}
+
+fn preempted(d: &[Decision], id: JobId) -> bool {
+    d.iter()
+        .any(|d| matches!(d, Decision::Preempt { job, .. } if *job == id))
+}
+
+/// The tree: root (max 4 cpu) with leaf `a` (ns-a, max 2 GPUs) and leaf `b` (ns-b, no max).
+#[test]
+fn the_same_wait_over_a_max_is_not_made_again() {
+    let mut s = scheduler("16");
+    s.set_quota_tree(Some(parse(serde_json::json!(
+        {"name": "root", "max": {"cpu": "4"}, "children": [
+            {"name": "a", "namespaces": ["ns-a"], "max": {"nvidia.com/gpu": "2"}},
+            {"name": "b", "namespaces": ["ns-b"]}
+        ]}
+    ))));
+    let a1 = queued(&mut s, &job("ns-a", "a1", 1, None), 0);
+    let a2 = queued(&mut s, &job("ns-a", "a2", 1, None), 0);
+    let b1 = queued(&mut s, &job("ns-b", "b1", 0, None), 0);
+    let b2 = queued(&mut s, &job("ns-b", "b2", 0, None), 0);
+    let d = s.cycle();
+    assert!([a1, a2, b1, b2].iter().all(|&j| admitted(&d, j)), "{d:?}");
+    // a3 is over a's GPU max (2 + 2 > 2) and the root's cpu max (4 + 1 > 4): it sleeps on
+    // the root, the highest node where it is over a max.
+    let a3 = queued(&mut s, &job("ns-a", "a3", 2, None), 1);
+    assert_eq!(waits_of(&s.cycle(), a3), 1, "its first visit waits");
+    let first = s.reason(a3).expect("a reason");
+    assert!(
+        first.contains("nvidia.com/gpu used 2 + requested 2 exceeds max 2"),
+        "{first}"
+    );
+    // A release in b, under the root, wakes it; its shortfall in a is the same: no visit.
+    s.finish(b1);
+    assert!(s.has_work(), "the release under the root wakes it");
+    assert_eq!(waits_of(&s.cycle(), a3), 0, "not visited: the same wait");
+    assert_eq!(s.reason(a3).as_deref(), Some(first.as_str()));
+    // A release in a changes its shortfall (used 1): visited, with the new reason.
+    s.finish(a1);
+    assert!(s.has_work(), "the release in a wakes it");
+    assert_eq!(
+        waits_of(&s.cycle(), a3),
+        1,
+        "visited: its shortfall changed"
+    );
+    let second = s.reason(a3).expect("a reason");
+    assert!(
+        second.contains("nvidia.com/gpu used 1 + requested 2 exceeds max 2"),
+        "{second}"
+    );
+    s.finish(a2);
+    assert!(admitted(&s.cycle(), a3), "within its max once a2 ends");
+}
+
+/// root: `n` (min 6 GPUs) over `c` (ns-c) and `l` (ns-l, min 4, preempts lower priority);
+/// `g` (ns-g, min 3). h (ns-c) borrows at the pass's start (n uses 6 of its min 6) and its turn
+/// comes first, after c0 of its queue (c borrows nothing inside n, l does). p (ns-l, high
+/// priority) then takes back l's two jobs of low priority: n uses 4, and h borrows nothing any
+/// more. Read again in the first round, h goes before g's job (the same share, submitted
+/// earlier), and only one of them fits. Left in the second round, h would wait for the next
+/// pass, and g's job would take the room first.
+#[test]
+fn a_head_set_aside_goes_back_to_the_first_round_after_a_preemption() {
+    let mut s = scheduler("8");
+    s.set_priority_classes(
+        [
+            ("low".to_string(), 1),
+            ("mid".to_string(), 2),
+            ("high".to_string(), 10),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    s.set_quota_tree(Some(parse(serde_json::json!(
+        {"name": "root", "children": [
+            {"name": "n", "min": {"nvidia.com/gpu": "6"}, "children": [
+                {"name": "c", "namespaces": ["ns-c"]},
+                {"name": "l", "namespaces": ["ns-l"], "min": {"nvidia.com/gpu": "4"},
+                 "attributes": {"muster.dev/within-queue-preemption": "LowerPriority"}}
+            ]},
+            {"name": "g", "namespaces": ["ns-g"], "min": {"nvidia.com/gpu": "3"}}
+        ]}
+    ))));
+    let v = queued(&mut s, &job("ns-l", "v", 4, Some("low")), 0);
+    let w = queued(&mut s, &job("ns-l", "w", 2, Some("mid")), 0);
+    let d = s.cycle();
+    assert!(admitted(&d, v) && admitted(&d, w), "{d:?}");
+    // c's best job asks no GPU, so c is not a queue whose best job borrows (those wait for
+    // the second round whole).
+    let c0 = queued(&mut s, &job("ns-c", "c0", 0, None), 1);
+    let h = queued(&mut s, &job("ns-c", "h", 2, None), 2);
+    let p = queued(&mut s, &job("ns-l", "p", 4, Some("high")), 2);
+    let g = queued(&mut s, &job("ns-g", "g", 3, None), 3);
+    let d = s.cycle();
+    assert!(admitted(&d, c0), "{d:?}");
+    assert!(
+        preempted(&d, v) && preempted(&d, w),
+        "l's jobs taken back: {d:?}"
+    );
+    assert!(admitted(&d, p), "{d:?}");
+    assert!(
+        admitted(&d, h),
+        "h, read again after the preemption, goes first: {d:?}"
+    );
+    assert!(!admitted(&d, g), "no room left for g's job: {d:?}");
+}
