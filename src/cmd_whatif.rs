@@ -46,7 +46,7 @@ fn read_live(live: &Live) -> Result<String, String> {
 pub fn snapshot(from: &From) -> ExitCode {
     match read_live(&from.live()) {
         Ok(text) => {
-            print!("{text}");
+            out!("{text}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -102,8 +102,8 @@ pub fn what_if(from: &From, changes: &[String], default_runtime: u64) -> ExitCod
             return ExitCode::from(2);
         }
     };
-    println!("== estimated starts, seconds on the scenario's clock (a snapshot's starts now)");
-    print!("{}", whatif::current(&before));
+    outln!("== estimated starts, seconds on the scenario's clock (a snapshot's starts now)");
+    out!("{}", whatif::current(&before));
     for c in &changes {
         if let Err(e) = c.apply(&mut sc, &rules) {
             eprintln!("error: {}: {e}", c.describe());
@@ -116,8 +116,8 @@ pub fn what_if(from: &From, changes: &[String], default_runtime: u64) -> ExitCod
                 return ExitCode::from(2);
             }
         };
-        println!("\n== after: {}", c.describe());
-        print!("{}", whatif::table(&before, &after));
+        outln!("\n== after: {}", c.describe());
+        out!("{}", whatif::table(&before, &after));
         before = after;
     }
     ExitCode::SUCCESS

@@ -2,6 +2,8 @@
 //! the metrics a controller would export); `muster controller` runs it against real clusters;
 //! `muster crds` prints the CRDs.
 
+#[macro_use]
+mod stdout;
 mod cmd_whatif;
 
 /// mimalloc instead of glibc's malloc: the simulator allocates and frees many small objects
@@ -413,7 +415,7 @@ fn main() -> ExitCode {
         } => cmd_whatif::what_if(&from.into_from(scenario), &change, default_runtime),
         Command::Crds { dir: None } => match muster::controller::crd::crds_yaml() {
             Ok(y) => {
-                print!("{y}");
+                out!("{y}");
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -453,7 +455,7 @@ fn run_explain(job: &str, kind: Option<&str>, kubeconfig: Option<std::path::Path
     });
     match result {
         Ok(text) => {
-            println!("{text}");
+            outln!("{text}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -482,7 +484,7 @@ fn write_crd_files(dir: &std::path::Path) -> ExitCode {
             eprintln!("error: {}: {e}", path.display());
             return ExitCode::FAILURE;
         }
-        println!("{}", path.display());
+        outln!("{}", path.display());
     }
     ExitCode::SUCCESS
 }
@@ -635,11 +637,11 @@ fn run_faults(
                 defect,
                 ..Options::default()
             });
-            println!("# seed {seed}, partition policy {}", partition.as_str());
+            outln!("# seed {seed}, partition policy {}", partition.as_str());
             for line in &o.trace {
-                println!("{line}");
+                outln!("{line}");
             }
-            println!("{}", o.summary());
+            outln!("{}", o.summary());
             broken |= o.violation.is_some();
         }
         return if broken {
@@ -667,11 +669,11 @@ fn run_faults(
             freed_early += u64::from(o.freed_early);
             if o.violation.is_some() {
                 bad += 1;
-                println!("{}", o.summary());
+                outln!("{}", o.summary());
             }
         }
     }
-    println!(
+    outln!(
         "{runs} runs ({n} seeds from {from}, partition policy {}): {bad} broke an invariant; \
          {faults} faults, {crashes} controller crashes, {requeues} requeues, {freed_early} jobs \
          freed when their pods were done; {:.1} s",
@@ -771,7 +773,7 @@ fn run_sim(
     match metrics_out {
         None => {}
         Some(MetricsOut::Stdout) => {
-            print!("{}", metrics.encode());
+            out!("{}", metrics.encode());
             return ExitCode::SUCCESS;
         }
         Some(MetricsOut::File(p, mut f)) => {
@@ -783,13 +785,13 @@ fn run_sim(
     }
     match output {
         Output::Json => match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => outln!("{s}"),
             Err(e) => {
                 eprintln!("error: {e}");
                 return ExitCode::FAILURE;
             }
         },
-        Output::Table => print!("{}{}", sim::table(&report), sim::explanations_text(&report)),
+        Output::Table => out!("{}{}", sim::table(&report), sim::explanations_text(&report)),
     }
     ExitCode::SUCCESS
 }

@@ -380,6 +380,43 @@ fn missing_file_is_exit_2_naming_it() {
     assert!(stdout(&out).is_empty());
 }
 
+/// `muster sim | head`: the reader has gone before muster writes (the pipe's read end is closed
+/// before it starts, so every write fails). It ends quietly with status 0, no panic, as a
+/// `print!` on a closed pipe would give.
+#[test]
+fn a_reader_that_has_gone_ends_the_output_quietly() {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_muster"))
+        .args(["sim", "--no-estimates"])
+        .current_dir(repo())
+        .stdout(writer)
+        .output()
+        .expect("run muster");
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
+
+/// Any other error writing the report (here a full disk) is reported and ends with status 1.
+#[test]
+fn a_failed_write_of_the_report_is_an_error() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let out = Command::new(env!("CARGO_BIN_EXE_muster"))
+        .args(["sim", "--no-estimates"])
+        .current_dir(repo())
+        .stdout(full)
+        .output()
+        .expect("run muster");
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("error: writing to stdout"), "{err}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+}
+
 #[test]
 fn malformed_yaml_is_exit_2_naming_file_and_place() {
     let out = muster(&["sim", "tests/data/scenarios/malformed.yaml"]);
