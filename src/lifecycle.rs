@@ -102,11 +102,15 @@ pub enum Defect {
     /// in that pass (its spec edited while placed) leaves an old copy that holds back no create
     /// of it, so another job's copy runs beside it, uncharged (fault seed 8519).
     CreatesBeforeTakeBacks,
+    /// A create retried as its job steps goes out even when the same pass's cycle then takes
+    /// the job back: the copy is made for no admission (no admission annotation), and muster
+    /// neither adopts nor deletes it (`make bench-kueue`, 2026-12-06: seven jobs stuck).
+    CreatesForTakenBack,
 }
 
 impl Defect {
     /// Every defect with its name on the command line (`muster sim --faults-defect NAME`).
-    pub const ALL: [(Defect, &'static str); 17] = [
+    pub const ALL: [(Defect, &'static str); 18] = [
         (Defect::CollectUnknown, "collect-unknown"),
         (Defect::Unfenced, "unfenced"),
         (Defect::WritesUnordered, "writes-unordered"),
@@ -124,6 +128,7 @@ impl Defect {
         (Defect::RuntimeRespecs, "runtime-respecs"),
         (Defect::Unconditioned, "unconditioned"),
         (Defect::CreatesBeforeTakeBacks, "creates-before-take-backs"),
+        (Defect::CreatesForTakenBack, "creates-for-taken-back"),
     ];
 
     /// Whether the defect is of a driver that trusts its belief of what the hub holds: with it,

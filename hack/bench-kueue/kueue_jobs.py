@@ -173,7 +173,7 @@ def main():
             time.sleep(0.2)
         else:
             log(f"timed out after {a.timeout}s")
-        kueue_evictions = workload_evictions(member)
+        kueue_evictions, kueue_evictions_by_class = workload_evictions(member, a.out)
     finally:
         stop.set()
         if proc.poll() is None:
@@ -208,6 +208,7 @@ def main():
         # workloads evicted before their Job was unsuspended; `suspendedAgain` counts only the
         # Jobs seen started and then suspended.
         "evictions": sum(kueue_evictions.values()), "evictionsByReason": kueue_evictions,
+        "evictionsByClass": kueue_evictions_by_class,
         "suspendedAgain": evictions,
         "admissionsPerSecond": (len(recs) + sum(kueue_evictions.values())) / span if span else None,
         "workloadClasses": {n: {"count": c["count"], "evictions": c["evictions"],
@@ -230,14 +231,24 @@ def main():
     log(f"summary: {os.path.join(a.out, 'summary.json')}")
 
 
-def workload_evictions(member):
-    """{reason/underlyingCause: count} over every Workload, from Kueue's schedulingStats."""
-    out = {}
-    for w in member.get(f"{mk.API}/workloads").get("items") or []:
+def workload_evictions(member, out_dir=None):
+    """{reason/underlyingCause: count} and {job class: count} over every Workload, from Kueue's
+    schedulingStats (the class is the owning Job's name up to its first '-'). With `out_dir`,
+    every Workload's status goes to workloads.json there (the preemption messages name the
+    preemptor: what a trace of the evictions reads)."""
+    out, by_class = {}, {}
+    items = member.get(f"{mk.API}/workloads").get("items") or []
+    for w in items:
+        owners = (w.get("metadata") or {}).get("ownerReferences") or [{}]
+        cls = (owners[0].get("name") or "?").split("-")[0]
         for e in ((w.get("status") or {}).get("schedulingStats") or {}).get("evictions") or []:
             k = "/".join(x for x in (e.get("reason"), e.get("underlyingCause")) if x)
             out[k] = out.get(k, 0) + int(e.get("count") or 0)
-    return out
+            by_class[cls] = by_class.get(cls, 0) + int(e.get("count") or 0)
+    if out_dir:
+        with open(os.path.join(out_dir, "workloads.json"), "w") as f:
+            json.dump([{"metadata": w.get("metadata"), "status": w.get("status")} for w in items], f)
+    return out, by_class
 
 
 def queued_manifest(it):

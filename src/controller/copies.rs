@@ -194,10 +194,14 @@ impl Copies {
             &e.record.placement,
             gates,
         );
+        // Only for the admission the record holds, there (the core sends no other create): a
+        // copy without its admission's annotation would be one muster neither adopts nor deletes.
         let admitted_at = e.record.admitted_at;
-        if let Some(at) = admitted_at {
-            dispatch::for_admission(&mut copy, at);
-        }
+        let Some(at) = admitted_at.filter(|_| e.record.cluster.as_deref() == Some(cluster)) else {
+            tracing::error!(job = %format!("{}/{}", j.namespace, j.name), %cluster, "a create for no admission there; not sent");
+            return;
+        };
+        dispatch::for_admission(&mut copy, at);
         // A namespace muster makes on the member enforces what the hub's does.
         let ns_labels = ctx
             .stores

@@ -614,6 +614,20 @@ impl Book {
             }
             self.jobs.insert(uid, e);
         }
+        // 5. A create goes out only for the admission its job's record still holds: one taken
+        //    back by this pass's cycle (its create retried in step 2, its place then given to
+        //    another) sends none. Sent, it would make a copy for no admission, carrying no
+        //    admission annotation, which muster then neither adopts nor deletes.
+        if self.settings.defect != Some(super::Defect::CreatesForTakenBack) {
+            out.retain(|(uid, i)| match i {
+                Intent::Create { cluster } => self.jobs.get(uid).is_some_and(|e| {
+                    e.record.phase == Phase::Admitted
+                        && e.record.admitted_at.is_some()
+                        && e.record.cluster.as_deref() == Some(cluster.as_str())
+                }),
+                _ => true,
+            });
+        }
         // Deletes first, then creates, whatever job they belong to.
         out.sort_by_key(|(_, i)| match i {
             Intent::Delete { .. } => 0,

@@ -471,3 +471,91 @@ fn a_create_waits_for_a_copy_taken_back_in_the_same_pass() {
         "with the defect the create goes beside it: {defect:?}"
     );
 }
+
+/// Job `x` of leaf `a` (no min) was admitted to m, its admission durable and its copy not made
+/// yet, so its step retries the create; job `y` of leaf `b` (min 2 cpu) arrives and its place
+/// is reclaimed from `x` by this pass's cycle. The intents of `x` in that pass.
+fn intents_of_a_job_reclaimed_in_the_pass(defect: Option<Defect>) -> Vec<Intent> {
+    use crate::fleet::{ClusterInfo, NodeInfo};
+    let mut sched = Scheduler::new(Config::default());
+    sched.set_cluster(&ClusterInfo {
+        name: "m".into(),
+        nodes: vec![NodeInfo::ready("n0", &[("cpu", "64"), ("pods", "110")])],
+        ..Default::default()
+    });
+    let tree = crate::quota::QuotaTree::parse(&serde_json::json!({
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+        "spec": {"root": {"name": "root", "max": {"cpu": "2"}, "children": [
+            {"name": "a", "namespaces": ["ns-a"]},
+            {"name": "b", "namespaces": ["ns-b"], "min": {"cpu": "2"}}
+        ]}}
+    }))
+    .expect("a valid tree");
+    sched.set_quota_tree(Some(tree));
+    let job = |ns: &str, name: &str| {
+        spec_of(
+            crate::workload::interpret(&serde_json::json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i",
+                    "resources": {"limits": {"cpu": "2"}}}]}}}
+            }))
+            .map_err(|e| e.to_string()),
+        )
+    };
+    let (sx, sy) = (job("ns-a", "x"), job("ns-b", "y"));
+    let mut book = Book::new(Settings {
+        defect,
+        ..Settings::default()
+    });
+    let x = Record {
+        phase: Phase::Admitted,
+        cluster: Some("m".into()),
+        spec: sx.1.clone(),
+        generation: Some(1),
+        admitted_at: Some(0),
+        charge: crate::lifecycle::book::charge_of(sx.0.as_ref().expect("reads")),
+        ..Record::default()
+    };
+    book.track(&mut sched, "x", "ns-a/x".into(), &sx, Some(1), 0, Some(x))
+        .expect("followed from its record");
+    book.track(&mut sched, "y", "ns-b/y".into(), &sy, Some(1), 1_000, None)
+        .expect("followed");
+    let mut specs = |uid: &str| Some(if uid == "x" { sx.clone() } else { sy.clone() });
+    let mut seen = |uid: &str, r: &Record| Seen {
+        now: 2_000,
+        spec: if uid == "x" {
+            sx.1.clone()
+        } else {
+            sy.1.clone()
+        },
+        generation: Some(1),
+        here: r.cluster.as_ref().map(|_| Member::Answering(None)),
+        ..Seen::default()
+    };
+    book.pass(&mut sched, &mut specs, &mut seen, 2_000, true)
+        .into_iter()
+        .filter(|(u, _)| u == "x")
+        .map(|(_, i)| i)
+        .collect()
+}
+
+#[test]
+fn a_job_taken_back_in_the_pass_sends_no_create() {
+    let fixed = intents_of_a_job_reclaimed_in_the_pass(None);
+    assert!(
+        fixed.contains(&Intent::Requeued(RequeueReason::Preempted)),
+        "x is reclaimed in this pass: {fixed:?}"
+    );
+    assert!(
+        !fixed.iter().any(|i| matches!(i, Intent::Create { .. })),
+        "no create for the admission taken back: {fixed:?}"
+    );
+    let defect = intents_of_a_job_reclaimed_in_the_pass(Some(Defect::CreatesForTakenBack));
+    assert!(
+        defect.contains(&Intent::Create {
+            cluster: "m".into()
+        }),
+        "with the defect the create goes out: {defect:?}"
+    );
+}

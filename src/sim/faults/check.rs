@@ -78,6 +78,36 @@ impl Checker {
         }
     }
 
+    /// Invariant 9: a create goes out only for an admission the job's record holds now, on that
+    /// member. A copy made for none carries no admission annotation: muster neither adopts nor
+    /// deletes it, and the job, admitted there again, cannot be created (bench-kueue run
+    /// 20261206T014959Z: seven jobs stuck).
+    pub fn create_sent(
+        &mut self,
+        uid: &str,
+        cluster: &str,
+        record: Option<&crate::lifecycle::Record>,
+    ) {
+        if self.broken.is_some() {
+            return;
+        }
+        let holds = record.is_some_and(|r| {
+            r.phase == crate::lifecycle::Phase::Admitted
+                && r.admitted_at.is_some()
+                && r.cluster.as_deref() == Some(cluster)
+        });
+        if !holds {
+            self.broken = Some(format!(
+                "invariant 9: a create of {uid} went to {cluster}, but its record holds no admission there ({})",
+                record.map_or("no record".to_string(), |r| format!(
+                    "{} on {:?}",
+                    r.phase.as_str(),
+                    r.cluster
+                ))
+            ));
+        }
+    }
+
     /// 3. A copy with live pods was deleted: only with a durable reason.
     pub fn deleted(&mut self, w: &World, uid: &str, cluster: &str, live: bool) {
         if !live || self.broken.is_some() {

@@ -458,6 +458,7 @@ impl Process {
                 delete(w, ck, uid, &cluster, &why);
             }
             Intent::Create { cluster } => {
+                ck.create_sent(uid, &cluster, self.book.get(uid).map(|e| &e.record));
                 let Some(j) = jobs.get(uid).cloned() else {
                     return;
                 };
