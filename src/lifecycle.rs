@@ -464,6 +464,16 @@ impl Record {
         self.holds() && !(self.pods_done && self.phase.placed())
     }
 
+    /// The admission to `cluster` this record holds now (its time), if it holds one: what a
+    /// create of the copy there is made for, and the only thing one may be sent for.
+    pub fn admission_on(&self, cluster: &str) -> Option<Ms> {
+        if self.phase == Phase::Admitted && self.cluster.as_deref() == Some(cluster) {
+            self.admitted_at
+        } else {
+            None
+        }
+    }
+
     /// This record, held by the hub, allows creating the copy on `cluster`.
     pub fn places_on(&self, cluster: &str) -> bool {
         self.phase.placed() && self.cluster.as_deref() == Some(cluster)

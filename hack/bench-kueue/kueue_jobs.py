@@ -204,6 +204,8 @@ def main():
     summary = {
         "jobs": len(recs), "created": len(created), "complete": len(complete),
         "createErrors": len(errors), "wallSeconds": span,
+        # First create → last create (returned): the pace the Jobs arrived at.
+        "generationSeconds": max(created) - min(created) if created else None,
         # Kueue's own count (every Workload's status.schedulingStats.evictions), which includes
         # workloads evicted before their Job was unsuspended; `suspendedAgain` counts only the
         # Jobs seen started and then suspended.

@@ -197,7 +197,7 @@ impl Copies {
         // Only for the admission the record holds, there (the core sends no other create): a
         // copy without its admission's annotation would be one muster neither adopts nor deletes.
         let admitted_at = e.record.admitted_at;
-        let Some(at) = admitted_at.filter(|_| e.record.cluster.as_deref() == Some(cluster)) else {
+        let Some(at) = e.record.admission_on(cluster) else {
             tracing::error!(job = %format!("{}/{}", j.namespace, j.name), %cluster, "a create for no admission there; not sent");
             return;
         };

@@ -620,11 +620,10 @@ impl Book {
         //    admission annotation, which muster then neither adopts nor deletes.
         if self.settings.defect != Some(super::Defect::CreatesForTakenBack) {
             out.retain(|(uid, i)| match i {
-                Intent::Create { cluster } => self.jobs.get(uid).is_some_and(|e| {
-                    e.record.phase == Phase::Admitted
-                        && e.record.admitted_at.is_some()
-                        && e.record.cluster.as_deref() == Some(cluster.as_str())
-                }),
+                Intent::Create { cluster } => self
+                    .jobs
+                    .get(uid)
+                    .is_some_and(|e| e.record.admission_on(cluster).is_some()),
                 _ => true,
             });
         }

@@ -91,12 +91,7 @@ impl Checker {
         if self.broken.is_some() {
             return;
         }
-        let holds = record.is_some_and(|r| {
-            r.phase == crate::lifecycle::Phase::Admitted
-                && r.admitted_at.is_some()
-                && r.cluster.as_deref() == Some(cluster)
-        });
-        if !holds {
+        if record.and_then(|r| r.admission_on(cluster)).is_none() {
             self.broken = Some(format!(
                 "invariant 9: a create of {uid} went to {cluster}, but its record holds no admission there ({})",
                 record.map_or("no record".to_string(), |r| format!(
