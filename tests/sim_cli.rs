@@ -381,8 +381,8 @@ fn missing_file_is_exit_2_naming_it() {
 }
 
 /// `muster sim | head`: the reader has gone before muster writes (the pipe's read end is closed
-/// before it starts, so every write fails). It ends quietly with status 0, no panic, as a
-/// `print!` on a closed pipe would give.
+/// before it starts, so every write fails). It ends quietly with status 0; `print!` panicked
+/// there (status 101).
 #[test]
 fn a_reader_that_has_gone_ends_the_output_quietly() {
     let (reader, writer) = std::io::pipe().expect("pipe");
