@@ -380,6 +380,16 @@ fn missing_file_is_exit_2_naming_it() {
     assert!(stdout(&out).is_empty());
 }
 
+/// `muster sim --no-estimates` with its stdout going to `out`.
+fn sim_into(out: impl Into<std::process::Stdio>) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_muster"))
+        .args(["sim", "--no-estimates"])
+        .current_dir(repo())
+        .stdout(out)
+        .output()
+        .expect("run muster")
+}
+
 /// `muster sim | head`: the reader has gone before muster writes (the pipe's read end is closed
 /// before it starts, so every write fails). It ends quietly with status 0; `print!` panicked
 /// there (status 101).
@@ -387,12 +397,7 @@ fn missing_file_is_exit_2_naming_it() {
 fn a_reader_that_has_gone_ends_the_output_quietly() {
     let (reader, writer) = std::io::pipe().expect("pipe");
     drop(reader);
-    let out = Command::new(env!("CARGO_BIN_EXE_muster"))
-        .args(["sim", "--no-estimates"])
-        .current_dir(repo())
-        .stdout(writer)
-        .output()
-        .expect("run muster");
+    let out = sim_into(writer);
     let err = stderr(&out);
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(0), "{err}");
@@ -405,12 +410,7 @@ fn a_failed_write_of_the_report_is_an_error() {
         .write(true)
         .open("/dev/full")
         .expect("/dev/full");
-    let out = Command::new(env!("CARGO_BIN_EXE_muster"))
-        .args(["sim", "--no-estimates"])
-        .current_dir(repo())
-        .stdout(full)
-        .output()
-        .expect("run muster");
+    let out = sim_into(full);
     let err = stderr(&out);
     assert!(!err.contains("panicked"), "{err}");
     assert!(err.contains("error: writing to stdout"), "{err}");

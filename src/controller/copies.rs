@@ -150,6 +150,13 @@ impl Copies {
         if e.record.spec != j.spec.1 {
             return;
         }
+        // Only for the admission the record holds, there (the core sends no other create): a
+        // copy without its admission's annotation would be one muster neither adopts nor deletes.
+        let Some(at) = e.record.admission_on(cluster) else {
+            tracing::error!(job = %format!("{}/{}", j.namespace, j.name), %cluster, "a create for no admission there; not sent");
+            return;
+        };
+        let admitted_at = Some(at);
         let Some(m) = fleet.members.get(cluster) else {
             return;
         };
@@ -163,7 +170,7 @@ impl Copies {
             let _ = self.ended.sender().send(Ended::Created {
                 uid: uid.to_string(),
                 cluster: cluster.to_string(),
-                admitted_at: e.record.admitted_at,
+                admitted_at,
                 result: Err((message, DispatchFailure::Refused, false)),
             });
             fleet
@@ -194,13 +201,6 @@ impl Copies {
             &e.record.placement,
             gates,
         );
-        // Only for the admission the record holds, there (the core sends no other create): a
-        // copy without its admission's annotation would be one muster neither adopts nor deletes.
-        let admitted_at = e.record.admitted_at;
-        let Some(at) = e.record.admission_on(cluster) else {
-            tracing::error!(job = %format!("{}/{}", j.namespace, j.name), %cluster, "a create for no admission there; not sent");
-            return;
-        };
         dispatch::for_admission(&mut copy, at);
         // A namespace muster makes on the member enforces what the hub's does.
         let ns_labels = ctx
