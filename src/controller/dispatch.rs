@@ -20,7 +20,7 @@ pub const MANAGED_BY: &str = "muster.dev/muster";
 
 /// Labels the API server generates on a batch Job's template and selector; the member's API
 /// server generates its own, so the copy must not carry the hub's.
-const JOB_GENERATED_LABELS: [&str; 4] = [
+pub(super) const JOB_GENERATED_LABELS: [&str; 4] = [
     "batch.kubernetes.io/controller-uid",
     "controller-uid",
     "batch.kubernetes.io/job-name",

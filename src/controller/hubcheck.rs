@@ -14,7 +14,9 @@
 //! a member namespace muster creates must carry ([`psa_labels`]).
 //!
 //! Not replayed: mutating webhooks (a dry run shows what they would change; the copy is not
-//! changed by it), and anything that depends on the member (its own admission still runs there).
+//! changed by it), anything that depends on the member (its own admission still runs there),
+//! and the values of the uid and name labels the hub generates on a batch Job's template: a
+//! verdict is kept per template without them ([`key_of`]), judged on the first Job that asked.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -24,7 +26,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::lifecycle::{REFUSED_BY_HUB, digest_text};
-use crate::workload::Workload;
+use crate::workload::{JobKind, Workload};
 
 /// Labels of a namespace that Pod Security admission reads.
 pub const PSA_PREFIX: &str = "pod-security.kubernetes.io/";
@@ -85,6 +87,10 @@ fn field_of(pointer: &str) -> String {
 /// is asked about: the template's labels, annotations and spec, in the job's namespace.
 pub fn templates(job: &Value, w: &Workload) -> Vec<Template> {
     let mut out: Vec<Template> = Vec::new();
+    // A batch Job's template carries labels the hub's API server generated for this one job
+    // (its uid and name); its member copy drops them and the member generates its own.
+    let generated = w.kind == JobKind::Job
+        && job.pointer("/spec/manualSelector").and_then(Value::as_bool) != Some(true);
     for c in &w.components {
         let Some(tp) = &c.template_pointer else {
             continue;
@@ -105,7 +111,7 @@ pub fn templates(job: &Value, w: &Workload) -> Vec<Template> {
             "metadata": meta,
             "spec": t.get("spec").cloned().unwrap_or_else(|| json!({})),
         });
-        let digest = digest_text(&pod.to_string());
+        let digest = digest_text(&key_of(&pod, generated).to_string());
         match out.iter_mut().find(|o| o.digest == digest) {
             Some(o) => o.components.push(c.name.clone()),
             None => out.push(Template {
@@ -117,6 +123,34 @@ pub fn templates(job: &Value, w: &Workload) -> Vec<Template> {
         }
     }
     out
+}
+
+/// What a verdict on `pod` is kept under: the pod, less the labels the hub's API server
+/// generated for one batch Job (`generated`). Their values are the hub job's own (its uid and
+/// name): with them in the key, every Job of one template would be its own question, asked and
+/// waited for one by one. So one verdict serves every Job of a template as the user wrote it;
+/// a policy that reads those labels' values is judged on the first Job that asked.
+fn key_of(pod: &Value, generated: bool) -> std::borrow::Cow<'_, Value> {
+    let labels = pod.pointer("/metadata/labels").and_then(Value::as_object);
+    if !generated
+        || !labels.is_some_and(|l| {
+            super::dispatch::JOB_GENERATED_LABELS
+                .iter()
+                .any(|k| l.contains_key(*k))
+        })
+    {
+        return std::borrow::Cow::Borrowed(pod);
+    }
+    let mut key = pod.clone();
+    if let Some(l) = key
+        .pointer_mut("/metadata/labels")
+        .and_then(Value::as_object_mut)
+    {
+        for k in super::dispatch::JOB_GENERATED_LABELS {
+            l.remove(k);
+        }
+    }
+    std::borrow::Cow::Owned(key)
 }
 
 /// What one answer of the hub says of a template.
@@ -357,6 +391,61 @@ mod tests {
         let ts = templates(&other, &w);
         assert_eq!(ts.len(), 2);
         assert_eq!(ts[1].field, "spec.pytorchReplicaSpecs.Worker.template");
+    }
+
+    /// A batch Job as the hub's API server stores it: the labels it generated for this one Job
+    /// on its template.
+    fn batch_job(name: &str, uid: &str, manual: bool) -> Value {
+        let mut labels = json!({"app": "train"});
+        for (k, v) in [
+            ("batch.kubernetes.io/controller-uid", uid),
+            ("controller-uid", uid),
+            ("batch.kubernetes.io/job-name", name),
+            ("job-name", name),
+        ] {
+            labels[k] = json!(v);
+        }
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": name, "namespace": "team-a", "uid": uid},
+               "spec": {"manualSelector": manual, "parallelism": 1, "completions": 1,
+                        "template": {"metadata": {"labels": labels},
+                                     "spec": {"restartPolicy": "Never",
+                                              "containers": [{"name": "c", "image": "x",
+                                                              "resources": {"requests": {"cpu": "1"}}}]}}}})
+    }
+
+    #[test]
+    fn batch_jobs_of_one_template_share_a_verdict_whatever_their_generated_labels() {
+        // Issue 31: the hub generates a uid and name label on every batch Job's template, so
+        // every Job was its own dry run (1,500 for 1,500 Jobs of a few shapes on make
+        // bench-kueue), each job waiting for its own answer.
+        let a = one(&batch_job("a", "uid-a", false));
+        let b = one(&batch_job("b", "uid-b", false));
+        assert_eq!((a.len(), b.len()), (1, 1));
+        assert_eq!(a[0].digest, b[0].digest, "one template, one question");
+        // What is sent is still the pod as the template says, labels included.
+        assert_eq!(a[0].pod["metadata"]["labels"]["job-name"], "a");
+        assert_eq!(b[0].pod["metadata"]["labels"]["controller-uid"], "uid-b");
+        // Any label of the user's makes another question.
+        let mut c = batch_job("c", "uid-c", false);
+        c["spec"]["template"]["metadata"]["labels"]["app"] = json!("serve");
+        assert_ne!(one(&c)[0].digest, a[0].digest);
+        // With a manual selector those labels are the user's own, kept on the member copy.
+        let (m1, m2) = (
+            one(&batch_job("a", "uid-a", true)),
+            one(&batch_job("b", "uid-b", true)),
+        );
+        assert_ne!(m1[0].digest, m2[0].digest);
+        // Another kind's labels of those names are its own too.
+        let mut p = pytorchjob(false);
+        p["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]["job-name"] =
+            json!("x");
+        let ts = one(&p);
+        assert_eq!(
+            ts.len(),
+            2,
+            "the Worker's label makes it another template: {ts:?}"
+        );
     }
 
     #[test]
