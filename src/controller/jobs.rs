@@ -222,48 +222,50 @@ impl HubJobs {
             }
             self.hub_judgements_due(&core.book);
         }
-        let mut seen: HashSet<String> = HashSet::new();
-        let mut exists: HashSet<String> = HashSet::new();
+        // Every hub job is read on every pass: nothing here allocates per job unless the job is
+        // new or changed.
+        let mut unlisted: Vec<String> = Vec::new();
         let mut objs: Vec<(JobKind, Arc<DynamicObject>)> = Vec::new();
         for (&kind, store) in &ctx.stores.jobs {
             // A kind whose watch has not listed yet (its CRD just installed) is not judged.
             if !store.is_ready() {
-                for (u, _) in self.jobs.iter().filter(|(_, j)| j.kind == kind) {
-                    seen.insert(u.clone());
-                    exists.insert(u.clone());
-                }
+                unlisted.extend(
+                    self.jobs
+                        .iter()
+                        .filter(|(_, j)| j.kind == kind)
+                        .map(|(u, _)| u.clone()),
+                );
                 continue;
             }
             for o in store.state() {
                 objs.push((kind, o));
             }
         }
+        let mut seen: HashSet<&str> = unlisted.iter().map(String::as_str).collect();
+        let mut exists = seen.clone();
         // Oldest first: a rebuilt queue keeps submission order.
-        objs.sort_by_cached_key(|(_, o)| {
-            (
-                o.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                o.namespace(),
-                o.name_any(),
-            )
-        });
+        objs.sort_by(|(_, a), (_, b)| submission_order(a).cmp(&submission_order(b)));
         let mut intake_events: Vec<(String, Intent)> = Vec::new();
-        for (kind, obj) in objs {
-            let Some(uid) = obj.uid() else { continue };
-            exists.insert(uid.clone());
+        for (kind, obj) in &objs {
+            let (kind, obj) = (*kind, obj.as_ref());
+            let Some(uid) = obj.metadata.uid.as_deref() else {
+                continue;
+            };
+            exists.insert(uid);
             if obj.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let ns = obj.namespace().unwrap_or_default();
-            let name = obj.name_any();
+            let (_, ns, name) = submission_order(obj);
+            let ns = ns.unwrap_or("");
             let generation = obj.metadata.generation.unwrap_or(0);
-            let followed = core.book.get(&uid).is_some();
-            if !followed && self.ignored.get(&uid) == Some(&generation) {
+            let followed = core.book.get(uid).is_some();
+            if !followed && self.ignored.get(uid) == Some(&generation) {
                 continue;
             }
             let recorded = if followed {
                 None
             } else {
-                recorded(&ctx.stores, (&ns, kind, &name, &uid))
+                recorded(&ctx.stores, (ns, kind, name, uid))
             };
             // Without a tree covering it, only a job muster already has a record for is
             // followed (its copy may run); nothing else is touched. A job made again under
@@ -271,7 +273,7 @@ impl HubJobs {
             let intake = if followed {
                 Intake::Track
             } else {
-                let holder = name_holder(&ctx.stores, (&ns, kind, &name, &uid));
+                let holder = name_holder(&ctx.stores, (ns, kind, name, uid));
                 let held = match (&recorded, &holder) {
                     (Some(_), _) => Name::Ours,
                     (None, Some((other, terminating, record))) => Name::Earlier {
@@ -284,31 +286,31 @@ impl HubJobs {
                 tidy::intake(
                     &core.book,
                     (&uid, held),
-                    tree.covers(&ns),
+                    tree.covers(ns),
                     super::clock::now_ms(),
                 )
             };
             if intake == Intake::Leave {
                 continue;
             }
-            seen.insert(uid.clone());
+            seen.insert(uid);
             // The hub copy never runs: suspend what the webhook missed (or a user un-suspended).
-            if obj.data.pointer(kind.suspend_pointer()) != Some(&Value::Bool(true)) {
-                suspend(ctx, kind, &ns, &name).await;
+            if !kind.is_suspended(&obj.data) {
+                suspend(ctx, kind, ns, name).await;
             }
             if let Intake::WaitForName { earlier } = intake {
                 self.wait_for_name(ctx, (&uid, kind, &obj), earlier);
                 continue;
             }
             if !followed {
-                self.name_waits.remove(&uid);
+                self.name_waits.remove(uid);
             }
             let fresh = self
                 .jobs
-                .get(&uid)
+                .get(uid)
                 .is_none_or(|j| j.generation != generation || j.read_again);
             if fresh {
-                let (spec, deadline) = match serde_json::to_value(obj.as_ref()) {
+                let (spec, deadline) = match serde_json::to_value(obj) {
                     Ok(mut v) => {
                         // Items of a list (a watch's first listing, after every restart) carry
                         // no apiVersion and kind for built-in kinds such as batch Jobs.
@@ -317,14 +319,14 @@ impl HubJobs {
                         let read = interpret_with(&v, &self.runtimes).map_err(|e| e.to_string());
                         // Not read until the hub has judged every pod template (read again
                         // once its answer lands; a followed job keeps its last spec meanwhile).
-                        let Some(read) = self.judge.admission(ctx, &ns, &v, read) else {
+                        let Some(read) = self.judge.admission(ctx, ns, &v, read) else {
                             continue;
                         };
                         (spec_of(read), deadline)
                     }
                     Err(e) => (spec_of(Err(e.to_string())), None),
                 };
-                match self.jobs.get_mut(&uid) {
+                match self.jobs.get_mut(uid) {
                     Some(j) => {
                         j.generation = generation;
                         j.read_again = false;
@@ -346,10 +348,10 @@ impl HubJobs {
                             .map(|t| t.0)
                             .unwrap_or_else(jiff::Timestamp::now);
                         let mut j =
-                            new_job(kind, &ns, &name, api_version, generation, spec, queued_at);
+                            new_job(kind, ns, name, api_version, generation, spec, queued_at);
                         j.deadline = deadline;
                         j.judged_at = Some(Instant::now());
-                        self.jobs.insert(uid.clone(), j);
+                        self.jobs.insert(uid.to_string(), j);
                     }
                 }
             }
@@ -362,7 +364,7 @@ impl HubJobs {
                 .as_ref()
                 .map(|t| t.0.as_second().max(0) as u64)
                 .unwrap_or(0);
-            let Some(job) = self.jobs.get_mut(&uid) else {
+            let Some(job) = self.jobs.get_mut(uid) else {
                 continue;
             };
             let durable = recorded
@@ -379,8 +381,8 @@ impl HubJobs {
                 durable,
             ) {
                 None => {
-                    self.jobs.remove(&uid);
-                    self.ignored.insert(uid, generation);
+                    self.jobs.remove(uid);
+                    self.ignored.insert(uid.to_string(), generation);
                 }
                 Some(intents) => {
                     if let Some(st) = recorded {
@@ -398,16 +400,16 @@ impl HubJobs {
                         job.written = Some(st);
                         job.written_at = Some(Instant::now());
                     }
-                    intake_events.extend(intents.into_iter().map(|i| (uid.clone(), i)));
+                    intake_events.extend(intents.into_iter().map(|i| (uid.to_string(), i)));
                 }
             }
         }
-        self.ignored.retain(|u, _| exists.contains(u));
-        self.name_waits.retain(|u, _| exists.contains(u));
+        self.ignored.retain(|u, _| exists.contains(u.as_str()));
+        self.name_waits.retain(|u, _| exists.contains(u.as_str()));
         let gone = core
             .book
             .iter()
-            .filter(|(u, _)| !seen.contains(*u))
+            .filter(|(u, _)| !seen.contains(u.as_str()))
             .map(|(u, _)| u.clone())
             .collect();
         (gone, intake_events)
@@ -451,6 +453,24 @@ impl HubJobs {
             }
         }
     }
+}
+
+/// The order intake reads hub jobs in: oldest first, then by namespace and name, borrowed.
+fn submission_order(o: &DynamicObject) -> (Option<jiff::Timestamp>, Option<&str>, &str) {
+    (
+        o.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        o.metadata.namespace.as_deref(),
+        name_of(&o.metadata),
+    )
+}
+
+/// An object's name as `ResourceExt::name_any` reads it (its name, else its generateName),
+/// borrowed: the pass reads it of every job and copy.
+pub(super) fn name_of(m: &kube::api::ObjectMeta) -> &str {
+    m.name
+        .as_deref()
+        .or(m.generate_name.as_deref())
+        .unwrap_or("")
 }
 
 /// The QueuedJob status recorded for a hub job (what an earlier run decided), by its UID.

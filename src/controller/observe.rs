@@ -101,20 +101,22 @@ impl View {
             return None;
         };
         let copy = copies.get(&(j.kind, uid.to_string()))?;
-        if copy.namespace().as_deref() != Some(j.namespace.as_str()) || copy.name_any() != j.name {
+        if copy.metadata.namespace.as_deref() != Some(j.namespace.as_str())
+            || super::jobs::name_of(&copy.metadata) != j.name
+        {
             return None;
         }
         // Not the pods of an earlier copy of the job that are still there (its copy deleted,
         // its pods not yet collected): those whose controller is another object of the copy's
         // kind. (Pods an operator makes through objects of its own, as JobSet's and KubeRay's,
         // carry no such owner and are all kept.)
-        let copy_uid = copy.uid().unwrap_or_default();
-        let earlier = |p: &Pod| of_another_copy(p, j.kind.as_str(), &copy_uid);
+        let copy_uid = copy.metadata.uid.as_deref().unwrap_or("");
+        let earlier = |p: &Pod| of_another_copy(p, j.kind.as_str(), copy_uid);
         let pods = pods
             .get(uid)
             .map(|v| {
                 v.iter()
-                    .filter(|p| p.namespace().as_deref() == Some(j.namespace.as_str()))
+                    .filter(|p| p.metadata.namespace.as_deref() == Some(j.namespace.as_str()))
                     .filter(|p| !earlier(p))
                     .collect()
             })
@@ -389,7 +391,7 @@ fn follow_copy(
         }
     }
     // The member's job status, copied to the hub job.
-    let member_status = copy.data.get("status").cloned();
+    let member_status = copy.data.get("status");
     let record = core.book.get(uid).map(|e| &e.record);
     let ended =
         status::outcome(kind, &copy.data).is_some() || record.is_none_or(|r| r.phase.terminal());
@@ -406,7 +408,7 @@ fn follow_copy(
     let unchanged = j
         .synced_status
         .as_ref()
-        .is_some_and(|s| s == &st || status::user_view(s) == status::user_view(&st));
+        .is_some_and(|s| s == st || status::user_view(s) == status::user_view(st));
     if unchanged || !ctx.leadership.is_leader() {
         return;
     }
@@ -431,7 +433,7 @@ fn follow_copy(
         .stores
         .job(kind, &ns, &name)
         .and_then(|o| o.data.get("status").cloned());
-    let patch = status::replace_patch(hub_status.as_ref(), &st);
+    let patch = status::replace_patch(hub_status.as_ref(), st);
     writes.push(Write::HubStatus {
         uid: uid.to_string(),
         label,
@@ -439,7 +441,7 @@ fn follow_copy(
         namespace: ns,
         name,
         patch: json!({"status": patch}),
-        status: st,
+        status: st.clone(),
     });
 }
 

@@ -229,53 +229,66 @@ impl Book {
     /// nowhere else is judged against every member, never rejected for its avoid list. Returns
     /// false when the job is not muster's.
     fn submit(&mut self, sched: &mut Scheduler, e: &mut Entry, spec: &Spec) -> bool {
-        if let Some(id) = e.id.take() {
-            done(sched, id);
-            self.by_id.remove(&id);
-        }
-        e.record.spec = spec.1.clone();
-        let w = match &spec.0 {
-            Err(msg) => {
-                e.record.phase = Phase::Rejected;
-                e.record.reason = if msg.starts_with(super::REFUSED_BY_HUB) {
-                    msg.clone()
-                } else {
-                    format!("malformed: {msg}")
-                };
-                return true;
-            }
-            Ok(w) => w,
-        };
-        let mut s = sched.submit(&avoiding(sched, w, &e.record.avoid), e.submitted);
-        if let Submitted::Inadmissible(id, _) = &s
-            && !e.record.avoid.is_empty()
-        {
-            done(sched, *id);
-            e.record.avoid.clear();
-            s = sched.submit(w, e.submitted);
-        }
-        match s {
-            Submitted::Queued(id) => {
-                e.id = Some(id);
-                e.record.phase = Phase::Queued;
-                e.record.reason = format!("queued in {}", sched.queue_name(id));
-            }
-            Submitted::Inadmissible(id, reason) => {
-                e.id = Some(id);
-                e.record.phase = Phase::Rejected;
-                e.record.reason = reason;
-            }
-            Submitted::Ignored(why) => {
-                // Muster does not queue it; known jobs stay followed (and say why they wait).
-                if e.record.phase == Phase::Queued {
-                    e.record.reason = why;
-                }
-                return false;
-            }
-        }
-        true
+        submit(sched, &mut self.by_id, e, spec)
     }
+}
 
+/// [`Book::submit`], on the book's index of scheduler ids alone (a pass steps the entries in
+/// place).
+fn submit(
+    sched: &mut Scheduler,
+    by_id: &mut BTreeMap<JobId, String>,
+    e: &mut Entry,
+    spec: &Spec,
+) -> bool {
+    if let Some(id) = e.id.take() {
+        done(sched, id);
+        by_id.remove(&id);
+    }
+    e.record.spec = spec.1.clone();
+    let w = match &spec.0 {
+        Err(msg) => {
+            e.record.phase = Phase::Rejected;
+            e.record.reason = if msg.starts_with(super::REFUSED_BY_HUB) {
+                msg.clone()
+            } else {
+                format!("malformed: {msg}")
+            };
+            return true;
+        }
+        Ok(w) => w,
+    };
+    let mut s = sched.submit(&avoiding(sched, w, &e.record.avoid), e.submitted);
+    if let Submitted::Inadmissible(id, _) = &s
+        && !e.record.avoid.is_empty()
+    {
+        done(sched, *id);
+        e.record.avoid.clear();
+        s = sched.submit(w, e.submitted);
+    }
+    match s {
+        Submitted::Queued(id) => {
+            e.id = Some(id);
+            e.record.phase = Phase::Queued;
+            e.record.reason = format!("queued in {}", sched.queue_name(id));
+        }
+        Submitted::Inadmissible(id, reason) => {
+            e.id = Some(id);
+            e.record.phase = Phase::Rejected;
+            e.record.reason = reason;
+        }
+        Submitted::Ignored(why) => {
+            // Muster does not queue it; known jobs stay followed (and say why they wait).
+            if e.record.phase == Phase::Queued {
+                e.record.reason = why;
+            }
+            return false;
+        }
+    }
+    true
+}
+
+impl Book {
     /// The driver wrote `record` for `uid` (or learnt what the hub holds).
     pub fn written(&mut self, uid: &str, record: Option<Record>) {
         if let Some(e) = self.jobs.get_mut(uid) {
@@ -408,12 +421,12 @@ impl Book {
     ) -> Vec<(String, Intent)> {
         let mut out: Vec<(String, Intent)> = Vec::new();
         self.settle_deleted(sched, seen);
-        let uids: Vec<String> = self.jobs.keys().cloned().collect();
         // 1. Observe every job first: a copy still being deleted anywhere holds back every
         //    create (the capacity and quota it uses are not free until it is gone), for at
         //    most the drain grace after its job left; a copy that stays longer is stuck (a
         //    finalizer, an operator that does not act) and holds back only its own job.
-        let mut views: Vec<(String, Seen)> = Vec::with_capacity(uids.len());
+        // In the order of `self.jobs`, which nothing changes until step 2 has stepped them.
+        let mut views: Vec<Seen> = Vec::with_capacity(self.jobs.len());
         let mut draining = BTreeSet::new();
         let grace = self.settings.drain_grace;
         for (c, since) in &self.deleting {
@@ -423,10 +436,7 @@ impl Book {
                 draining.insert(c.clone());
             }
         }
-        for uid in &uids {
-            let Some(e) = self.jobs.get_mut(uid) else {
-                continue;
-            };
+        for (uid, e) in self.jobs.iter_mut() {
             let mut s = seen(uid, &e.record);
             self.sent.judge(uid, e.record.cluster.as_deref(), &mut s);
             s.now = now;
@@ -455,16 +465,14 @@ impl Book {
                     draining.insert(c.clone());
                 }
             }
-            views.push((uid.clone(), s));
+            views.push(s);
         }
         // 2. Step every job; quota freed and jobs queued again at once. Creates go out at most
         //    `creates_per_member` at a time per member (counting those still out).
         let mut out_on: BTreeMap<String, usize> = BTreeMap::new();
         let mut creates: Vec<(String, String)> = Vec::new();
-        for (uid, s) in views {
-            let Some(mut e) = self.jobs.remove(&uid) else {
-                continue;
-            };
+        let by_id = &mut self.by_id;
+        for ((uid, e), s) in self.jobs.iter_mut().zip(views) {
             let (n, intents) = super::step(&e.record, &s, &self.settings);
             e.record = n;
             for i in intents {
@@ -472,12 +480,12 @@ impl Book {
                     Intent::Release => {
                         if let Some(id) = e.id.take() {
                             done(sched, id);
-                            self.by_id.remove(&id);
+                            by_id.remove(&id);
                         }
                     }
                     Intent::Submit => {
-                        if let Some(sp) = spec(&uid) {
-                            self.submit(sched, &mut e, &sp);
+                        if let Some(sp) = spec(uid) {
+                            submit(sched, by_id, e, &sp);
                             e.record.generation = s.generation;
                         }
                     }
@@ -485,10 +493,11 @@ impl Book {
                     other => out.push((uid.clone(), other)),
                 }
             }
-            if let Some(id) = e.id {
-                self.by_id.insert(id, uid.clone());
+            if let Some(id) = e.id
+                && by_id.get(&id) != Some(uid)
+            {
+                by_id.insert(id, uid.clone());
             }
-            self.jobs.insert(uid, e);
         }
         // 2b. The creates, once every job has stepped: a job taken back in this step (its spec
         //     edited while placed, say) leaves its copy behind as an old one, which holds back

@@ -15,7 +15,7 @@
 //!
 //! The driver finds the facts and carries out what comes back; it decides none of it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use super::gc::{self, Doomed, Found};
 use super::{Book, Defect, Finalizer, Held, Ms, Record};
@@ -195,14 +195,14 @@ pub fn tidy(book: &mut Book, sched: &mut Scheduler, found: Facts, now: Ms) -> Ti
     }
     if let Some(queued) = found.queued {
         // 4. Records deleted on the hub.
-        let held: BTreeSet<&str> = queued.iter().map(|q| q.job).collect();
+        // Read only through `contains`: a hash set, built once a pass.
+        let held: HashSet<&str> = queued.iter().map(|q| q.job).collect();
         for uid in book.lost_records(|u| held.contains(u), now) {
             book.written(&uid, None);
             out.rewrite.push(uid);
         }
-        let ours: BTreeSet<&str> = queued.iter().map(|q| q.job).collect();
         out.drifted = book.drifted(
-            |u| ours.contains(u).then(|| (found.record)(u)).flatten(),
+            |u| held.contains(u).then(|| (found.record)(u)).flatten(),
             now,
         );
         // 5. Every QueuedJob.
