@@ -285,7 +285,7 @@ impl HubJobs {
                 };
                 tidy::intake(
                     &core.book,
-                    (&uid, held),
+                    (uid, held),
                     tree.covers(ns),
                     super::clock::now_ms(),
                 )
@@ -299,7 +299,7 @@ impl HubJobs {
                 suspend(ctx, kind, ns, name).await;
             }
             if let Intake::WaitForName { earlier } = intake {
-                self.wait_for_name(ctx, (&uid, kind, &obj), earlier);
+                self.wait_for_name(ctx, (uid, kind, obj), earlier);
                 continue;
             }
             if !followed {
@@ -373,7 +373,7 @@ impl HubJobs {
             let label = job.label();
             match core.book.track(
                 &mut core.sched,
-                &uid,
+                uid,
                 label,
                 &job.spec,
                 Some(job.generation),
