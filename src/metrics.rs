@@ -107,6 +107,7 @@ pub struct Metrics {
     placement_mismatches: IntCounterVec,
     wait_time: HistogramVec,
     cycle_duration: Histogram,
+    pass_duration: Histogram,
     estimated_wait: IntGaugeVec,
     not_expected: IntGaugeVec,
     forecast_duration: Histogram,
@@ -305,6 +306,17 @@ impl Metrics {
                     HistogramOpts::new(
                         "muster_admission_cycle_duration_seconds",
                         "Wall time of one admission cycle of the scheduling core.",
+                    )
+                    .buckets(CYCLE_BUCKETS.to_vec()),
+                )
+                .expect("valid histogram"),
+            ),
+            pass_duration: reg(
+                &registry,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "muster_sync_pass_duration_seconds",
+                        "Wall time of one pass of the controller over every followed job (observe, step, one admission cycle, act, report); its count is the passes made.",
                     )
                     .buckets(CYCLE_BUCKETS.to_vec()),
                 )
@@ -565,6 +577,10 @@ impl Metrics {
     }
 
     /// One admission cycle took `seconds`.
+    pub fn pass_duration(&self, seconds: f64) {
+        self.pass_duration.observe(seconds);
+    }
+
     pub fn cycle_duration(&self, seconds: f64) {
         self.cycle_duration.observe(seconds);
     }
@@ -768,6 +784,8 @@ mod tests {
         m.wait_time("root/a", 90.0);
         m.wait_time("root/a", 4000.0);
         m.cycle_duration(0.002);
+        m.pass_duration(0.25);
+        m.pass_duration(0.5);
         let t = m.encode();
         for (series, v) in [
             (
@@ -821,6 +839,8 @@ mod tests {
                 1.0,
             ),
             ("muster_admission_cycle_duration_seconds_count", 1.0),
+            ("muster_sync_pass_duration_seconds_count", 2.0),
+            ("muster_sync_pass_duration_seconds_sum", 0.75),
         ] {
             assert_eq!(value(&t, series), Some(v), "{series} in\n{t}");
         }

@@ -441,6 +441,21 @@ def summarize(jobs, samples, queues, t_first, t_last, rusage, wall_proc, gen_s):
     }
 
 
+def controller_passes(port):
+    """The controller's passes (muster_sync_pass_duration_seconds: count, sum in seconds)."""
+    import urllib.request
+    out = {}
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                for k in ("count", "sum"):
+                    if line.startswith(f"muster_sync_pass_duration_seconds_{k} "):
+                        out[k] = float(line.split()[1])
+    except OSError as e:
+        log(f"could not read the controller's /metrics: {e}")
+    return out
+
+
 def http_ok(url):
     try:
         with urllib.request.urlopen(url, timeout=2) as r:
@@ -488,6 +503,7 @@ def main():
     with open(os.path.join(a.out, "controller.pid"), "w") as f:
         f.write(f"{ctl.pid}\n")
     rusage, wall_proc = None, None
+    passes = {}
     stop = threading.Event()
     try:
         wait("controller /readyz", 120, lambda: ctl.poll() is None and http_ok(f"http://127.0.0.1:{http}/readyz"))
@@ -552,6 +568,7 @@ def main():
         stop.set()
         requests = {"hub": diff_requests(req0["hub"], api_requests(hub)),
                     MEMBER: diff_requests(req0[MEMBER], api_requests(member))}
+        passes = controller_passes(http)
         if errors:
             log(f"{len(errors)} creates failed; first: {errors[0]}")
     finally:
@@ -578,6 +595,8 @@ def main():
     # What the run asked of each API server (the harness's own creates and reads included).
     summary["apiRequests"] = requests
     summary["controllerArgs"] = args[1:]
+    # The controller's passes over its jobs: how many, and their wall time.
+    summary["controllerPasses"] = passes
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     with open(os.path.join(a.out, "jobs.csv"), "w", newline="") as f:

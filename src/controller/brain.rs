@@ -193,6 +193,9 @@ impl Brain {
             )
         });
         t.mark("forecast");
+        self.ctx
+            .metrics
+            .pass_duration(t.start.elapsed().as_secs_f64());
         t.report(self.core.book.iter().count());
     }
 

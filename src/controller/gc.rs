@@ -62,11 +62,12 @@ pub(super) fn tidy(
                     });
                     continue;
                 }
-                let (ns, name) = (copy.namespace().unwrap_or_default(), copy.name_any());
+                let ns = copy.metadata.namespace.as_deref().unwrap_or("");
+                let name = super::jobs::name_of(&copy.metadata);
                 // A kind the hub does not serve: nothing is known of its jobs.
                 let hub = if !ctx.stores.jobs.contains_key(&kind) {
                     HubJob::Unknown
-                } else if ctx.stores.job(kind, &ns, &name).is_some_and(|hub| {
+                } else if ctx.stores.job(kind, ns, name).is_some_and(|hub| {
                     hub.metadata.uid.as_deref() == Some(uid.as_str())
                         && hub.metadata.deletion_timestamp.is_none()
                 }) {
@@ -74,7 +75,14 @@ pub(super) fn tidy(
                 } else {
                     HubJob::Gone
                 };
-                found.push((cluster.clone(), kind, ns, name, uid.clone(), hub));
+                found.push((
+                    cluster.clone(),
+                    kind,
+                    ns.to_string(),
+                    name.to_string(),
+                    uid.clone(),
+                    hub,
+                ));
             }
         }
     }

@@ -302,7 +302,8 @@ pub fn to_status(r: &Record, may_run_twice_on: Vec<String>) -> QueuedJobStatus {
 /// The record a QueuedJob status holds. A status written before records carried a spec digest
 /// is taken to be for the spec the hub job has now (`spec`).
 pub fn from_status(st: &QueuedJobStatus, spec: &str) -> Record {
-    let l = st.lifecycle.clone().unwrap_or_default();
+    let none = LifecycleStatus::default();
+    let l = st.lifecycle.as_ref().unwrap_or(&none);
     let t = |v: &Option<String>| v.as_deref().and_then(ms);
     Record {
         phase: phase(st.state),
