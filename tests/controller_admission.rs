@@ -74,6 +74,28 @@ async fn a_pod_template_the_hub_refuses_is_rejected_and_never_dispatched() {
             events.iter().any(|e| e.contains("PodSecurity")),
             "{events:?}"
         );
+        // A second Job of the same template: its generated labels (uid, name) differ, the
+        // verdict it shares does not (one dry run per template, issue 31).
+        fleet::create_json(&hub, "jobs", job(&ns, "privileged-again", true))
+            .await
+            .expect("the hub takes the second Job");
+        let q2 = hub::wait_queued_state(
+            &hub,
+            &ns,
+            "Job",
+            "privileged-again",
+            QueuedJobState::Rejected,
+            T,
+        )
+        .await;
+        let reason2 = q2.status.and_then(|s| s.reason).unwrap_or_default();
+        for part in [
+            "refused by the hub's admission",
+            "PodSecurity",
+            "privileged",
+        ] {
+            assert!(reason2.contains(part), "{part:?} not in {reason2:?}");
+        }
         // A complying job in the same namespace runs; its member namespace enforces the same.
         fleet::create_json(&hub, "jobs", job(&ns, "complies", false))
             .await
@@ -96,8 +118,10 @@ async fn a_pod_template_the_hub_refuses_is_rejected_and_never_dispatched() {
         );
         // The privileged job stayed Rejected, and no member ever had a pod or a copy of it,
         // as the watchdog saw every pod of the test's namespace from the start.
-        let st = status_of_job(&hub, &ns, "privileged").await;
-        assert_eq!(st, Some(QueuedJobState::Rejected));
+        for name in ["privileged", "privileged-again"] {
+            let st = status_of_job(&hub, &ns, name).await;
+            assert_eq!(st, Some(QueuedJobState::Rejected), "{name}");
+        }
         let seen = dog.pods_seen();
         assert!(
             seen.iter().any(|p| p.contains("/complies-")),
@@ -105,10 +129,11 @@ async fn a_pod_template_the_hub_refuses_is_rejected_and_never_dispatched() {
         );
         assert!(
             !seen.iter().any(|p| p.contains("/privileged-")),
-            "a pod of the refused job ran: {seen:?}"
+            "a pod of a refused job ran: {seen:?}"
         );
-        wait_for("no copy of the privileged job anywhere", T, || async {
-            let h = hub::members_with("batch/v1", "Job", "jobs", &ns, "privileged").await;
+        wait_for("no copy of the privileged jobs anywhere", T, || async {
+            let mut h = hub::members_with("batch/v1", "Job", "jobs", &ns, "privileged").await;
+            h.extend(hub::members_with("batch/v1", "Job", "jobs", &ns, "privileged-again").await);
             if h.is_empty() {
                 Ok(())
             } else {

@@ -107,6 +107,9 @@ def main():
     ap.add_argument("--kueue", required=True, help="build.sh's folder (bin/kueue, crds/)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--stall", type=float, default=120,
+                    help="stop once every Job is created and none completed for this long "
+                         "(the Jobs left are recorded as stuck)")
     ap.add_argument("--concurrency", type=int, default=20,
                     help="Kueue's Job and Workload reconcilers at once (its default: 5)")
     a = ap.parse_args()
@@ -135,6 +138,7 @@ def main():
                             stdout=logf, stderr=subprocess.STDOUT)
     stop = threading.Event()
     rusage = None
+    stalled = False
     try:
         mr.wait("kueue /readyz", 120, lambda: proc.poll() is None
                 and mr.http_ok(f"http://127.0.0.1:{health}/readyz"))
@@ -162,13 +166,24 @@ def main():
         for c in creators:
             c.start()
         deadline, last = time.time() + a.timeout, 0
+        progress = (0, time.time())  # (jobs complete, when that count was first seen)
         while time.time() < deadline:
             with seen.lock:
                 done = sum(1 for j in seen.jobs.values() if j["complete"])
+            if done != progress[0]:
+                progress = (done, time.time())
             if time.time() - last > 10:
                 last = time.time()
                 log(f"complete {done} of {len(items)}; load {os.getloadavg()[0]:.1f}")
-            if not any(c.is_alive() for c in creators) and done >= len(items) - len(errors):
+            created_all = not any(c.is_alive() for c in creators)
+            if created_all and done >= len(items) - len(errors):
+                break
+            if created_all and time.time() - progress[1] > a.stall:
+                # Kueue v0.17.1 once marked 45 Workloads Finished ("OwnerNotFound") a second
+                # after admitting them while their Jobs existed: those Jobs stay suspended.
+                log(f"stalled: {len(items) - done} Jobs not complete, none completed for "
+                    f"{a.stall:.0f}s; stopping (workloads.json holds their Workloads)")
+                stalled = True
                 break
             time.sleep(0.2)
         else:
@@ -204,6 +219,9 @@ def main():
     summary = {
         "jobs": len(recs), "created": len(created), "complete": len(complete),
         "createErrors": len(errors), "wallSeconds": span,
+        # Jobs never complete when the run stopped at a stall (see --stall); the wall time then
+        # covers only the Jobs that completed.
+        "stuck": len(recs) - len(complete) if stalled else 0,
         # First create → last create (returned): the pace the Jobs arrived at.
         "generationSeconds": max(created) - min(created) if created else None,
         # Kueue's own count (every Workload's status.schedulingStats.evictions), which includes
