@@ -122,6 +122,8 @@ pub(super) struct HubJobs {
     pub runtimes: crate::workload::TrainingRuntimes,
     /// When the hub's job kinds were last discovered.
     pub kinds_checked: Instant,
+    /// The discovery under way, off the loop (one LIST per kind).
+    kinds_asked: Option<tokio::task::JoinHandle<Option<Vec<JobKind>>>>,
     /// The hub's verdicts on pod templates (`judging`).
     pub judge: Judge,
 }
@@ -142,6 +144,7 @@ impl HubJobs {
             priorities: Default::default(),
             runtimes: Default::default(),
             kinds_checked: Instant::now(),
+            kinds_asked: None,
             judge: Default::default(),
         }
     }
@@ -417,16 +420,33 @@ impl HubJobs {
 
     /// Job kinds whose CRD was installed on the hub after the start are watched from then on
     /// (checked every 30 s): their jobs are suspended by the webhook and must not wait forever.
+    /// The discovery (a LIST per kind) runs off the loop and is read by the pass after it
+    /// lands: awaited in the pass, it held every pass back by 1–2 s every 30 s on a loaded hub.
     pub(super) async fn discover_kinds(&mut self, ctx: &mut Ctx) {
-        if self.kinds_checked.elapsed() < Duration::from_secs(30) {
-            return;
-        }
-        self.kinds_checked = Instant::now();
-        let served =
-            match tokio::time::timeout(Duration::from_secs(10), kinds::served(&ctx.hub)).await {
-                Ok(Ok(k)) => k,
+        let served = match self.kinds_asked.take() {
+            Some(task) if task.is_finished() => match task.await {
+                Ok(Some(k)) => k,
                 _ => return,
-            };
+            },
+            Some(task) => {
+                self.kinds_asked = Some(task);
+                return;
+            }
+            None => {
+                if self.kinds_checked.elapsed() >= Duration::from_secs(30) {
+                    self.kinds_checked = Instant::now();
+                    let (hub, wake) = (ctx.hub.clone(), ctx.wake.clone());
+                    self.kinds_asked = Some(tokio::spawn(async move {
+                        let served =
+                            tokio::time::timeout(Duration::from_secs(10), kinds::served(&hub))
+                                .await;
+                        wake.notify_one();
+                        served.ok().and_then(Result::ok)
+                    }));
+                }
+                return;
+            }
+        };
         for kind in served {
             if ctx.stores.jobs.contains_key(&kind) {
                 continue;
