@@ -139,6 +139,7 @@ def main():
     stop = threading.Event()
     rusage = None
     stalled = False
+    requests = {}
     try:
         mr.wait("kueue /readyz", 120, lambda: proc.poll() is None
                 and mr.http_ok(f"http://127.0.0.1:{health}/readyz"))
@@ -160,6 +161,9 @@ def main():
         t.start()
         errors = []
         log(f"{len(queues)} ClusterQueues ready; {len(items)} Jobs onto {mr.MEMBER}")
+        # The API server's requests over the run (Kueue's, the Job controller's, the harness's),
+        # counted as muster's side counts the hub's.
+        req0 = mr.api_requests(member)
         creators = [threading.Thread(target=mr.create_set, args=(member, s, seen, errors, queued_manifest),
                                      daemon=True)
                     for s in sets]
@@ -188,6 +192,7 @@ def main():
             time.sleep(0.2)
         else:
             log(f"timed out after {a.timeout}s")
+        requests = mr.diff_requests(req0, mr.api_requests(member))
         kueue_evictions, kueue_evictions_by_class = workload_evictions(member, a.out)
     finally:
         stop.set()
@@ -236,6 +241,8 @@ def main():
                                 "p99TimeToAdmissionMs": mr.pct(c["admit"], 99),
                                 "meanTimeToFinishMs": mean(c["finish"])}
                             for n, c in sorted(classes.items())},
+        # {"resource[/subresource] VERB": count} on member-a's API server, watches left out.
+        "apiRequests": {mr.MEMBER: requests},
         "kueue": {"wallSeconds": wall_proc,
                   "cpuSeconds": rusage.ru_utime + rusage.ru_stime if rusage else None,
                   "maxRssMiB": rusage.ru_maxrss / 1024 if rusage else None},
