@@ -885,7 +885,7 @@ fn every_dashboard_query_uses_exported_metrics() {
     let (e, exported) = exported();
     // The families the simulator, a dispatch error, a placement mismatch and a partitioned member
     // produce: all of muster's.
-    assert_eq!(e.types.len(), 32, "{:?}", e.types.keys());
+    assert_eq!(e.types.len(), 33, "{:?}", e.types.keys());
     let d = dashboard();
     let mut exprs = Vec::new();
     collect_exprs(&d, "", &mut exprs);
