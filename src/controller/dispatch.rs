@@ -20,12 +20,26 @@ pub const MANAGED_BY: &str = "muster.dev/muster";
 
 /// Labels the API server generates on a batch Job's template and selector; the member's API
 /// server generates its own, so the copy must not carry the hub's.
-pub(super) const JOB_GENERATED_LABELS: [&str; 4] = [
+const JOB_GENERATED_LABELS: [&str; 4] = [
     "batch.kubernetes.io/controller-uid",
     "controller-uid",
     "batch.kubernetes.io/job-name",
     "job-name",
 ];
+
+/// Whether `job`'s template carries labels (and a selector) the hub's API server generated for
+/// this one job: a batch Job without a manual selector.
+pub(super) fn carries_generated_labels(kind: JobKind, job: &Value) -> bool {
+    kind == JobKind::Job
+        && job.pointer("/spec/manualSelector").and_then(Value::as_bool) != Some(true)
+}
+
+/// Takes the labels the hub's API server generated for a batch Job out of a template's labels.
+pub(super) fn drop_generated_labels(labels: &mut serde_json::Map<String, Value>) {
+    for k in JOB_GENERATED_LABELS {
+        labels.remove(k);
+    }
+}
 
 /// Builds the member copy of `hub` (the hub job as JSON) for `plan` (`{component: {node: pods}}`).
 /// With `gates`, every pod template also carries muster's scheduling gate: its pods wait until
@@ -64,20 +78,15 @@ pub fn member_copy(
     {
         spec.remove("managedBy");
     }
-    if w.kind == JobKind::Job {
-        let manual = obj.pointer("/spec/manualSelector").and_then(Value::as_bool) == Some(true);
-        if !manual {
-            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-                spec.remove("selector");
-            }
-            if let Some(l) = obj
-                .pointer_mut("/spec/template/metadata/labels")
-                .and_then(Value::as_object_mut)
-            {
-                for k in JOB_GENERATED_LABELS {
-                    l.remove(k);
-                }
-            }
+    if carries_generated_labels(w.kind, &obj) {
+        if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("selector");
+        }
+        if let Some(l) = obj
+            .pointer_mut("/spec/template/metadata/labels")
+            .and_then(Value::as_object_mut)
+        {
+            drop_generated_labels(l);
         }
     }
     if w.kind == JobKind::TrainJob {

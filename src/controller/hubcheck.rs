@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::lifecycle::{REFUSED_BY_HUB, digest_text};
-use crate::workload::{JobKind, Workload};
+use crate::workload::Workload;
 
 /// Labels of a namespace that Pod Security admission reads.
 pub const PSA_PREFIX: &str = "pod-security.kubernetes.io/";
@@ -89,8 +89,7 @@ pub fn templates(job: &Value, w: &Workload) -> Vec<Template> {
     let mut out: Vec<Template> = Vec::new();
     // A batch Job's template carries labels the hub's API server generated for this one job
     // (its uid and name); its member copy drops them and the member generates its own.
-    let generated = w.kind == JobKind::Job
-        && job.pointer("/spec/manualSelector").and_then(Value::as_bool) != Some(true);
+    let generated = super::dispatch::carries_generated_labels(w.kind, job);
     for c in &w.components {
         let Some(tp) = &c.template_pointer else {
             continue;
@@ -131,14 +130,7 @@ pub fn templates(job: &Value, w: &Workload) -> Vec<Template> {
 /// waited for one by one. So one verdict serves every Job of a template as the user wrote it;
 /// a policy that reads those labels' values is judged on the first Job that asked.
 fn key_of(pod: &Value, generated: bool) -> std::borrow::Cow<'_, Value> {
-    let labels = pod.pointer("/metadata/labels").and_then(Value::as_object);
-    if !generated
-        || !labels.is_some_and(|l| {
-            super::dispatch::JOB_GENERATED_LABELS
-                .iter()
-                .any(|k| l.contains_key(*k))
-        })
-    {
+    if !generated {
         return std::borrow::Cow::Borrowed(pod);
     }
     let mut key = pod.clone();
@@ -146,9 +138,7 @@ fn key_of(pod: &Value, generated: bool) -> std::borrow::Cow<'_, Value> {
         .pointer_mut("/metadata/labels")
         .and_then(Value::as_object_mut)
     {
-        for k in super::dispatch::JOB_GENERATED_LABELS {
-            l.remove(k);
-        }
+        super::dispatch::drop_generated_labels(l);
     }
     std::borrow::Cow::Owned(key)
 }

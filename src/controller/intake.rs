@@ -31,7 +31,7 @@ pub type Covered = Arc<RwLock<Option<BTreeSet<String>>>>;
 pub fn suspend_patch(kind: JobKind, obj: &Value, create: bool) -> Vec<Value> {
     let mut ops = Vec::new();
     let ptr = kind.suspend_pointer();
-    if obj.pointer(ptr) != Some(&Value::Bool(true)) {
+    if !kind.is_suspended(obj) {
         // Add the missing parents first (JSON patch `add` needs the parent to exist).
         let mut parent = String::new();
         let segs: Vec<&str> = ptr.split('/').skip(1).collect();

@@ -258,8 +258,8 @@ impl HubJobs {
             if obj.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let (_, ns, name) = submission_order(obj);
-            let ns = ns.unwrap_or("");
+            let ns = obj.metadata.namespace.as_deref().unwrap_or("");
+            let name = name_of(&obj.metadata);
             let generation = obj.metadata.generation.unwrap_or(0);
             let followed = core.book.get(uid).is_some();
             if !followed && self.ignored.get(uid) == Some(&generation) {
