@@ -47,6 +47,8 @@ impl Scheduler {
         let mut moved = false;
         let mut reclaimed = false;
         let mut round = self.fair_round();
+        // A8: classes held behind a job that was admitted or left since are visited again.
+        self.wake_lapsed_holds();
         let dirty = std::mem::take(&mut self.dirty);
         // Queues (by leaf) whose best waiting job (of any class, woken or not) would borrow at
         // the start of the pass: in the first round none of their jobs goes, so that no job of
@@ -99,9 +101,11 @@ impl Scheduler {
                     continue;
                 }
                 let decided = out.len();
+                let held_before = self.classes[c].holds.is_some();
                 match self.try_admit(job, out) {
                     Ok(by_reclaim) => {
                         moved = true;
+                        self.classes[c].holds = None;
                         reclaimed |= by_reclaim;
                         // Its leaf uses more now, and each victim's leaf less: the keys on
                         // those paths are recomputed (a share depends on its node's usage).
@@ -136,6 +140,7 @@ impl Scheduler {
                             (Blocker::Quota(_), false) => block.over.map(|s| (job, *s)),
                             _ => None,
                         };
+                        class.holds = block.holds.then_some(job);
                         if block.may_reclaim {
                             self.reclaim_blocked.insert(c);
                         }
@@ -150,8 +155,25 @@ impl Scheduler {
                                     self.fleet_blocked.insert(c);
                                 }
                             }
+                            Blocker::Held => {
+                                self.hold_blocked.insert(c);
+                            }
                         }
                         out.push(Decision::Wait { job, reason });
+                    }
+                }
+                // A8: a head that held its queue's jobs of lower priority and no longer does
+                // (admitted, or waiting now without a hold) lets them be visited in this pass.
+                if held_before && self.classes[c].holds.is_none() {
+                    let queue = self.jobs[job].queue;
+                    for h in self.holds_lapsed(Some(queue)) {
+                        if let Some(&(o, _)) = self.classes[h].jobs.first() {
+                            if guaranteed_only {
+                                self.first_round_push(&mut round, &mut borrowing, &deferred, o, h);
+                            } else {
+                                self.fair_push(&mut round, o, h);
+                            }
+                        }
                     }
                 }
             }
@@ -310,6 +332,22 @@ impl Scheduler {
         let shape = self.jobs[job].shape;
         let queue = self.jobs[job].queue;
         let leaf = self.queues.leaf(queue);
+        // A8: held behind a job of its queue that may take it back and waits for room.
+        if let Some(h) = self.holder(job) {
+            return Err(Block {
+                reason: format!(
+                    "held behind {} of higher priority ({}) in queue {}: that job may take back \
+                     this queue's jobs of lower priority and waits for room on a member",
+                    self.job_label(h),
+                    self.jobs[h].priority,
+                    self.queues.name(queue)
+                ),
+                on: Blocker::Held,
+                may_reclaim: false,
+                over: None,
+                holds: false,
+            });
+        }
         let mut quota_short: Option<crate::quota::Shortfall> = None;
         if let (Some(q), Some(leaf)) = (&self.quota, leaf)
             && let Err(s) = q.check(leaf, &self.shapes[shape].quota_demand)
@@ -333,10 +371,13 @@ impl Scheduler {
         // where the leaf allows preempting them): reclaim guaranteed quota from borrowing
         // subtrees, and there preempt such jobs of its own queue.
         let mut may_reclaim = false;
+        // R2 held (before preemption for fairness is considered): A8's hold.
+        let mut r2 = false;
         if let Some(leaf) = leaf {
             let own = self.lower_in_leaf(job, leaf);
             let short = self.short_of(job, leaf, quota_short.as_ref());
             may_reclaim = self.may_reclaim(job, leaf, &short, &self.charge_of(&own));
+            r2 = may_reclaim;
             if let Some((victims, ci, placement)) = self.reclaim(job, leaf, &short, &own) {
                 let label = self.job_label(job);
                 let qname = self.queues.name(queue).to_string();
@@ -383,6 +424,7 @@ impl Scheduler {
                     on: Blocker::Quota(node),
                     may_reclaim,
                     over: Some(Box::new(s)),
+                    holds: self.holds_after_wait(job, r2),
                 })
             }
             (None, Some(r)) => Err(Block {
@@ -390,12 +432,14 @@ impl Scheduler {
                 on: Blocker::Fleet,
                 may_reclaim,
                 over: None,
+                holds: self.holds_after_wait(job, r2),
             }),
             (None, None) => Err(Block {
                 reason: "no cluster fits".into(),
                 on: Blocker::Fleet,
                 may_reclaim,
                 over: None,
+                holds: self.holds_after_wait(job, r2),
             }),
         }
     }
@@ -471,10 +515,14 @@ struct Block {
     may_reclaim: bool,
     /// Over a max: what it is short of ([`crate::quota::QuotaState::check`]).
     over: Option<Box<crate::quota::Shortfall>>,
+    /// It holds its queue's jobs of lower priority (A8, [`Scheduler::holds_after_wait`]).
+    holds: bool,
 }
 
 enum Blocker {
     Fleet,
+    /// Held behind a job of its queue (A8): woken when that hold lapses.
+    Held,
     /// Over a max on its path: the highest such node, whose subtree's releases wake it.
     Quota(usize),
 }

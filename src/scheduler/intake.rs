@@ -147,6 +147,7 @@ impl Scheduler {
             reason_cycle: 0,
             reason_job: None,
             over_max: None,
+            holds: None,
             dirty: false,
             reclaim_failed: HashMap::new(),
         });

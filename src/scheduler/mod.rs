@@ -23,6 +23,7 @@ pub mod explain;
 mod fair;
 mod fairness;
 mod fit;
+mod hold;
 mod intake;
 mod reclaim;
 mod reserve;
@@ -126,6 +127,11 @@ struct Class {
     /// The job whose visit gave `reason`, and what it was short of, when it waited over a max
     /// and could not reclaim (see [`Scheduler::same_quota_wait`]).
     over_max: Option<(JobId, crate::quota::Shortfall)>,
+    /// The head whose last visit found it may preempt its queue's jobs of lower priority (R2,
+    /// R8) but no member where they and the borrowers gone let it fit: while it stays the
+    /// head and waits, its queue's jobs of lower priority are held (A8,
+    /// [`Scheduler::holder`]).
+    holds: Option<JobId>,
     dirty: bool,
     /// Per cluster: (cluster version, candidates, failed on a necessary condition, quota usage
     /// version) of the last failed reclaim trial there.
@@ -175,6 +181,9 @@ pub struct Scheduler {
     /// min anywhere may be the borrowing that makes a victim of it, or of another job on the
     /// member the head needs, so every admission that borrows wakes them.
     reclaim_blocked: HashSet<ClassId>,
+    /// Classes whose head was held behind a job of its queue that may take it back (A8),
+    /// woken once that hold lapses ([`Scheduler::holds_lapsed`]).
+    hold_blocked: HashSet<ClassId>,
     /// Admitted jobs per quota leaf, lowest priority then most recently admitted first
     /// (preemption candidates).
     admitted_by_leaf: BTreeMap<usize, BTreeSet<(i32, Reverse<u64>, JobId)>>,
@@ -213,6 +222,7 @@ impl Scheduler {
             fleet_blocked: HashSet::new(),
             quota_blocked: HashMap::new(),
             reclaim_blocked: HashSet::new(),
+            hold_blocked: HashSet::new(),
             admitted_by_leaf: BTreeMap::new(),
             inadmissible: BTreeSet::new(),
             free: BTreeSet::new(),
@@ -422,6 +432,8 @@ impl Scheduler {
         }
         self.inadmissible.remove(&job);
         self.jobs[job].state = JobState::Finished;
+        // A8: a job that left may have held its queue's jobs of lower priority.
+        self.wake_lapsed_holds();
     }
 
     /// Forgets a finished job: its slot is reused by a later submission, so that a driver that
@@ -614,6 +626,8 @@ impl Scheduler {
     }
 }
 
+#[cfg(test)]
+mod hold_tests;
 #[cfg(test)]
 mod pass_tests;
 #[cfg(test)]

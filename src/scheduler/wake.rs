@@ -84,6 +84,7 @@ impl Scheduler {
         self.fleet_blocked.clear();
         self.quota_blocked.clear();
         self.reclaim_blocked.clear();
+        self.hold_blocked.clear();
         for c in 0..self.classes.len() {
             self.mark_dirty(c);
         }

@@ -1,7 +1,7 @@
 //! The reference scheduler: muster's documented admission semantics (docs/concepts.md, "Quota",
 //! "Reclaim", "Queues", "Choosing the cluster"), written plainly and slowly, for the differential
 //! test to hold the optimized `Scheduler` to. Comments cite the documented rules by number
-//! (A1–A6, R1–R9) where each is applied.
+//! (A1–A8, R1–R9) where each is applied.
 //!
 //! It shares the core's parsing (`Workload`, `QuotaTree`, `ClusterInfo` and a node's filters),
 //! never its decisions: no memo, no skipped visit, no incremental state. Usage, free capacity and
@@ -139,6 +139,9 @@ pub struct Reference {
     pub(super) fair_used: BTreeSet<usize>,
     /// Jobs admitted by preemption for fairness, and their victims, over the whole run.
     pub fair_preemptions: u64,
+    /// A8: per leaf, the highest priority of a job that waited in this pass although it may
+    /// reclaim (R2), on a leaf that preempts by priority: its queue's jobs below it are held.
+    pub(super) holds: BTreeMap<usize, i32>,
 }
 
 /// The core's node plan for an admission, when it made the same one: pods per node per
@@ -159,6 +162,7 @@ impl Reference {
             fair_admits: 0,
             fair_used: BTreeSet::new(),
             fair_preemptions: 0,
+            holds: BTreeMap::new(),
         }
     }
 

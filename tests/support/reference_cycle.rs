@@ -1,6 +1,6 @@
 //! The reference scheduler's cycle: passes over every class head in global order, guaranteed
 //! jobs first, and reclaim by the documented rule, each step a plain recomputation from the
-//! jobs. The numbers in comments (A1–A6, R1–R9) are the rules of docs/concepts.md ("The
+//! jobs. The numbers in comments (A1–A8, R1–R9) are the rules of docs/concepts.md ("The
 //! admission cycle", "Reclaim"): each is applied where it is cited.
 
 use std::cmp::Reverse;
@@ -10,7 +10,8 @@ use muster::fleet::Constraints;
 
 use super::fair::Frac;
 use super::{
-    Amounts, Decided, MAX_JOBS, PODS, Plans, Reclaim, Reference, State, add, get, path_up,
+    Amounts, Decided, MAX_JOBS, PODS, Plans, Reclaim, Reference, State, WITHIN_QUEUE, add, get,
+    path_up,
 };
 
 /// A job's place in its queue: priority (higher first), submission time, arrival.
@@ -91,6 +92,7 @@ impl Reference {
     /// preemption in the first round the heads set aside go back to it. True when something
     /// moved.
     fn pass(&mut self, out: &mut Vec<Decided>, plans: &mut Plans) -> Result<bool, String> {
+        self.holds.clear();
         let waiting = self.waiting();
         let mut heads: BTreeMap<Class, usize> = BTreeMap::new();
         let mut best_of_leaf: BTreeMap<usize, usize> = BTreeMap::new();
@@ -173,6 +175,15 @@ impl Reference {
         out: &mut Vec<Decided>,
         plans: &mut Plans,
     ) -> Result<Option<bool>, String> {
+        // A8: held behind a job of its queue, visited before it in this pass, that may take
+        // it back and waited.
+        if self
+            .leaf(job)
+            .and_then(|l| self.holds.get(&l))
+            .is_some_and(|&p| p > self.jobs[job].priority)
+        {
+            return Ok(None);
+        }
         let none = BTreeSet::new();
         let over = self.over_max(job, &none);
         if over.is_empty()
@@ -198,6 +209,19 @@ impl Reference {
             None => (self.fair_preempt(job, leaf, &short), true),
         };
         let Some((victims, ci)) = found else {
+            // A8: it may reclaim (R2) on a leaf that preempts by priority: it holds its queue's
+            // jobs of lower priority.
+            // Only while room for it will come: it fits a reachable candidate member once
+            // every admitted job has ended.
+            let all: BTreeSet<usize> = self.admitted_jobs().collect();
+            if self.preempts_by_priority(leaf)
+                && self.may_reclaim(job, leaf, &short, &own)
+                && self.find_cluster(job, Some(&all)).is_some()
+            {
+                let p = self.jobs[job].priority;
+                let h = self.holds.entry(leaf).or_insert(p);
+                *h = (*h).max(p);
+            }
             return Ok(None);
         };
         // R7: the victims are preempted, the job admitted; victims back when the cycle ends.
@@ -358,6 +382,31 @@ impl Reference {
         short.iter().any(|r| get(&self.jobs[j].charge, r) > 0)
     }
 
+    /// R2: within its leaf's min for every short resource, its lower-priority jobs gone.
+    fn may_reclaim(&self, job: usize, leaf: usize, short: &[String], own: &[usize]) -> bool {
+        let none = BTreeSet::new();
+        let mut freed = Amounts::new();
+        for &o in own {
+            add(&mut freed, &self.jobs[o].charge, 1);
+        }
+        let d = &self.jobs[job].charge;
+        !short.is_empty()
+            && short.iter().all(|r| {
+                get(&self.used(leaf, &none), r) - get(&freed, r) + get(d, r) <= self.min(leaf, r)
+            })
+    }
+
+    /// Whether `leaf` preempts its jobs by priority (R8).
+    fn preempts_by_priority(&self, leaf: usize) -> bool {
+        self.tree.as_ref().is_some_and(|t| {
+            t.nodes[leaf]
+                .attributes
+                .get(WITHIN_QUEUE)
+                .map(String::as_str)
+                == Some("LowerPriority")
+        })
+    }
+
     /// Reclaim by the documented rule: victims, and the member the job then goes to.
     fn reclaim(
         &self,
@@ -373,11 +422,10 @@ impl Reference {
         for &o in own {
             add(&mut freed, &self.jobs[o].charge, 1);
         }
-        // R2: within its leaf's min for every short resource, its lower-priority jobs gone.
         let within = |n: usize, r: &str| {
             get(&self.used(n, &none), r) - get(&freed, r) + get(&d, r) <= self.min(n, r)
         };
-        if short.is_empty() || !short.iter().all(|r| within(leaf, r)) {
+        if !self.may_reclaim(job, leaf, short, own) {
             return None;
         }
         let mut guard: Vec<Guard> = Vec::new();
