@@ -55,6 +55,10 @@ pub struct Pending {
     pub strategy: Strategy,
     /// StrictFIFO only: the head of the queue it waits behind.
     pub blocked_by: Option<HeadOfLine>,
+    /// A8: the job of its queue, of higher priority, that may take it back and waits for room
+    /// on a member; it holds this one.
+    #[serde(rename = "heldBy", skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<HeadOfLine>,
     /// Leaf first, then up to the root; per node, the job's resources by name. `None` without
     /// a quota tree (nothing is limited).
     pub quota: Option<Vec<QuotaRow>>,
@@ -268,11 +272,16 @@ impl Scheduler {
         } else {
             None
         };
+        let held_by = self.holder(job).map(|h| HeadOfLine {
+            job: self.job_label(h),
+            reason: self.reason(h),
+        });
         Pending {
             reason: self.reason(job),
             ahead,
             strategy,
             blocked_by,
+            held_by,
             quota: self.quota_rows(job),
             fair: self.fair_rows(job),
             clusters: self.cluster_fits(shape, false),
@@ -678,6 +687,7 @@ impl Pending {
         (reason.starts_with("quota ") && self.quota_block().is_some())
             || (reason.starts_with("no cluster fits") && no_fit)
             || (reason.starts_with("waiting behind ") && self.blocked_by.is_some())
+            || (reason.starts_with("held behind ") && self.held_by.is_some())
     }
 
     /// Clusters the job may use now (not excluded, reachable).
@@ -708,7 +718,7 @@ impl Pending {
             .map(|c| c.cluster.as_str())
             .collect();
         if !fits.is_empty() {
-            return if self.blocked_by.is_some() {
+            return if self.blocked_by.is_some() || self.held_by.is_some() {
                 format!(
                     "by itself it is within quota and fits now on {}",
                     fits.join(", ")
@@ -735,14 +745,20 @@ impl Explanation {
     /// One line for a status `reason` field (at most [`SUMMARY_MAX`] bytes).
     pub fn summary(&self) -> String {
         let s = match &self.status {
-            Status::Pending(p) => match &p.blocked_by {
-                Some(h) => format!(
+            Status::Pending(p) => match (&p.blocked_by, &p.held_by) {
+                (Some(h), _) => format!(
                     "waiting behind {} in StrictFIFO queue {}; {}",
                     h.job,
                     self.queue,
                     p.own_issue(false)
                 ),
-                None => format!("waiting: {}", p.own_issue(false)),
+                (None, Some(h)) => format!(
+                    "held behind {}, which may take back the jobs of lower priority of queue {}; {}",
+                    h.job,
+                    self.queue,
+                    p.own_issue(false)
+                ),
+                (None, None) => format!("waiting: {}", p.own_issue(false)),
             },
             Status::Inadmissible(i) => format!("can never run: {}", i.reason),
             Status::Admitted(a) => format!("admitted to {} ({})", a.cluster, fmt_nodes(&a.nodes)),
@@ -884,6 +900,16 @@ impl fmt::Display for Explanation {
                     writeln!(
                         f,
                         "  the queue is StrictFIFO: nothing behind its head {} is admitted before it",
+                        h.job
+                    )?;
+                    if let Some(r) = &h.reason {
+                        writeln!(f, "  {} waits: {r}", h.job)?;
+                    }
+                }
+                if let Some(h) = &p.held_by {
+                    writeln!(
+                        f,
+                        "  held: {} (higher priority) may take back this queue's jobs of lower priority and waits for room on a member; none of them is admitted before it",
                         h.job
                     )?;
                     if let Some(r) = &h.reason {

@@ -113,6 +113,17 @@ fn a_job_that_may_take_back_its_queues_jobs_holds_them() {
         why.contains("held behind ns-a/j of higher priority (10) in queue root/a"),
         "{why}"
     );
+    let e = s.explain(k);
+    assert!(
+        e.summary()
+            .starts_with("held behind ns-a/j, which may take back the jobs of lower priority"),
+        "{}",
+        e.summary()
+    );
+    assert!(
+        e.to_string().contains("  held: ns-a/j (higher priority)"),
+        "{e}"
+    );
     s.finish(c1);
     assert!(s.has_work());
     let d = s.cycle();
