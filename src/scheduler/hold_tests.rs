@@ -1,9 +1,9 @@
 //! Unit tests of A8: a job that may take back its queue's jobs of lower priority, and waits
 //! for room on a member, holds them; the hold lapses when it is admitted or leaves.
 
+use super::pass_tests::{admitted, job, queued};
 use super::*;
 use crate::fleet::NodeInfo;
-use crate::workload::interpret;
 
 /// One member of two nodes with 4 GPUs each; the tree: root (min and max 8 GPUs) over `a`
 /// (ns-a, min 4, preempts lower priority), `b` (ns-b, min 2) and `c` (ns-c, min 2). b1 (2
@@ -66,33 +66,6 @@ fn fragmented() -> (Scheduler, [JobId; 3]) {
         "b1 and a1 on n0, c1 on n1"
     );
     (s, [placed[0], placed[1], placed[2]])
-}
-
-/// A batch Job of one pod asking 1 cpu and `gpus` GPUs, its pod naming `class` (if any).
-fn job(ns: &str, name: &str, gpus: u32, class: Option<&str>) -> Workload {
-    let mut spec = serde_json::json!({"containers": [{"name": "c", "image": "x",
-        "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": gpus}}}]});
-    if let Some(c) = class {
-        spec["priorityClassName"] = serde_json::json!(c);
-    }
-    interpret(&serde_json::json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"template": {"spec": spec}}
-    }))
-    .expect("reads")
-}
-
-fn queued(s: &mut Scheduler, w: &Workload, t: u64) -> JobId {
-    match s.submit(w, t) {
-        Submitted::Queued(id) => id,
-        other => panic!("queued: {other:?}"),
-    }
-}
-
-fn admitted(d: &[Decision], id: JobId) -> bool {
-    d.iter()
-        .any(|d| matches!(d, Decision::Admit { job, .. } if *job == id))
 }
 
 /// j (high priority, 4 GPUs) may reclaim (a uses 1, all of it a1 of low priority) but no node

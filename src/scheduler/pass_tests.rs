@@ -30,7 +30,7 @@ fn parse(root: serde_json::Value) -> QuotaTree {
 }
 
 /// A batch Job of one pod asking 1 cpu and `gpus` GPUs, its pod naming `class` (if any).
-fn job(ns: &str, name: &str, gpus: u32, class: Option<&str>) -> Workload {
+pub(super) fn job(ns: &str, name: &str, gpus: u32, class: Option<&str>) -> Workload {
     let mut spec = serde_json::json!({"containers": [{"name": "c", "image": "x",
         "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": gpus}}}]});
     if let Some(c) = class {
@@ -44,7 +44,7 @@ fn job(ns: &str, name: &str, gpus: u32, class: Option<&str>) -> Workload {
     .expect("reads")
 }
 
-fn queued(s: &mut Scheduler, w: &Workload, t: u64) -> JobId {
+pub(super) fn queued(s: &mut Scheduler, w: &Workload, t: u64) -> JobId {
     match s.submit(w, t) {
         Submitted::Queued(id) => id,
         _ => panic!("queued"),
@@ -57,7 +57,7 @@ fn waits_of(d: &[Decision], id: JobId) -> usize {
         .count()
 }
 
-fn admitted(d: &[Decision], id: JobId) -> bool {
+pub(super) fn admitted(d: &[Decision], id: JobId) -> bool {
     d.iter()
         .any(|d| matches!(d, Decision::Admit { job, .. } if *job == id))
 }
