@@ -209,10 +209,9 @@ impl Reference {
             None => (self.fair_preempt(job, leaf, &short), true),
         };
         let Some((victims, ci)) = found else {
-            // A8: it may reclaim (R2) on a leaf that preempts by priority: it holds its queue's
-            // jobs of lower priority.
-            // Only while room for it will come: it fits a reachable candidate member once
-            // every admitted job has ended.
+            // A8: it may reclaim (R2) on a leaf that preempts by priority, and room for it
+            // will come (it fits a reachable candidate member once every admitted job has
+            // ended): it holds its queue's jobs of lower priority.
             let all: BTreeSet<usize> = self.admitted_jobs().collect();
             if self.preempts_by_priority(leaf)
                 && self.may_reclaim(job, leaf, &short, &own)
