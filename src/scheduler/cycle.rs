@@ -409,6 +409,8 @@ impl Scheduler {
                 }
             }
         }
+        // A8: whether it holds its queue's jobs of lower priority, as it waits.
+        let holds = self.holds_after_wait(job, r2);
         match (quota_short, fleet_reason) {
             (Some(s), _) => {
                 let q = self.quota.as_ref();
@@ -424,7 +426,7 @@ impl Scheduler {
                     on: Blocker::Quota(node),
                     may_reclaim,
                     over: Some(Box::new(s)),
-                    holds: self.holds_after_wait(job, r2),
+                    holds,
                 })
             }
             (None, Some(r)) => Err(Block {
@@ -432,14 +434,14 @@ impl Scheduler {
                 on: Blocker::Fleet,
                 may_reclaim,
                 over: None,
-                holds: self.holds_after_wait(job, r2),
+                holds,
             }),
             (None, None) => Err(Block {
                 reason: "no cluster fits".into(),
                 on: Blocker::Fleet,
                 may_reclaim,
                 over: None,
-                holds: self.holds_after_wait(job, r2),
+                holds,
             }),
         }
     }

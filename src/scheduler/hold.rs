@@ -13,12 +13,7 @@ impl Scheduler {
     /// which is still that class's head. None on a leaf that does not preempt by priority.
     pub(super) fn holder(&self, job: JobId) -> Option<JobId> {
         let j = &self.jobs[job];
-        let leaf = self.queues.leaf(j.queue)?;
-        if !self
-            .quota
-            .as_ref()
-            .is_some_and(|q| q.tree.preempts_lower_priority(leaf))
-        {
+        if !self.preempts_by_priority(self.queues.leaf(j.queue)?) {
             return None;
         }
         self.queue_classes
@@ -46,8 +41,7 @@ impl Scheduler {
             && self
                 .queues
                 .leaf(self.jobs[job].queue)
-                .zip(self.quota.as_ref())
-                .is_some_and(|(leaf, q)| q.tree.preempts_lower_priority(leaf))
+                .is_some_and(|leaf| self.preempts_by_priority(leaf))
             && self.fits_once_jobs_end(job)
     }
 
@@ -82,18 +76,19 @@ impl Scheduler {
         if self.hold_blocked.is_empty() {
             return Vec::new();
         }
-        let mut lapsed: Vec<ClassId> = self
-            .hold_blocked
-            .iter()
-            .copied()
+        let held: Vec<ClassId> = match queue {
+            Some(q) => self.queue_classes.get(&q).map_or_else(Vec::new, |cs| {
+                cs.iter()
+                    .copied()
+                    .filter(|c| self.hold_blocked.contains(c))
+                    .collect()
+            }),
+            None => self.hold_blocked.iter().copied().collect(),
+        };
+        let mut lapsed: Vec<ClassId> = held
+            .into_iter()
             .filter(|&c| {
-                let class = &self.classes[c];
-                queue.is_none_or(|q| {
-                    class
-                        .jobs
-                        .first()
-                        .is_none_or(|&(_, h)| self.jobs[h].queue == q)
-                }) && class
+                self.classes[c]
                     .jobs
                     .first()
                     .is_none_or(|&(_, head)| self.holder(head).is_none())

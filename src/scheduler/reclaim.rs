@@ -102,11 +102,16 @@ impl Scheduler {
     /// The admitted jobs of `leaf`, lowest priority first, when the leaf allows its jobs to be
     /// preempted by priority (None otherwise).
     fn preemptible_in_leaf(&self, leaf: usize) -> Option<&BTreeSet<(i32, Reverse<u64>, JobId)>> {
-        let allowed = self
-            .quota
-            .as_ref()
-            .is_some_and(|q| q.tree.preempts_lower_priority(leaf));
+        let allowed = self.preempts_by_priority(leaf);
         self.admitted_by_leaf.get(&leaf).filter(|_| allowed)
+    }
+
+    /// Whether `leaf` preempts its jobs by priority (`muster.dev/within-queue-preemption:
+    /// LowerPriority`, R8).
+    pub(super) fn preempts_by_priority(&self, leaf: usize) -> bool {
+        self.quota
+            .as_ref()
+            .is_some_and(|q| q.tree.preempts_lower_priority(leaf))
     }
 
     /// What `jobs` are charged to quota, together.
