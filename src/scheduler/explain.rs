@@ -896,22 +896,30 @@ impl fmt::Display for Explanation {
                     "{job}: waiting in queue {} (priority {}, {place}).",
                     self.queue, self.priority
                 )?;
-                if let Some(h) = &p.blocked_by {
-                    writeln!(
-                        f,
-                        "  the queue is StrictFIFO: nothing behind its head {} is admitted before it",
-                        h.job
-                    )?;
-                    if let Some(r) = &h.reason {
-                        writeln!(f, "  {} waits: {r}", h.job)?;
-                    }
-                }
-                if let Some(h) = &p.held_by {
-                    writeln!(
-                        f,
-                        "  held: {} (higher priority) may take back this queue's jobs of lower priority and waits for room on a member; none of them is admitted before it",
-                        h.job
-                    )?;
+                // The job it waits behind (StrictFIFO's head, or A8's holder), and why that one
+                // waits.
+                let behind = [
+                    p.blocked_by.as_ref().map(|h| {
+                        (
+                            h,
+                            format!(
+                                "the queue is StrictFIFO: nothing behind its head {} is admitted before it",
+                                h.job
+                            ),
+                        )
+                    }),
+                    p.held_by.as_ref().map(|h| {
+                        (
+                            h,
+                            format!(
+                                "held: {} (higher priority) may take back this queue's jobs of lower priority and waits for room on a member; none of them is admitted before it",
+                                h.job
+                            ),
+                        )
+                    }),
+                ];
+                for (h, line) in behind.into_iter().flatten() {
+                    writeln!(f, "  {line}")?;
                     if let Some(r) = &h.reason {
                         writeln!(f, "  {} waits: {r}", h.job)?;
                     }
