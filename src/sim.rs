@@ -91,6 +91,10 @@ pub trait Progress {
     /// After each admission cycle at virtual time `now_ms`: what it decided, and the core as
     /// it left it (a test's reference scheduler follows the run this way).
     fn cycled(&mut self, _now_ms: u64, _decisions: &[Decision], _sched: &Scheduler) {}
+    /// The core's settings for the run (a test sets [`Config::wake_every_class`]).
+    fn config(&self) -> Config {
+        Config::default()
+    }
 }
 
 impl Progress for () {}
@@ -180,7 +184,7 @@ fn run_inner(
     explain: &[String],
     estimating: &Estimating,
 ) -> Result<Report, ScenarioError> {
-    let mut sched = Scheduler::new(Config::default());
+    let mut sched = Scheduler::new(progress.config());
     let mut warnings = Vec::new();
     if let Some(q) = sc.quota.as_ref().filter(|q| !is_empty(q)) {
         let tree = QuotaTree::parse(q).map_err(|problems| ScenarioError::Quota {

@@ -47,8 +47,22 @@ impl Scheduler {
         let mut moved = false;
         let mut reclaimed = false;
         let mut round = self.fair_round();
+        debug_assert_eq!(
+            (0..round.leaves_len())
+                .map(|n| self.best_below.best(n))
+                .collect::<Vec<_>>(),
+            self.best_below_from_scratch(),
+            "the best waiting job below each node"
+        );
         // A8: classes held behind a job that was admitted or left since are visited again.
         self.wake_lapsed_holds();
+        if self.config.wake_every_class {
+            for c in 0..self.classes.len() {
+                if !self.classes[c].jobs.is_empty() {
+                    self.mark_dirty(c);
+                }
+            }
+        }
         let dirty = std::mem::take(&mut self.dirty);
         // Queues (by leaf) whose best waiting job (of any class, woken or not) would borrow at
         // the start of the pass: in the first round none of their jobs goes, so that no job of

@@ -1425,6 +1425,7 @@ mod tests {
     fn strict_fifo_names_the_head_and_the_position() {
         let mut s = Scheduler::new(Config {
             default_strategy: Strategy::StrictFIFO,
+            ..Config::default()
         });
         s.set_cluster(&cluster("m", 1, "4"));
         let filler = queued(&mut s, &pytorch("other", "filler", 1, 2, &[]), 0);

@@ -1,19 +1,21 @@
 //! Fair sharing between siblings: the order in which a pass visits the woken queues' heads
 //! (rule A7 of docs/concepts.md). At every node of the quota tree, the child subtree with the
 //! lowest weighted dominant share of what it borrows now ([`crate::quota::Share`]) goes first;
-//! ties go to its best head's queue order (priority, then submission). Inside one queue the
-//! order is the queue's own. Without a tree, or for heads outside it, queue order.
+//! ties go to the subtree whose best waiting job, over every job waiting below it
+//! ([`super::best_below`]), comes first in queue order (priority, then submission). Inside one
+//! queue the order is the queue's own. Without a tree, or for heads outside it, queue order.
 //!
-//! The share is the one a subtree has now, not the one it would have with its head admitted
-//! (Armada's DRF, where Kueue counts the head): a subtree's place then depends on its usage
-//! alone, never on which of its heads a pass visits, so a head that is not woken (it would
-//! wait as before) changes nobody's order.
+//! Both keys depend on the state alone, never on which heads a pass visits: the share is the
+//! one a subtree has now, not the one it would have with its head admitted (Armada's DRF,
+//! where Kueue counts the head), and the tie-break reads every waiting job, not the heads in
+//! the round. So the order is one total order over every head, and a head that is not woken
+//! (it would wait as before) changes nobody's place in it.
 //!
-//! A tournament, not a sort: comparing two heads at the node where their paths meet is not
-//! transitive (cousins with different dominant resources). Each inner node keeps its
-//! children's keys; a visit changes the usage and the heads of one leaf only, so only that
-//! leaf's path is recomputed ([`Scheduler::refresh`]); a reclaim also changes its victims'
-//! leaves' usage, whose paths are then recomputed as well.
+//! Each inner node keeps the keys of its children that have a head of the round below them; a
+//! pop walks down from the root through each node's first child. A visit changes the usage and
+//! the waiting jobs of one leaf only, so only that leaf's path is recomputed
+//! ([`Scheduler::refresh`]); a reclaim also changes its victims' leaves' usage, whose paths
+//! are then recomputed as well.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -26,7 +28,8 @@ use crate::queue::JobOrder;
 use crate::quota::Share;
 use crate::resources::Demand;
 
-type Key = (Share, JobOrder, ClassId);
+/// A subtree's place among its siblings: its share now, then its best waiting job.
+type Key = (Share, Option<JobOrder>);
 
 /// The heads a pass has still to visit, in fair order. Indexed by tree node; keys are brought
 /// up to date lazily: a push only marks its leaf, and the next pop refreshes the marked paths.
@@ -36,7 +39,8 @@ pub(super) struct Round {
     loose: BTreeSet<(JobOrder, ClassId)>,
     /// Per node (a leaf), its heads in queue order.
     leaves: Vec<Sorted<(JobOrder, ClassId)>>,
-    /// Per inner node, the key of each child that has a head below it, with the child.
+    /// Per inner node, the key of each child that has a head of the round below it, with the
+    /// child.
     kids: Vec<Sorted<(Key, usize)>>,
     /// The key each node has in its parent's set.
     key: Vec<Option<Key>>,
@@ -46,6 +50,11 @@ pub(super) struct Round {
 }
 
 impl Round {
+    /// The tree's size (0: no tree).
+    pub(super) fn leaves_len(&self) -> usize {
+        self.leaves.len()
+    }
+
     /// Every head left, in no particular order; the round is empty after.
     pub(super) fn drain(&mut self) -> Vec<(JobOrder, ClassId)> {
         let mut all: Vec<(JobOrder, ClassId)> =
@@ -223,33 +232,48 @@ impl Scheduler {
             round.marked[leaf] = false;
             self.refresh(round, leaf);
         }
-        let tree = round
-            .kids
-            .first()
-            .and_then(|k| k.first())
-            .map(|((_, o, c), _)| (*o, *c))
-            .or_else(|| round.leaves.first().and_then(|s| s.first().copied()));
-        let loose = round.loose.first().copied();
-        let pick = match (tree, loose) {
-            (Some(t), Some(l)) => t.min(l),
-            (t, l) => t.or(l)?,
+        let tree = if round.leaves.is_empty() {
+            None
+        } else {
+            Self::first_below(round, 0)
         };
-        // Every test (debug) build holds the tournament to one recomputed from scratch.
+        let loose = round.loose.first().copied();
+        let (pick, node) = match (tree, loose) {
+            (Some((t, n)), Some(l)) if t <= l => (t, Some(n)),
+            (Some((t, n)), None) => (t, Some(n)),
+            (_, Some(l)) => (l, None),
+            (None, None) => return None,
+        };
+        // Every test (debug) build holds the round to one recomputed from scratch.
         debug_assert_eq!(
             Some(pick),
             self.fair_pick_reference(round),
             "the fair round's pick"
         );
-        if round.loose.remove(&pick) {
-            return Some(pick);
+        match node {
+            None => {
+                round.loose.remove(&pick);
+            }
+            Some(n) => {
+                round.leaves[n].remove(&pick);
+                round.mark(n);
+            }
         }
-        let leaf = self
-            .class_leaf(pick.1)
-            .filter(|l| round.leaves.get(*l).is_some_and(|s| s.contains(&pick)))
-            .or_else(|| round.leaves.iter().position(|s| s.contains(&pick)))?;
-        round.leaves[leaf].remove(&pick);
-        round.mark(leaf);
         Some(pick)
+    }
+
+    /// The first head of the round below `n`, with the node whose queue it heads: down through
+    /// each node's first child; a node's own heads against its first child's by queue order
+    /// (only a leaf has queues in a valid tree).
+    fn first_below(round: &Round, n: usize) -> Option<((JobOrder, ClassId), usize)> {
+        let own = round.leaves[n].first().map(|h| (*h, n));
+        let kid = round.kids[n]
+            .first()
+            .and_then(|&(_, c)| Self::first_below(round, c));
+        match (own, kid) {
+            (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+            (a, b) => a.or(b),
+        }
     }
 
     /// After `job` was admitted or preempted: its leaf's path uses more or less now, so its
@@ -262,12 +286,20 @@ impl Scheduler {
         }
     }
 
-    /// The head [`Self::fair_pop`] must take, computed from scratch (every node's share and
-    /// best head now): the slow, obvious form of the round, for debug builds.
+    /// The head [`Self::fair_pop`] must take, computed from scratch (every node's share now and
+    /// the round's heads below it; the best waiting job below it from the index): the slow,
+    /// obvious form of the round, for debug builds.
     fn fair_pick_reference(&self, round: &Round) -> Option<(JobOrder, ClassId)> {
+        let q = self.quota.as_ref().filter(|_| !round.leaves.is_empty());
+        // The best waiting job below each node from the index (held to one recomputed from
+        // scratch at every pass's start: `Scheduler::pass`).
+        let waiting: Vec<Option<JobOrder>> = (0..round.leaves.len())
+            .map(|n| self.best_below.best(n))
+            .collect();
         fn best(
             q: &crate::quota::QuotaState,
             round: &Round,
+            waiting: &[Option<JobOrder>],
             n: usize,
         ) -> Option<(JobOrder, ClassId)> {
             let own = round.leaves.get(n).and_then(|l| l.first().copied());
@@ -275,20 +307,17 @@ impl Scheduler {
                 .children
                 .iter()
                 .filter_map(|&c| {
-                    best(q, round, c).map(|(o, k)| ((q.share(c, &Demand::default()).0, o, k), c))
+                    let head = best(q, round, waiting, c)?;
+                    Some(((q.share(c, &Demand::default()).0, waiting[c]), head))
                 })
-                .min()
-                .map(|((_, o, k), _)| (o, k));
+                .min_by(|a, b| a.0.cmp(&b.0))
+                .map(|(_, h)| h);
             match (own, kids) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             }
         }
-        let tree = self
-            .quota
-            .as_ref()
-            .filter(|_| !round.leaves.is_empty())
-            .and_then(|q| best(q, round, 0));
+        let tree = q.and_then(|q| best(q, round, &waiting, 0));
         let loose = round.loose.first().copied();
         match (tree, loose) {
             (Some(t), Some(l)) => Some(t.min(l)),
@@ -296,19 +325,36 @@ impl Scheduler {
         }
     }
 
-    /// Recomputes the keys on the path from `leaf` to the root.
+    /// The best waiting job below each tree node but the root, from every class's head: what
+    /// [`super::best_below::BestBelow`] must hold (checked in debug builds).
+    pub(super) fn best_below_from_scratch(&self) -> Vec<Option<JobOrder>> {
+        let Some(q) = &self.quota else {
+            return Vec::new();
+        };
+        let mut waiting: Vec<Option<JobOrder>> = vec![None; q.tree.nodes.len()];
+        for c in 0..self.classes.len() {
+            if let (Some(leaf), Some(&(o, _))) = (self.class_leaf(c), self.classes[c].jobs.first())
+            {
+                for n in q.tree.path_up(leaf) {
+                    if q.tree.nodes[n].parent.is_some() {
+                        waiting[n] = Some(waiting[n].map_or(o, |w| w.min(o)));
+                    }
+                }
+            }
+        }
+        waiting
+    }
+
+    /// Recomputes the keys on the path from `leaf` to the root: a node has one in its
+    /// parent's set while a head of the round is below it.
     fn refresh(&self, round: &mut Round, leaf: usize) {
         let Some(q) = &self.quota else { return };
         let mut n = leaf;
         while let Some(p) = q.tree.nodes[n].parent {
-            let head = if n == leaf {
-                round.leaves[n].first().copied()
-            } else {
-                round.kids[n].first().map(|((_, o, c), _)| (*o, *c))
-            };
-            let new = head.map(|(o, c)| (q.share(n, &Demand::default()).0, o, c));
-            // Unchanged (a push that is not this node's new best, usage moved elsewhere on
-            // the path): its place in the parent's set stays.
+            let present = round.leaves[n].first().is_some() || round.kids[n].first().is_some();
+            let new = present.then(|| (q.share(n, &Demand::default()).0, self.best_below.best(n)));
+            // Unchanged (usage and waiting jobs moved elsewhere on the path): its place in
+            // the parent's set stays.
             if new != round.key[n] {
                 if let Some(k) = round.key[n].take() {
                     round.kids[p].remove(&(k, n));

@@ -18,6 +18,7 @@ use crate::quota::{QuotaState, QuotaTree, Strategy};
 use crate::resources::{Demand, MAX_JOBS, PODS, Res, ResourceTable};
 use crate::workload::{ClusterRestriction, Workload};
 
+mod best_below;
 mod cycle;
 pub mod explain;
 mod fair;
@@ -143,6 +144,11 @@ struct Class {
 pub struct Config {
     /// Without a quota tree, every namespace is its own queue; this picks their strategy.
     pub default_strategy: Strategy,
+    /// For tests: every pass wakes every class with a waiting job, as the reference scheduler
+    /// visits every head, instead of the classes whose situation changed. The moves (admit,
+    /// preempt) must be those of a normal run: a class left asleep could decide nothing, and
+    /// its head changes nobody's place in the fair order (A7). Only waits are added.
+    pub wake_every_class: bool,
 }
 
 /// The scheduling core's whole state.
@@ -175,6 +181,8 @@ pub struct Scheduler {
     fair_limited: Vec<ClassId>,
     /// The classes of each queue (a leaf's queue's best waiting job is the best of their heads).
     queue_classes: HashMap<usize, Vec<ClassId>>,
+    /// The best waiting job below each tree node (A7's tie-break between siblings).
+    best_below: best_below::BestBelow,
     fleet_blocked: HashSet<ClassId>,
     quota_blocked: HashMap<usize, HashSet<ClassId>>,
     /// Classes whose head last waited within its min (it may reclaim): a job admitted above a
@@ -219,6 +227,7 @@ impl Scheduler {
             fair_used: BTreeSet::new(),
             fair_limited: Vec::new(),
             queue_classes: HashMap::new(),
+            best_below: best_below::BestBelow::default(),
             fleet_blocked: HashSet::new(),
             quota_blocked: HashMap::new(),
             reclaim_blocked: HashSet::new(),
@@ -313,6 +322,10 @@ impl Scheduler {
     pub fn set_quota_tree(&mut self, tree: Option<QuotaTree>) {
         self.quota = tree.map(|t| QuotaState::new(t, &mut self.table));
         self.usage_version += 1;
+        // Every waiting job leaves its queue below and comes back (`recheck_inadmissible`)
+        // under its new leaf.
+        self.best_below
+            .reset(self.quota.as_ref().map_or(0, |q| q.tree.nodes.len()));
         // Leaf indices belong to the old tree: queues get theirs again as jobs are re-homed.
         self.queues.forget_leaves();
         self.admitted_by_leaf.clear();

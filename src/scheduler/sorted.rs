@@ -36,10 +36,6 @@ impl<T: Ord> Sorted<T> {
         }
     }
 
-    pub(super) fn contains(&self, t: &T) -> bool {
-        self.0.binary_search(t).is_ok()
-    }
-
     /// The least entry.
     pub(super) fn first(&self) -> Option<&T> {
         self.0.first()
@@ -65,14 +61,13 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(300))]
         /// The same answers and contents as a `BTreeSet` after every operation.
         #[test]
-        fn behaves_as_a_btreeset(ops in prop::collection::vec((0u8..4, 0u16..40), 0..200)) {
+        fn behaves_as_a_btreeset(ops in prop::collection::vec((0u8..3, 0u16..40), 0..200)) {
             let mut s: Sorted<u16> = Sorted::default();
             let mut r: BTreeSet<u16> = BTreeSet::new();
             for (op, x) in ops {
                 match op {
                     0 | 1 => prop_assert_eq!(s.insert(x), r.insert(x)),
-                    2 => prop_assert_eq!(s.remove(&x), r.remove(&x)),
-                    _ => prop_assert_eq!(s.contains(&x), r.contains(&x)),
+                    _ => prop_assert_eq!(s.remove(&x), r.remove(&x)),
                 }
                 prop_assert_eq!(s.first(), r.first());
                 prop_assert_eq!(&s.0, &r.iter().copied().collect::<Vec<_>>());

@@ -46,7 +46,11 @@ impl Scheduler {
         // Considered from the next pass on: reasons from earlier passes are not its own.
         self.jobs[job].enqueued_cycle = self.cycle_no + 1;
         let key = (self.jobs[job].order, job);
-        self.classes[c].jobs.insert(key);
+        if self.classes[c].jobs.insert(key)
+            && let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(self.jobs[job].queue))
+        {
+            self.best_below.insert(&q.tree, leaf, key.0);
+        }
         self.mark_dirty(c);
     }
 
@@ -59,9 +63,14 @@ impl Scheduler {
     pub(super) fn dequeue(&mut self, job: JobId) {
         let c = self.jobs[job].class;
         let key = (self.jobs[job].order, job);
-        if self.classes[c].jobs.remove(&key)
-            && self.queues.strategy(self.jobs[job].queue) == Strategy::StrictFIFO
-        {
+        if !self.classes[c].jobs.remove(&key) {
+            return;
+        }
+        let queue = self.jobs[job].queue;
+        if let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(queue)) {
+            self.best_below.remove(&q.tree, leaf, key.0);
+        }
+        if self.queues.strategy(queue) == Strategy::StrictFIFO {
             self.mark_dirty(c);
         }
     }

@@ -15,7 +15,7 @@ use super::{
 };
 
 /// A job's place in its queue: priority (higher first), submission time, arrival.
-type Order = (Reverse<i32>, u64, u64);
+pub(super) type Order = (Reverse<i32>, u64, u64);
 /// A class: the queue (leaf, or namespace without a tree) and, in a BestEffortFIFO queue, the
 /// job's shape.
 pub(super) type Class = (String, Option<String>);
@@ -38,7 +38,7 @@ impl Reference {
         Ok(out)
     }
 
-    fn order(&self, j: usize) -> Order {
+    pub(super) fn order(&self, j: usize) -> Order {
         let job = &self.jobs[j];
         (Reverse(job.priority), job.submitted, job.index)
     }
@@ -63,7 +63,7 @@ impl Reference {
     }
 
     /// Jobs waiting in their queues (victims of this cycle are not back yet).
-    fn waiting(&self) -> Vec<usize> {
+    pub(super) fn waiting(&self) -> Vec<usize> {
         (0..self.jobs.len())
             .filter(|j| self.jobs[*j].state == State::Pending && !self.held.contains(j))
             .collect()

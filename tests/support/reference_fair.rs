@@ -2,9 +2,9 @@
 //! (F1–F5), recomputed from scratch at every question: usage from the jobs, shares as plain
 //! fractions compared by cross products, and the tournament as a recursion over the whole tree.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::cycle::Class;
+use super::cycle::{Class, Order};
 use super::{Amounts, MAX_JOBS, PODS, Reference, get, path_up};
 
 /// The attribute and value of F1.
@@ -58,13 +58,11 @@ impl Reference {
     }
 
     /// A7. The head to visit next among `left`: at every node, the child subtree with the
-    /// lowest share now (ties: its best head's queue order); heads outside the tree by queue
-    /// order, against the tree's.
-    pub(super) fn next_fair<O: Ord + Copy>(
-        &self,
-        left: &BTreeSet<(O, Class)>,
-    ) -> Option<(O, Class)> {
-        let heads: Vec<(O, Class, Option<usize>)> = left
+    /// lowest share now (ties: the subtree whose best waiting job, over every job waiting below
+    /// it and not only the heads in `left`, comes first in queue order) among those with a head
+    /// in `left`; heads outside the tree by queue order, against the tree's.
+    pub(super) fn next_fair(&self, left: &BTreeSet<(Order, Class)>) -> Option<(Order, Class)> {
+        let heads: Vec<(Order, Class, Option<usize>)> = left
             .iter()
             .map(|(o, c)| {
                 let leaf = self.head(c).and_then(|j| self.leaf(j));
@@ -77,7 +75,20 @@ impl Reference {
             .map(|h| (h.0, h.1.clone()))
             .min();
         let tree = match &self.tree {
-            Some(_) => self.best_below(0, &heads),
+            Some(t) => {
+                // The best waiting job below each node, over every waiting job.
+                let mut waiting: BTreeMap<usize, Order> = BTreeMap::new();
+                for j in self.waiting() {
+                    if let Some(l) = self.leaf(j) {
+                        for n in path_up(t, l) {
+                            let o = self.order(j);
+                            let w = waiting.entry(n).or_insert(o);
+                            *w = (*w).min(o);
+                        }
+                    }
+                }
+                self.best_below(0, &heads, &waiting)
+            }
             None => None,
         };
         match (tree, loose) {
@@ -86,35 +97,38 @@ impl Reference {
         }
     }
 
-    /// The best head in the subtree of `n`.
-    fn best_below<O: Ord + Copy>(
+    /// The first head of `heads` in the fair order of the subtree of `n`; `waiting`: the best
+    /// waiting job below each node.
+    fn best_below(
         &self,
         n: usize,
-        heads: &[(O, Class, Option<usize>)],
-    ) -> Option<(O, Class)> {
+        heads: &[(Order, Class, Option<usize>)],
+        waiting: &BTreeMap<usize, Order>,
+    ) -> Option<(Order, Class)> {
         let t = self.tree.as_ref().expect("a tree");
         let here = heads
             .iter()
             .filter(|h| h.2 == Some(n))
             .map(|h| (h.0, h.1.clone()))
             .min();
-        let mut best: Option<(Frac, (O, Class))> = None;
+        let mut best: Option<(Frac, Option<Order>, (Order, Class))> = None;
         for &c in &t.nodes[n].children {
-            let Some(h) = self.best_below(c, heads) else {
+            let Some(h) = self.best_below(c, heads, waiting) else {
                 continue;
             };
             let s = self.share(c, &Amounts::new());
+            let w = waiting.get(&c).copied();
             let better = match &best {
                 None => true,
-                Some((bs, bh)) => s.lt(*bs) || (s.eq(*bs) && h < *bh),
+                Some((bs, bw, _)) => s.lt(*bs) || (s.eq(*bs) && w < *bw),
             };
             if better {
-                best = Some((s, h));
+                best = Some((s, w, h));
             }
         }
         match (here, best) {
-            (Some(h), Some((_, b))) => Some(h.min(b)),
-            (h, b) => h.or(b.map(|(_, b)| b)),
+            (Some(h), Some((_, _, b))) => Some(h.min(b)),
+            (h, b) => h.or(b.map(|(_, _, b)| b)),
         }
     }
 
