@@ -33,12 +33,12 @@ const BENCH: &[(&str, u64, u64, u64)] = &[
         // Waits re-pinned (moves unchanged) when a visit that would end in the same wait over
         // a max as the last one (the same job and shortfall, no reclaim) began to be skipped.
         // Re-pinned when A7's tie between sibling subtrees of equal share began to go to the
-        // best waiting job below each (every one, not the first head of the pass's round in
-        // the subtree's own fair order): an asleep head no longer sets anyone's order
+        // first head in each subtree's fair order over every waiting head (not only the heads
+        // of the pass's round): an asleep head no longer sets anyone's order
         // (`classes_left_asleep_change_no_move`).
-        0x46f4b3333d386be2,
-        0x03551c3dada1cc50,
-        88221,
+        0xbf23ba8547ee56f0,
+        0x85de24bc3a1e0067,
+        87124,
     ),
     (
         "diverse 1500x4x30",
@@ -48,13 +48,11 @@ const BENCH: &[(&str, u64, u64, u64)] = &[
         // with a job over a max waiting on the highest such node (seed 57987).
         // Waits re-pinned (moves unchanged) when a visit that would end in the same wait over
         // a max as the last one (the same job and shortfall, no reclaim) began to be skipped.
-        // Re-pinned, as above, when A7's tie between sibling subtrees of equal share began to go to the
-        // best waiting job below each (every one, not the first head of the pass's round in
-        // the subtree's own fair order): an asleep head no longer sets anyone's order
-        // (`classes_left_asleep_change_no_move`).
-        0x3d585c00257b4d85,
-        0xf624bf3eb313e6bb,
-        247936,
+        // Re-pinned, as above, when A7's tie between sibling subtrees of equal share began to
+        // go to the first head in each subtree's fair order over every waiting head.
+        0x60184e55d74ca616,
+        0x220e83ad0f85f59f,
+        263571,
     ),
 ];
 

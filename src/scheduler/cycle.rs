@@ -47,13 +47,12 @@ impl Scheduler {
         let mut moved = false;
         let mut reclaimed = false;
         let mut round = self.fair_round();
-        debug_assert_eq!(
-            (0..round.leaves_len())
-                .map(|n| self.best_below.best(n))
-                .collect::<Vec<_>>(),
-            self.best_below_from_scratch(),
-            "the best waiting job below each node"
-        );
+        #[cfg(debug_assertions)]
+        {
+            self.heads_fresh();
+            let (scratch, kept) = self.heads_from_scratch();
+            debug_assert_eq!(kept, scratch, "the first waiting head below each node");
+        }
         // A8: classes held behind a job that was admitted or left since are visited again.
         self.wake_lapsed_holds();
         if self.config.wake_every_class {
@@ -228,13 +227,23 @@ impl Scheduler {
     /// Whether `job` stays within the guarantees (min) at every node of its path, with its
     /// queue's jobs of lower priority that it may preempt counted as gone.
     fn borrows_nothing(&self, job: JobId, leaf: usize) -> bool {
-        self.quota.as_ref().is_none_or(|q| {
-            q.within_min_freeing(
-                leaf,
-                &self.shapes[self.jobs[job].shape].quota_demand,
-                &self.charge_of(&self.lower_in_leaf(job, leaf)),
-            )
-        })
+        let Some(q) = &self.quota else {
+            return true;
+        };
+        let d = &self.shapes[self.jobs[job].shape].quota_demand;
+        // Jobs gone only lower usage: within the mins as things are, it is within them with
+        // its queue's jobs of lower priority gone as well, and without such jobs there is
+        // nothing else to count.
+        let now = q.within_min_freeing(leaf, d, &Demand::default());
+        let answer = now
+            || (self.any_lower_in_leaf(job, leaf)
+                && q.within_min_freeing(leaf, d, &self.charge_of(&self.lower_in_leaf(job, leaf))));
+        debug_assert_eq!(
+            answer,
+            q.within_min_freeing(leaf, d, &self.charge_of(&self.lower_in_leaf(job, leaf))),
+            "borrows nothing, read first without the jobs it may preempt"
+        );
+        answer
     }
 
     /// The leaves of the woken classes whose queue's best waiting job, over all its classes,

@@ -1,21 +1,22 @@
 //! Fair sharing between siblings: the order in which a pass visits the woken queues' heads
 //! (rule A7 of docs/concepts.md). At every node of the quota tree, the child subtree with the
 //! lowest weighted dominant share of what it borrows now ([`crate::quota::Share`]) goes first;
-//! ties go to the subtree whose best waiting job, over every job waiting below it
-//! ([`super::best_below`]), comes first in queue order (priority, then submission). Inside one
-//! queue the order is the queue's own. Without a tree, or for heads outside it, queue order.
+//! ties go to the subtree whose first head in this same order, over every waiting head below
+//! it, comes first in queue order (priority, then submission). Inside one queue the order is
+//! the queue's own. Without a tree, or for heads outside it, queue order.
 //!
 //! Both keys depend on the state alone, never on which heads a pass visits: the share is the
 //! one a subtree has now, not the one it would have with its head admitted (Armada's DRF,
-//! where Kueue counts the head), and the tie-break reads every waiting job, not the heads in
-//! the round. So the order is one total order over every head, and a head that is not woken
-//! (it would wait as before) changes nobody's place in it.
+//! where Kueue counts the head), and the tie-break reads every waiting head
+//! ([`Scheduler::heads`], kept as heads and usage change), not the heads in the pass's round.
+//! So the order is one total order over every head, and a head that is not woken (it would
+//! wait as before) changes nobody's place in it.
 //!
-//! Each inner node keeps the keys of its children that have a head of the round below them; a
-//! pop walks down from the root through each node's first child. A visit changes the usage and
-//! the waiting jobs of one leaf only, so only that leaf's path is recomputed
-//! ([`Scheduler::refresh`]); a reclaim also changes its victims' leaves' usage, whose paths
-//! are then recomputed as well.
+//! A [`Round`] keeps, at each inner node, the keys of its children that have a head of the
+//! round below them; a pop walks down from the root through each node's first child. A visit
+//! changes the usage and the heads of one leaf only, so only that leaf's path is recomputed
+//! ([`Scheduler::refresh`]); a reclaim also changes its victims' leaves' usage, whose paths are
+//! then recomputed as well. The round of every head is kept the same way across passes.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -28,12 +29,12 @@ use crate::queue::JobOrder;
 use crate::quota::Share;
 use crate::resources::Demand;
 
-/// A subtree's place among its siblings: its share now, then its best waiting job.
+/// A subtree's place among its siblings: its share now, then its first waiting head's order.
 type Key = (Share, Option<JobOrder>);
 
 /// The heads a pass has still to visit, in fair order. Indexed by tree node; keys are brought
 /// up to date lazily: a push only marks its leaf, and the next pop refreshes the marked paths.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Round {
     /// Heads outside any tree leaf (no tree), in queue order.
     loose: BTreeSet<(JobOrder, ClassId)>,
@@ -50,11 +51,6 @@ pub(super) struct Round {
 }
 
 impl Round {
-    /// The tree's size (0: no tree).
-    pub(super) fn leaves_len(&self) -> usize {
-        self.leaves.len()
-    }
-
     /// Every head left, in no particular order; the round is empty after.
     pub(super) fn drain(&mut self) -> Vec<(JobOrder, ClassId)> {
         let mut all: Vec<(JobOrder, ClassId)> =
@@ -71,8 +67,9 @@ impl Round {
         all
     }
 
-    fn mark(&mut self, leaf: usize) {
-        if !self.marked[leaf] {
+    /// `leaf`'s path is to be recomputed: its heads or its usage changed.
+    pub(super) fn mark(&mut self, leaf: usize) {
+        if leaf < self.marked.len() && !self.marked[leaf] {
             self.marked[leaf] = true;
             self.stale.push(leaf);
         }
@@ -227,10 +224,11 @@ impl Scheduler {
     }
 
     /// The next head to visit, taken out of the round.
-    pub(super) fn fair_pop(&self, round: &mut Round) -> Option<(JobOrder, ClassId)> {
+    pub(super) fn fair_pop(&mut self, round: &mut Round) -> Option<(JobOrder, ClassId)> {
+        self.heads_fresh();
         while let Some(leaf) = round.stale.pop() {
             round.marked[leaf] = false;
-            self.refresh(round, leaf);
+            self.refresh(round, leaf, Some(&self.heads));
         }
         let tree = if round.leaves.is_empty() {
             None
@@ -276,6 +274,43 @@ impl Scheduler {
         }
     }
 
+    /// Class `c`'s head was `old` and is now its first job: the round of every head follows.
+    /// `leaf`: the leaf of the queue of the job that came or went.
+    pub(super) fn head_changed(
+        &mut self,
+        c: ClassId,
+        leaf: Option<usize>,
+        old: Option<(JobOrder, super::JobId)>,
+    ) {
+        let new = self.classes[c].jobs.first().copied();
+        let Some(leaf) = leaf.filter(|l| *l < self.heads.leaves.len()) else {
+            return;
+        };
+        if old == new {
+            return;
+        }
+        if let Some((o, _)) = old {
+            self.heads.leaves[leaf].remove(&(o, c));
+        }
+        if let Some((o, _)) = new {
+            self.heads.leaves[leaf].insert((o, c));
+        }
+        self.heads.mark(leaf);
+    }
+
+    /// Brings the round of every head up to date (the paths whose heads or usage changed).
+    pub(super) fn heads_fresh(&mut self) {
+        if self.heads.stale.is_empty() {
+            return;
+        }
+        let mut heads = std::mem::take(&mut self.heads);
+        while let Some(leaf) = heads.stale.pop() {
+            heads.marked[leaf] = false;
+            self.refresh(&mut heads, leaf, None);
+        }
+        self.heads = heads;
+    }
+
     /// After `job` was admitted or preempted: its leaf's path uses more or less now, so its
     /// keys are recomputed (a node's share depends on its own usage only).
     pub(super) fn fair_admitted(&self, round: &mut Round, job: super::JobId) {
@@ -287,14 +322,14 @@ impl Scheduler {
     }
 
     /// The head [`Self::fair_pop`] must take, computed from scratch (every node's share now and
-    /// the round's heads below it; the best waiting job below it from the index): the slow,
-    /// obvious form of the round, for debug builds.
+    /// the round's heads below it; its first waiting head from [`Scheduler::heads`]): the
+    /// slow, obvious form of the round, for debug builds.
     fn fair_pick_reference(&self, round: &Round) -> Option<(JobOrder, ClassId)> {
         let q = self.quota.as_ref().filter(|_| !round.leaves.is_empty());
-        // The best waiting job below each node from the index (held to one recomputed from
-        // scratch at every pass's start: `Scheduler::pass`).
+        // Each node's first waiting head from the round of every head (held to one recomputed
+        // from scratch at every pass's start: `Scheduler::pass`).
         let waiting: Vec<Option<JobOrder>> = (0..round.leaves.len())
-            .map(|n| self.best_below.best(n))
+            .map(|n| Self::first_below(&self.heads, n).map(|h| h.0.0))
             .collect();
         fn best(
             q: &crate::quota::QuotaState,
@@ -325,36 +360,68 @@ impl Scheduler {
         }
     }
 
-    /// The best waiting job below each tree node but the root, from every class's head: what
-    /// [`super::best_below::BestBelow`] must hold (checked in debug builds).
-    pub(super) fn best_below_from_scratch(&self) -> Vec<Option<JobOrder>> {
+    /// Each tree node's first waiting head in fair order, recomputed from every class's head:
+    /// what [`Scheduler::heads`] must give (checked in debug builds), and what it gives.
+    #[cfg(debug_assertions)]
+    pub(super) fn heads_from_scratch(&self) -> (Vec<Option<JobOrder>>, Vec<Option<JobOrder>>) {
         let Some(q) = &self.quota else {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         };
-        let mut waiting: Vec<Option<JobOrder>> = vec![None; q.tree.nodes.len()];
+        let mut all = self.fair_round();
         for c in 0..self.classes.len() {
             if let (Some(leaf), Some(&(o, _))) = (self.class_leaf(c), self.classes[c].jobs.first())
             {
-                for n in q.tree.path_up(leaf) {
-                    if q.tree.nodes[n].parent.is_some() {
-                        waiting[n] = Some(waiting[n].map_or(o, |w| w.min(o)));
-                    }
-                }
+                all.leaves[leaf].insert((o, c));
             }
         }
-        waiting
+        fn first(
+            q: &crate::quota::QuotaState,
+            all: &Round,
+            n: usize,
+            out: &mut Vec<Option<JobOrder>>,
+        ) -> Option<(JobOrder, ClassId)> {
+            let own = all.leaves[n].first().copied();
+            let kids = q.tree.nodes[n]
+                .children
+                .iter()
+                .filter_map(|&c| {
+                    let h = first(q, all, c, out)?;
+                    Some(((q.share(c, &Demand::default()).0, h.0), h))
+                })
+                .min_by(|a, b| a.0.cmp(&b.0))
+                .map(|(_, h)| h);
+            let f = match (own, kids) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            out[n] = f.map(|h| h.0);
+            f
+        }
+        let mut scratch = vec![None; q.tree.nodes.len()];
+        first(q, &all, 0, &mut scratch);
+        let kept = (0..q.tree.nodes.len())
+            .map(|n| Self::first_below(&self.heads, n).map(|h| h.0.0))
+            .collect();
+        (scratch, kept)
     }
 
     /// Recomputes the keys on the path from `leaf` to the root: a node has one in its
-    /// parent's set while a head of the round is below it.
-    fn refresh(&self, round: &mut Round, leaf: usize) {
+    /// parent's set while a head of the round is below it. Each node's first waiting head is
+    /// read from `heads` (the round of every head), or, for that round itself, from the round.
+    fn refresh(&self, round: &mut Round, leaf: usize, heads: Option<&Round>) {
         let Some(q) = &self.quota else { return };
         let mut n = leaf;
         while let Some(p) = q.tree.nodes[n].parent {
-            let present = round.leaves[n].first().is_some() || round.kids[n].first().is_some();
-            let new = present.then(|| (q.share(n, &Demand::default()).0, self.best_below.best(n)));
-            // Unchanged (usage and waiting jobs moved elsewhere on the path): its place in
-            // the parent's set stays.
+            let first = Self::first_below(round, n);
+            let new = first.map(|f| {
+                let rep = match heads {
+                    Some(h) => Self::first_below(h, n).map(|h| h.0.0),
+                    None => Some(f.0.0),
+                };
+                (q.share(n, &Demand::default()).0, rep)
+            });
+            // Unchanged (usage and heads moved elsewhere on the path): its place in the
+            // parent's set stays.
             if new != round.key[n] {
                 if let Some(k) = round.key[n].take() {
                     round.kids[p].remove(&(k, n));

@@ -18,7 +18,6 @@ use crate::quota::{QuotaState, QuotaTree, Strategy};
 use crate::resources::{Demand, MAX_JOBS, PODS, Res, ResourceTable};
 use crate::workload::{ClusterRestriction, Workload};
 
-mod best_below;
 mod cycle;
 pub mod explain;
 mod fair;
@@ -181,8 +180,9 @@ pub struct Scheduler {
     fair_limited: Vec<ClassId>,
     /// The classes of each queue (a leaf's queue's best waiting job is the best of their heads).
     queue_classes: HashMap<usize, Vec<ClassId>>,
-    /// The best waiting job below each tree node (A7's tie-break between siblings).
-    best_below: best_below::BestBelow,
+    /// Every class head on the tree, in fair order (A7): each subtree's first waiting head,
+    /// which breaks a tie of share between siblings in a pass's round.
+    heads: fair::Round,
     fleet_blocked: HashSet<ClassId>,
     quota_blocked: HashMap<usize, HashSet<ClassId>>,
     /// Classes whose head last waited within its min (it may reclaim): a job admitted above a
@@ -227,7 +227,7 @@ impl Scheduler {
             fair_used: BTreeSet::new(),
             fair_limited: Vec::new(),
             queue_classes: HashMap::new(),
-            best_below: best_below::BestBelow::default(),
+            heads: fair::Round::default(),
             fleet_blocked: HashSet::new(),
             quota_blocked: HashMap::new(),
             reclaim_blocked: HashSet::new(),
@@ -324,8 +324,7 @@ impl Scheduler {
         self.usage_version += 1;
         // Every waiting job leaves its queue below and comes back (`recheck_inadmissible`)
         // under its new leaf.
-        self.best_below
-            .reset(self.quota.as_ref().map_or(0, |q| q.tree.nodes.len()));
+        self.heads = self.fair_round();
         // Leaf indices belong to the old tree: queues get theirs again as jobs are re-homed.
         self.queues.forget_leaves();
         self.admitted_by_leaf.clear();

@@ -58,6 +58,7 @@ impl Scheduler {
         if let (Some(q), Some(leaf)) = (self.quota.as_mut(), self.queues.leaf(self.jobs[job].queue))
         {
             q.charge(leaf, &shape.quota_demand, 1);
+            self.heads.mark(leaf);
         }
         if !restore || self.jobs[job].admitted_seq == 0 {
             self.seq += 1;
@@ -89,6 +90,7 @@ impl Scheduler {
         let leaf = self.queues.leaf(self.jobs[job].queue);
         if let (Some(q), Some(leaf)) = (self.quota.as_mut(), leaf) {
             q.charge(leaf, &shape.quota_demand, -1);
+            self.heads.mark(leaf);
             for n in q.tree.path_up(leaf) {
                 if let Some(set) = self.quota_blocked.remove(&n) {
                     for c in set {

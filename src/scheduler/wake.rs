@@ -46,11 +46,9 @@ impl Scheduler {
         // Considered from the next pass on: reasons from earlier passes are not its own.
         self.jobs[job].enqueued_cycle = self.cycle_no + 1;
         let key = (self.jobs[job].order, job);
-        if self.classes[c].jobs.insert(key)
-            && let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(self.jobs[job].queue))
-        {
-            self.best_below.insert(&q.tree, leaf, key.0);
-        }
+        let old = self.classes[c].jobs.first().copied();
+        self.classes[c].jobs.insert(key);
+        self.head_changed(c, self.queues.leaf(self.jobs[job].queue), old);
         self.mark_dirty(c);
     }
 
@@ -63,13 +61,12 @@ impl Scheduler {
     pub(super) fn dequeue(&mut self, job: JobId) {
         let c = self.jobs[job].class;
         let key = (self.jobs[job].order, job);
+        let old = self.classes[c].jobs.first().copied();
         if !self.classes[c].jobs.remove(&key) {
             return;
         }
         let queue = self.jobs[job].queue;
-        if let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(queue)) {
-            self.best_below.remove(&q.tree, leaf, key.0);
-        }
+        self.head_changed(c, self.queues.leaf(queue), old);
         if self.queues.strategy(queue) == Strategy::StrictFIFO {
             self.mark_dirty(c);
         }

@@ -57,10 +57,10 @@ impl Reference {
         best
     }
 
-    /// A7. The head to visit next among `left`: at every node, the child subtree with the
-    /// lowest share now (ties: the subtree whose best waiting job, over every job waiting below
-    /// it and not only the heads in `left`, comes first in queue order) among those with a head
-    /// in `left`; heads outside the tree by queue order, against the tree's.
+    /// A7. The head to visit next among `left`: at every node, among the child subtrees with a
+    /// head in `left`, the one with the lowest share now; ties go to the subtree whose first
+    /// head in this same order over every waiting head below it (not only those in `left`)
+    /// comes first in queue order. Heads outside the tree by queue order, against the tree's.
     pub(super) fn next_fair(&self, left: &BTreeSet<(Order, Class)>) -> Option<(Order, Class)> {
         let heads: Vec<(Order, Class, Option<usize>)> = left
             .iter()
@@ -75,19 +75,18 @@ impl Reference {
             .map(|h| (h.0, h.1.clone()))
             .min();
         let tree = match &self.tree {
-            Some(t) => {
-                // The best waiting job below each node, over every waiting job.
-                let mut waiting: BTreeMap<usize, Order> = BTreeMap::new();
+            Some(_) => {
+                // Every class's head: its best waiting job.
+                let mut best: BTreeMap<Class, (Order, Option<usize>)> = BTreeMap::new();
                 for j in self.waiting() {
-                    if let Some(l) = self.leaf(j) {
-                        for n in path_up(t, l) {
-                            let o = self.order(j);
-                            let w = waiting.entry(n).or_insert(o);
-                            *w = (*w).min(o);
-                        }
+                    let (c, o) = (self.class(j), self.order(j));
+                    if best.get(&c).is_none_or(|b| o < b.0) {
+                        best.insert(c, (o, self.leaf(j)));
                     }
                 }
-                self.best_below(0, &heads, &waiting)
+                let all: Vec<(Order, Class, Option<usize>)> =
+                    best.into_iter().map(|(c, (o, l))| (o, c, l)).collect();
+                self.first_in(0, &heads, &all)
             }
             None => None,
         };
@@ -97,13 +96,13 @@ impl Reference {
         }
     }
 
-    /// The first head of `heads` in the fair order of the subtree of `n`; `waiting`: the best
-    /// waiting job below each node.
-    fn best_below(
+    /// The first of `heads` in the fair order of the subtree of `n`, subtrees of equal share
+    /// ordered by their first head among `all` (every waiting head).
+    fn first_in(
         &self,
         n: usize,
         heads: &[(Order, Class, Option<usize>)],
-        waiting: &BTreeMap<usize, Order>,
+        all: &[(Order, Class, Option<usize>)],
     ) -> Option<(Order, Class)> {
         let t = self.tree.as_ref().expect("a tree");
         let here = heads
@@ -113,11 +112,11 @@ impl Reference {
             .min();
         let mut best: Option<(Frac, Option<Order>, (Order, Class))> = None;
         for &c in &t.nodes[n].children {
-            let Some(h) = self.best_below(c, heads, waiting) else {
+            let Some(h) = self.first_in(c, heads, all) else {
                 continue;
             };
             let s = self.share(c, &Amounts::new());
-            let w = waiting.get(&c).copied();
+            let w = self.first_in(c, all, all).map(|f| f.0);
             let better = match &best {
                 None => true,
                 Some((bs, bw, _)) => s.lt(*bs) || (s.eq(*bs) && w < *bw),
