@@ -325,39 +325,27 @@ impl Scheduler {
     /// the round's heads below it; its first waiting head from [`Scheduler::heads`]): the
     /// slow, obvious form of the round, for debug builds.
     fn fair_pick_reference(&self, round: &Round) -> Option<(JobOrder, ClassId)> {
-        let q = self.quota.as_ref().filter(|_| !round.leaves.is_empty());
         // Each node's first waiting head from the round of every head (held to one recomputed
         // from scratch at every pass's start: `Scheduler::pass`).
-        let waiting: Vec<Option<JobOrder>> = (0..round.leaves.len())
-            .map(|n| Self::first_below(&self.heads, n).map(|h| h.0.0))
-            .collect();
-        fn best(
-            q: &crate::quota::QuotaState,
-            round: &Round,
-            waiting: &[Option<JobOrder>],
-            n: usize,
-        ) -> Option<(JobOrder, ClassId)> {
-            let own = round.leaves.get(n).and_then(|l| l.first().copied());
-            let kids = q.tree.nodes[n]
-                .children
-                .iter()
-                .filter_map(|&c| {
-                    let head = best(q, round, waiting, c)?;
-                    Some(((q.share(c, &Demand::default()).0, waiting[c]), head))
-                })
-                .min_by(|a, b| a.0.cmp(&b.0))
-                .map(|(_, h)| h);
-            match (own, kids) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        }
-        let tree = q.and_then(|q| best(q, round, &waiting, 0));
+        let reps = self.heads_firsts();
+        let mut out = vec![None; round.leaves.len()];
+        let tree = self
+            .quota
+            .as_ref()
+            .filter(|_| !round.leaves.is_empty())
+            .and_then(|q| first_from_scratch(q, round, Some(&reps), 0, &mut out));
         let loose = round.loose.first().copied();
         match (tree, loose) {
             (Some(t), Some(l)) => Some(t.min(l)),
             (t, l) => t.or(l),
         }
+    }
+
+    /// Each tree node's first waiting head, as [`Scheduler::heads`] gives it.
+    fn heads_firsts(&self) -> Vec<Option<JobOrder>> {
+        (0..self.heads.leaves.len())
+            .map(|n| Self::first_below(&self.heads, n).map(|h| h.0.0))
+            .collect()
     }
 
     /// Each tree node's first waiting head in fair order, recomputed from every class's head:
@@ -374,35 +362,9 @@ impl Scheduler {
                 all.leaves[leaf].insert((o, c));
             }
         }
-        fn first(
-            q: &crate::quota::QuotaState,
-            all: &Round,
-            n: usize,
-            out: &mut Vec<Option<JobOrder>>,
-        ) -> Option<(JobOrder, ClassId)> {
-            let own = all.leaves[n].first().copied();
-            let kids = q.tree.nodes[n]
-                .children
-                .iter()
-                .filter_map(|&c| {
-                    let h = first(q, all, c, out)?;
-                    Some(((q.share(c, &Demand::default()).0, h.0), h))
-                })
-                .min_by(|a, b| a.0.cmp(&b.0))
-                .map(|(_, h)| h);
-            let f = match (own, kids) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            out[n] = f.map(|h| h.0);
-            f
-        }
         let mut scratch = vec![None; q.tree.nodes.len()];
-        first(q, &all, 0, &mut scratch);
-        let kept = (0..q.tree.nodes.len())
-            .map(|n| Self::first_below(&self.heads, n).map(|h| h.0.0))
-            .collect();
-        (scratch, kept)
+        first_from_scratch(q, &all, None, 0, &mut scratch);
+        (scratch, self.heads_firsts())
     }
 
     /// Recomputes the keys on the path from `leaf` to the root: a node has one in its
@@ -434,4 +396,34 @@ impl Scheduler {
             n = p;
         }
     }
+}
+
+/// The first head of `round` below `n` in fair order, recomputed from scratch: at each node
+/// the child with the lowest share now, siblings of equal share ordered by their first waiting
+/// head in `reps` or, without it, by their own first head here; a node's own heads against its
+/// first child's by queue order. Writes each node's first head to `out` (debug checks).
+fn first_from_scratch(
+    q: &crate::quota::QuotaState,
+    round: &Round,
+    reps: Option<&[Option<JobOrder>]>,
+    n: usize,
+    out: &mut [Option<JobOrder>],
+) -> Option<(JobOrder, ClassId)> {
+    let own = round.leaves[n].first().copied();
+    let kids = q.tree.nodes[n]
+        .children
+        .iter()
+        .filter_map(|&c| {
+            let h = first_from_scratch(q, round, reps, c, out)?;
+            let rep = reps.map_or(Some(h.0), |r| r[c]);
+            Some(((q.share(c, &Demand::default()).0, rep), h))
+        })
+        .min_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, h)| h);
+    let first = match (own, kids) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    out[n] = first.map(|h| h.0);
+    first
 }
