@@ -17,6 +17,9 @@ use crate::resources::{PODS, Res, ResourceTable, at, set};
 use crate::workload::{JobKind, RuntimeNeed, Workload};
 
 pub mod domains;
+mod summary;
+
+pub use summary::Summary;
 
 /// Each node's labels, in node order (what [`domains::Domains`] groups by).
 fn nodes_for_levels(info: &ClusterInfo) -> Vec<&BTreeMap<String, String>> {
@@ -382,16 +385,6 @@ fn requirement_matches(req: &NodeSelectorRequirement, value: Option<&String>) ->
     }
 }
 
-/// Upper bounds over a cluster's nodes that admit pods at all, for quick rejection.
-#[derive(Clone, Debug, Default)]
-pub struct Summary {
-    /// Largest free amount on any one node, per resource.
-    pub max_free: Vec<i128>,
-    /// Total free, per resource.
-    pub total_free: Vec<i128>,
-    pub total_alloc: Vec<i128>,
-}
-
 /// A member cluster inside the core.
 #[derive(Clone, Debug)]
 pub struct Cluster {
@@ -444,11 +437,6 @@ impl Cluster {
         }
     }
 
-    /// The bounds as last computed by [`Cluster::summary`] (call that first).
-    pub fn cached_summary(&self) -> &Summary {
-        &self.summary
-    }
-
     /// How many resource indices its nodes' amounts span (allocatable, reserved or external).
     pub fn res_len(&self) -> usize {
         self.nodes
@@ -456,35 +444,6 @@ impl Cluster {
             .map(|n| n.alloc.len().max(n.reserved.len()).max(n.external.len()))
             .max()
             .unwrap_or(0)
-    }
-
-    /// Cached bounds, recomputed when the cluster changed.
-    pub fn summary(&mut self) -> &Summary {
-        if self.summary_version != self.version {
-            let len = self.res_len();
-            let mut s = Summary {
-                max_free: vec![0; len],
-                total_free: vec![0; len],
-                total_alloc: vec![0; len],
-            };
-            for n in &self.nodes {
-                let usable = n.takes_pods();
-                for i in 0..len {
-                    let r = Res(i as u16);
-                    // Saturating: a node without a pod limit counts NO_POD_LIMIT pods, and a
-                    // few of them would overflow a plain sum.
-                    s.total_alloc[i] = s.total_alloc[i].saturating_add(at(&n.alloc, r));
-                    if usable {
-                        let free = n.free(r);
-                        s.total_free[i] = s.total_free[i].saturating_add(free.max(0));
-                        s.max_free[i] = s.max_free[i].max(free);
-                    }
-                }
-            }
-            self.summary = s;
-            self.summary_version = self.version;
-        }
-        &self.summary
     }
 }
 

@@ -208,6 +208,7 @@ impl Scheduler {
             key_res,
             fit,
             nowhere: None,
+            fleet_short: None,
         });
         self.shape_ids.insert(key, id);
         id

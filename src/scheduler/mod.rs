@@ -114,6 +114,9 @@ struct Shape {
     fit: fit::FitId,
     /// The fleet version at which the shape last fit nowhere, and why.
     nowhere: Option<(u64, String)>,
+    /// The fleet version at which [`Scheduler::fleet_short`] was last read, and what it gave:
+    /// a function of the shape and the fleet alone, so the same while the fleet is.
+    fleet_short: Option<(u64, Vec<Res>)>,
 }
 
 #[derive(Clone)]
@@ -311,7 +314,7 @@ impl Scheduler {
         let dense = self.table.dense(used);
         let c = &mut self.clusters[ci];
         if let Some(&ni) = c.node_index.get(node) {
-            c.nodes[ni].external = dense;
+            c.set_external(ni, dense);
         }
         self.freed_on(ci);
         self.capacity_freed();

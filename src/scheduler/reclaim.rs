@@ -129,6 +129,22 @@ impl Scheduler {
     /// resource is short (fragmentation), the job's scarcest resource (its `key_res`).
     fn fleet_short(&mut self, job: JobId) -> Vec<Res> {
         let shape_id = self.jobs[job].shape;
+        // Every change of a member (usage, nodes, reachability, what it serves) bumps the
+        // fleet version; the shape's candidates and demand never change.
+        if let Some((v, short)) = &self.shapes[shape_id].fleet_short
+            && *v == self.fleet_version
+        {
+            let short = short.clone();
+            debug_assert_eq!(short, self.fleet_short_now(shape_id), "fleet_short memo");
+            return short;
+        }
+        let short = self.fleet_short_now(shape_id);
+        self.shapes[shape_id].fleet_short = Some((self.fleet_version, short.clone()));
+        short
+    }
+
+    /// [`Self::fleet_short`] read from the fleet as it is.
+    fn fleet_short_now(&mut self, shape_id: ShapeId) -> Vec<Res> {
         let d = self.shapes[shape_id].quota_demand.clone();
         let requested: Vec<Res> = d
             .iter()

@@ -1,7 +1,8 @@
 //! Reservations: an admitted job's pods on its member's nodes and its charge on its quota leaf,
 //! made by `reserve` and undone by `release`. The one place node reservations change is
-//! `reserve_on`; every change bumps the cluster's version, and a release wakes the classes that
-//! waited for quota or capacity.
+//! `reserve_on` (through [`Cluster::reserve`], which keeps the cluster's summary current);
+//! every change bumps the cluster's version, and a release wakes the classes that waited for
+//! quota or capacity.
 
 use std::cmp::Reverse;
 
@@ -113,7 +114,7 @@ impl Scheduler {
 
     fn bump_cluster(&mut self, ci: usize) {
         self.fleet_version += 1;
-        self.clusters[ci].version = self.fleet_version;
+        self.clusters[ci].bump(self.fleet_version);
     }
 
     /// [`Self::bump_cluster`] for a change that may give nodes of the cluster more free
@@ -129,13 +130,7 @@ impl Scheduler {
 pub(super) fn reserve_on(c: &mut Cluster, groups: &[PodGroup], placement: &Placement, sign: i128) {
     for (gi, nodes) in placement.groups.iter().enumerate() {
         for &(n, k) in nodes {
-            if let Some(node) = c.nodes.get_mut(n) {
-                crate::resources::add_demand(
-                    &mut node.reserved,
-                    &groups[gi].demand,
-                    sign * i128::from(k),
-                );
-            }
+            c.reserve(n, &groups[gi].demand, sign * i128::from(k));
         }
     }
 }
