@@ -432,6 +432,8 @@ pub struct QuotaState {
     pub used: Vec<Vec<i128>>,
     /// What each node lends its children of each resource ([`QuotaState::lendable`]).
     lend: Vec<Vec<i128>>,
+    /// Per node, per resource index: whether its `min` names the resource (zero included).
+    names_min: Vec<Vec<bool>>,
 }
 
 impl QuotaState {
@@ -453,6 +455,21 @@ impl QuotaState {
                 v
             })
             .collect();
+        let names_min = tree
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut v = Vec::new();
+                for (name, _) in n.min.iter() {
+                    let i = usize::from(table.intern(name).0);
+                    if v.len() <= i {
+                        v.resize(i + 1, false);
+                    }
+                    v[i] = true;
+                }
+                v
+            })
+            .collect();
         let used = vec![Vec::new(); tree.nodes.len()];
         let mut q = QuotaState {
             tree,
@@ -460,6 +477,7 @@ impl QuotaState {
             max,
             used,
             lend: Vec::new(),
+            names_min,
         };
         q.lend = (0..q.tree.nodes.len())
             .map(|p| {
@@ -473,6 +491,14 @@ impl QuotaState {
 
     pub fn max_of(&self, node: usize, r: Res) -> Option<i128> {
         self.max[node].get(usize::from(r.0)).copied().flatten()
+    }
+
+    /// Whether `node`'s `min` names `r` (a min of zero included).
+    pub fn names_min(&self, node: usize, r: Res) -> bool {
+        self.names_min[node]
+            .get(usize::from(r.0))
+            .copied()
+            .unwrap_or(false)
     }
 
     pub fn min_of(&self, node: usize, r: Res) -> i128 {

@@ -3,6 +3,8 @@
 //! the summary is computed from the nodes and how a reservation on one node keeps it current
 //! without reading every node again; [`compute`] is the reference it is held to.
 
+use std::collections::BTreeMap;
+
 use super::{Cluster, Node};
 use crate::resources::{Demand, Res, at};
 
@@ -14,9 +16,9 @@ pub struct Summary {
     /// Total free, per resource.
     pub total_free: Vec<i128>,
     pub total_alloc: Vec<i128>,
-    /// Per resource, how many nodes that take pods have exactly `max_free` free: a node
-    /// leaving the top lowers the most free only when it was the last one there.
-    at_max: Vec<u32>,
+    /// Per resource, how many nodes that take pods have each amount free: the most free on one
+    /// node follows a reservation without reading every node.
+    frees: Vec<BTreeMap<i128, u32>>,
 }
 
 /// The summary read from every node.
@@ -26,7 +28,7 @@ pub fn compute(c: &Cluster) -> Summary {
         max_free: vec![0; len],
         total_free: vec![0; len],
         total_alloc: vec![0; len],
-        at_max: vec![0; len],
+        frees: vec![BTreeMap::new(); len],
     };
     for n in &c.nodes {
         let usable = n.takes_pods();
@@ -39,13 +41,7 @@ pub fn compute(c: &Cluster) -> Summary {
                 let free = n.free(r);
                 s.total_free[i] = s.total_free[i].saturating_add(free.max(0));
                 s.max_free[i] = s.max_free[i].max(free);
-            }
-        }
-    }
-    for n in c.nodes.iter().filter(|n| n.takes_pods()) {
-        for i in 0..len {
-            if n.free(Res(i as u16)) == s.max_free[i] {
-                s.at_max[i] += 1;
+                *s.frees[i].entry(free).or_default() += 1;
             }
         }
     }
@@ -55,8 +51,8 @@ pub fn compute(c: &Cluster) -> Summary {
 impl Summary {
     /// Brings the summary up to date after node `node`'s reservations changed by `d` (its free
     /// amounts were `before`, per resource of `d`, in `d`'s order). False when it cannot be
-    /// kept without reading every node (the last node at the top left it, a total reached
-    /// saturation, a resource the summary does not span); it must then be computed again.
+    /// kept without reading every node (a total reached saturation, a resource the summary
+    /// does not span); it must then be computed again.
     pub(super) fn node_changed(&mut self, node: &Node, d: &Demand, before: &[i128]) -> bool {
         if !node.takes_pods() {
             return true;
@@ -78,20 +74,16 @@ impl Summary {
                 Some(t) if t < i128::MAX => self.total_free[i] = t,
                 _ => return false,
             }
-            let (m, k) = (self.max_free[i], &mut self.at_max[i]);
-            if new > m {
-                self.max_free[i] = new;
-                *k = 1;
-            } else if new == m {
-                if old != m {
-                    *k += 1;
+            let frees = &mut self.frees[i];
+            match frees.get_mut(&old) {
+                Some(k) if *k > 1 => *k -= 1,
+                Some(_) => {
+                    frees.remove(&old);
                 }
-            } else if old == m {
-                *k = k.saturating_sub(1);
-                if *k == 0 {
-                    return false;
-                }
+                None => return false,
             }
+            *frees.entry(new).or_default() += 1;
+            self.max_free[i] = frees.last_key_value().map_or(0, |(&m, _)| m.max(0));
         }
         true
     }

@@ -31,6 +31,8 @@ pub(super) struct FitMemo {
     pub quota_demand: Demand,
     /// Per cluster: (topology version, eligible nodes per group).
     pub eligible: HashMap<usize, (u64, Vec<Vec<usize>>)>,
+    /// Per cluster: (topology version, per node whether the shape may use it).
+    pub usable: HashMap<usize, (u64, Vec<bool>)>,
     /// Per cluster: (version, topology version, what is free on the nodes it may use).
     pub usable_free: HashMap<usize, (u64, u64, UsableFree)>,
     /// Per cluster, the last failure there.
@@ -45,6 +47,7 @@ impl FitMemo {
             groups,
             quota_demand,
             eligible: HashMap::new(),
+            usable: HashMap::new(),
             usable_free: HashMap::new(),
             seen: Vec::new(),
             nowhere: None,
@@ -89,7 +92,8 @@ impl Scheduler {
         let fresh = matches!(self.fits[fit].usable_free.get(&ci),
             Some((fv, ft, _)) if *fv == v && *ft == topo);
         if !fresh {
-            let usable = self.usable_nodes(fit, ci);
+            self.ensure_usable(fit, ci);
+            let usable = self.usable_on(fit, ci);
             let c = &self.clusters[ci];
             let len = c.res_len();
             let free = |n: usize, i: usize| c.nodes[n].free(crate::resources::Res(i as u16));
@@ -122,19 +126,31 @@ impl Scheduler {
     }
 
     /// The nodes of `ci` the pod shape may use (they take pods and admit one of its groups
-    /// with pods).
-    pub(super) fn usable_nodes(&mut self, fit: FitId, ci: usize) -> Vec<bool> {
+    /// with pods), kept while the member's topology (nodes, labels, taints) is unchanged.
+    pub(super) fn ensure_usable(&mut self, fit: FitId, ci: usize) {
         self.ensure_eligible(fit, ci);
-        let c = &self.clusters[ci];
-        let mut usable = vec![false; c.nodes.len()];
-        for (g, e) in self.fits[fit].groups.iter().zip(self.eligible_on(fit, ci)) {
-            if g.pods > 0 {
-                for &n in e {
-                    usable[n] = c.nodes[n].takes_pods();
+        let topo = self.clusters[ci].topology;
+        let fresh = matches!(self.fits[fit].usable.get(&ci), Some((t, _)) if *t == topo);
+        if !fresh {
+            let c = &self.clusters[ci];
+            let mut usable = vec![false; c.nodes.len()];
+            for (g, e) in self.fits[fit].groups.iter().zip(self.eligible_on(fit, ci)) {
+                if g.pods > 0 {
+                    for &n in e {
+                        usable[n] = c.nodes[n].takes_pods();
+                    }
                 }
             }
+            self.fits[fit].usable.insert(ci, (topo, usable));
         }
-        usable
+    }
+
+    /// The nodes of `ci` the pod shape may use (after [`Self::ensure_usable`]).
+    pub(super) fn usable_on(&self, fit: FitId, ci: usize) -> &[bool] {
+        self.fits[fit]
+            .usable
+            .get(&ci)
+            .map_or(&[][..], |(_, u)| u.as_slice())
     }
 
     /// The tightest cluster (least free of the job's scarcest resource) where the whole job fits.

@@ -240,14 +240,24 @@ impl Scheduler {
                 // Nothing the victim's leaf is guaranteed is then borrowed by this job: in
                 // every resource it asks that that leaf names a min of, its own leaf stays
                 // within its min (so the victim cannot take it back for another resource).
-                let vmin = &q.tree.nodes[*vleaf].min.0;
                 let keeps_theirs = d.iter().all(|(r, x)| {
                     r == PODS
                         || r == MAX_JOBS
                         || x <= 0
-                        || !vmin.contains_key(self.table.name(r))
+                        || !q.names_min(*vleaf, r)
                         || within(leaf, r)
                 });
+                debug_assert_eq!(
+                    keeps_theirs,
+                    d.iter().all(|(r, x)| {
+                        r == PODS
+                            || r == MAX_JOBS
+                            || x <= 0
+                            || !q.tree.nodes[*vleaf].min.0.contains_key(self.table.name(r))
+                            || within(leaf, r)
+                    }),
+                    "a leaf's min read by index as by name"
+                );
                 let eligible = keeps_theirs
                     && short.iter().any(|&r| q.borrowing(mc, r))
                     && short.iter().all(|&r| within(jc, r));
@@ -268,7 +278,9 @@ impl Scheduler {
             .flat_map(|l| self.admitted_by_leaf[l].iter().copied())
             .filter(|(_, _, v)| self.asks_any(*v, short))
             .collect();
-        candidates.sort_unstable();
+        // Each leaf's jobs come in this order already: merging the runs (a stable sort finds
+        // them) is cheaper than sorting afresh; the keys are unique, so the order is the same.
+        candidates.sort();
         // Its own jobs that the guard needs gone come first (no trial can give them back), then
         // the borrowers, then the rest of its own: the shortest prefix takes borrowed capacity
         // back before any other job of its queue.
@@ -421,16 +433,16 @@ impl Scheduler {
             // Clusters in the usual choice order (least free of the job's scarcest resource,
             // then name); the first where its victims suffice wins.
             let key_res = self.shapes[shape].key_res;
-            let mut clusters: Vec<(i128, String, usize)> = by_cluster
+            let mut clusters: Vec<(i128, usize)> = by_cluster
                 .keys()
-                .map(|&ci| {
-                    let free = at(&self.clusters[ci].summary().total_free, key_res);
-                    (free, self.clusters[ci].name.clone(), ci)
-                })
+                .map(|&ci| (at(&self.clusters[ci].summary().total_free, key_res), ci))
                 .collect();
-            clusters.sort();
+            // Cluster names are unique: the index breaks no tie the name leaves.
+            clusters.sort_by(|a, b| {
+                (a.0, &self.clusters[a.1].name).cmp(&(b.0, &self.clusters[b.1].name))
+            });
             let mut best: Option<(Vec<JobId>, usize)> = None;
-            for (_, _, ci) in clusters {
+            for (_, ci) in clusters {
                 let candidates = by_cluster.remove(&ci).unwrap_or_default();
                 let c = &self.clusters[ci];
                 if !c.reachable || !self.candidate(shape, ci) {
@@ -439,7 +451,9 @@ impl Scheduler {
                 // R6: another leaf's candidate with no pod asking a short resource on a node
                 // the job may use frees nothing it can use; counted by R5, it would stand in
                 // for one that does.
-                let usable = self.usable_nodes(self.shapes[shape].fit, ci);
+                let fit = self.shapes[shape].fit;
+                self.ensure_usable(fit, ci);
+                let usable = self.usable_on(fit, ci);
                 let candidates: Vec<JobId> = candidates
                     .into_iter()
                     .filter(|&v| {
