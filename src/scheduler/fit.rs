@@ -1,6 +1,6 @@
 //! Where a job fits: the choice of member (`find_cluster`), one estimate on one member
-//! (`place_on`), the nodes each component may use there (`ensure_eligible`), and whether a
-//! member is a candidate at all (`candidate`, `refusal`).
+//! (`place_on`), the nodes each component may use there (`ensure_eligible`; together, per
+//! node, `ensure_usable`), and whether a member is a candidate at all (`candidate`, `refusal`).
 //!
 //! Owns the fit memos. They belong to the *pod shape* ([`FitMemo`]: the components' pods,
 //! requests and node constraints), not to the job's [`Shape`](super::Shape): jobs that differ
