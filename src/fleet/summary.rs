@@ -91,8 +91,8 @@ impl Summary {
 
 impl Cluster {
     /// Changes node `n`'s reservations by `times` × `d` (a node the cluster does not have is
-    /// skipped). A current summary is kept current; the caller then moves the cluster to a
-    /// new version with [`Cluster::bump`].
+    /// skipped). A current summary is kept current. A change that stays is followed by
+    /// [`Cluster::bump`]; a reclaim trial's, undone before the trial ends, is not.
     pub fn reserve(&mut self, n: usize, d: &Demand, times: i128) {
         let Some(node) = self.nodes.get_mut(n) else {
             return;

@@ -241,23 +241,17 @@ impl Scheduler {
                 // every resource it asks that that leaf names a min of, its own leaf stays
                 // within its min (so the victim cannot take it back for another resource).
                 let keeps_theirs = d.iter().all(|(r, x)| {
+                    debug_assert_eq!(
+                        q.names_min(*vleaf, r),
+                        q.tree.nodes[*vleaf].min.0.contains_key(self.table.name(r)),
+                        "a leaf's min read by index as by name"
+                    );
                     r == PODS
                         || r == MAX_JOBS
                         || x <= 0
                         || !q.names_min(*vleaf, r)
                         || within(leaf, r)
                 });
-                debug_assert_eq!(
-                    keeps_theirs,
-                    d.iter().all(|(r, x)| {
-                        r == PODS
-                            || r == MAX_JOBS
-                            || x <= 0
-                            || !q.tree.nodes[*vleaf].min.0.contains_key(self.table.name(r))
-                            || within(leaf, r)
-                    }),
-                    "a leaf's min read by index as by name"
-                );
                 let eligible = keeps_theirs
                     && short.iter().any(|&r| q.borrowing(mc, r))
                     && short.iter().all(|&r| within(jc, r));
