@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::quantity::{Quantity, ResourceList};
 use crate::resources::{Demand, Res, ResourceTable, at, set};
 
+mod borrowers;
 mod share;
 pub use share::{Dominant, FAIR_PREEMPTION_ATTRIBUTE, MAX_WEIGHT, Share, WEIGHT_ATTRIBUTE};
 
@@ -434,6 +435,9 @@ pub struct QuotaState {
     lend: Vec<Vec<i128>>,
     /// Per node, per resource index: whether its `min` names the resource (zero included).
     names_min: Vec<Vec<bool>>,
+    /// Per resource index: how many nodes use more than their min of it
+    /// ([`QuotaState::anyone_borrows`]), kept through every charge.
+    borrowers: Vec<u32>,
 }
 
 impl QuotaState {
@@ -478,7 +482,9 @@ impl QuotaState {
             used,
             lend: Vec::new(),
             names_min,
+            borrowers: Vec::new(),
         };
+        q.borrowers = q.count_borrowers(table.len());
         q.lend = (0..q.tree.nodes.len())
             .map(|p| {
                 (0..table.len())
@@ -601,7 +607,9 @@ impl QuotaState {
         while let Some(n) = cur {
             for (r, x) in d.iter() {
                 let u = at(&self.used[n], r);
-                set(&mut self.used[n], r, u + sign * x);
+                let v = u + sign * x;
+                set(&mut self.used[n], r, v);
+                self.borrowing_moved(n, r, u, v);
             }
             cur = self.tree.nodes[n].parent;
         }

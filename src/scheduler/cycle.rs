@@ -282,18 +282,44 @@ impl Scheduler {
 
     /// Whether a visit of class `c`, whose head is `job`, would certainly end in the same wait
     /// as its last one: the same job last waited there for the fleet (since it was queued), it
-    /// is within quota now, it cannot reclaim (no resource it asks for stays within its leaf's
-    /// min, and no job of its queue may be preempted for it), and its pods fit no candidate
-    /// member by what is known ([`Self::fits_nowhere`]).
+    /// is within quota now, its pods fit no candidate member by what is known
+    /// ([`Self::fits_nowhere`]), and it cannot reclaim: no resource it asks for stays within
+    /// its leaf's min and no job of its queue may be preempted for it, or there is nothing to
+    /// take ([`Self::nothing_to_take`]).
     /// Such a visit is skipped: no `Wait` decision, and the reason shown stays the one of the
     /// last visit made.
-    fn certain_to_wait(&self, c: ClassId, job: JobId) -> bool {
+    fn certain_to_wait(&mut self, c: ClassId, job: JobId) -> bool {
         let class = &self.classes[c];
         let j = &self.jobs[job];
         if class.reason_job != Some(job) || class.reason_cycle < j.enqueued_cycle {
             return false;
         }
-        !self.quota_may_move(job) && self.fits_nowhere(job)
+        self.fits_nowhere(job) && (!self.quota_may_move(job) || self.nothing_to_take(job))
+    }
+
+    /// Whether a head that waits for the fleet and that quota may move (within its leaf's min
+    /// in something it asks, [`Self::quota_may_move`]) would still find nothing to take: it is
+    /// within every max; its leaf neither preempts by priority (no job of its queue to take,
+    /// and no hold, A8) nor lies below a node that preempts for fairness; and no node of the
+    /// tree borrows a resource it is short of on the fleet ([`Self::short_of`]), so that no
+    /// job of another leaf is a candidate ([`Self::reclaim`] takes one only from a side that
+    /// borrows what the job is short of). Only an admission makes a node borrow, and every
+    /// admission wakes the heads waiting for the fleet that quota may move
+    /// ([`Self::admission_wakes`]), these among them.
+    fn nothing_to_take(&mut self, job: JobId) -> bool {
+        let j = &self.jobs[job];
+        let d = &self.shapes[j.shape].quota_demand;
+        let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(j.queue)) else {
+            return false;
+        };
+        if q.check(leaf, d).is_err() || self.preempts_by_priority(leaf) || self.fairness_above(leaf)
+        {
+            return false;
+        }
+        let short = self.short_of(job, leaf, None);
+        self.quota
+            .as_ref()
+            .is_some_and(|q| !short.iter().any(|&r| q.anyone_borrows(r)))
     }
 
     /// Where class `c`, whose head is `job`, sleeps when a visit would certainly end in the

@@ -1,5 +1,6 @@
 //! Unit tests of what a pass visits: a wait over a max that would be the same as the last one
-//! is not made again (one whose shortfall changed is, with the new reason); and of its two
+//! is not made again (one whose shortfall changed is, with the new reason), nor a wait for the
+//! fleet within a min while nothing borrows what it is short of; and of its two
 //! rounds (A5): a head set aside as a borrower goes back to the first round when a preemption
 //! there lowers usage on its path, even when its turn had passed.
 
@@ -165,4 +166,81 @@ fn a_head_set_aside_goes_back_to_the_first_round_after_a_preemption() {
         "h, read again after the preemption, goes first: {d:?}"
     );
     assert!(!admitted(&d, g), "no room left for g's job: {d:?}");
+}
+
+/// A PyTorchJob of one worker asking `cpu` cpu and `gpus` GPUs, in `ns`.
+fn torch(ns: &str, name: &str, cpu: u32, gpus: u32) -> Workload {
+    interpret(&serde_json::json!({
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec":
+            {"containers": [{"name": "c", "image": "x", "resources": {"limits":
+                {"cpu": cpu.to_string(), "nvidia.com/gpu": gpus}}}]}}}}}
+    }))
+    .expect("reads")
+}
+
+/// Member `m` (64 cpu, 8 GPUs, every kind) and `t` (128 cpu, 8 GPUs, PyTorchJobs only); leaves
+/// `a` (ns-a, min 8 GPUs), `b` (ns-b, min 4 GPUs) and `c` (ns-c, no min). a2 (a batch Job)
+/// waits for GPUs on `m` within a's min while nothing borrows GPUs: as c's jobs (which borrow
+/// cpu) come and go on `t`, it is not visited again. Once b borrows GPUs (its PyTorchJob on
+/// `t`), a2 takes back b's job on `m`.
+#[test]
+fn a_wait_within_a_min_with_nothing_to_take_is_not_made_again() {
+    let mut s = scheduler("8");
+    s.set_cluster(&ClusterInfo {
+        name: "t".into(),
+        nodes: vec![NodeInfo::ready(
+            "t0",
+            &[("cpu", "128"), ("nvidia.com/gpu", "8"), ("pods", "110")],
+        )],
+        serves: crate::fleet::Serves {
+            kinds: Some([crate::workload::JobKind::PyTorchJob].into_iter().collect()),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    s.set_quota_tree(Some(parse(serde_json::json!(
+        {"name": "root", "children": [
+            {"name": "a", "namespaces": ["ns-a"], "min": {"nvidia.com/gpu": "8"}},
+            {"name": "b", "namespaces": ["ns-b"], "min": {"nvidia.com/gpu": "4"}},
+            {"name": "c", "namespaces": ["ns-c"]}
+        ]}
+    ))));
+    let b1 = queued(&mut s, &job("ns-b", "b1", 4, None), 0);
+    let a1 = queued(&mut s, &job("ns-a", "a1", 2, None), 0);
+    let d = s.cycle();
+    assert!(admitted(&d, b1) && admitted(&d, a1), "{d:?}");
+    // Within a's min (2 + 4 <= 8), short of GPUs on m (2 free), and b is at its min.
+    let a2 = queued(&mut s, &job("ns-a", "a2", 4, None), 1);
+    assert_eq!(waits_of(&s.cycle(), a2), 1, "its first visit waits");
+    let reason = s.reason(a2).expect("a reason");
+    for i in 0..3 {
+        // c borrows cpu (it has no min), not GPUs, on a member a2 cannot use.
+        let x = queued(&mut s, &torch("ns-c", &format!("x{i}"), 100, 0), 2 + i);
+        let d = s.cycle();
+        assert!(admitted(&d, x), "{d:?}");
+        assert_eq!(
+            waits_of(&d, a2),
+            0,
+            "the admission makes nothing borrow GPUs"
+        );
+        s.finish(x);
+        assert!(
+            s.has_work(),
+            "the release wakes the heads waiting for the fleet"
+        );
+        assert_eq!(
+            waits_of(&s.cycle(), a2),
+            0,
+            "not visited: nothing borrows the GPUs it is short of"
+        );
+        assert_eq!(s.reason(a2).as_deref(), Some(reason.as_str()));
+    }
+    // b2 runs on t: b borrows (8 > 4), and a2 takes back b1 on m.
+    let b2 = queued(&mut s, &torch("ns-b", "b2", 1, 4), 10);
+    let d = s.cycle();
+    assert!(admitted(&d, b2), "{d:?}");
+    assert!(preempted(&d, b1), "b borrows what a is guaranteed: {d:?}");
+    assert!(admitted(&d, a2), "{d:?}");
 }

@@ -224,6 +224,11 @@ impl Scheduler {
             return None;
         }
         let q = self.quota.as_ref()?;
+        // No other leaf's job is a candidate unless its side borrows something this job is
+        // short of (below); with none of its own queue either, there is nothing to take.
+        if own.is_empty() && !short.iter().any(|&r| q.anyone_borrows(r)) {
+            return None;
+        }
         let d = &self.shapes[self.jobs[job].shape].quota_demand;
         let within =
             |jc: usize, r: Res| q.used_of(jc, r) - freed.get(r) + d.get(r) <= q.min_of(jc, r);
