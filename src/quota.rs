@@ -435,7 +435,7 @@ pub struct QuotaState {
     lend: Vec<Vec<i128>>,
     /// Per node, per resource index: whether its `min` names the resource (zero included).
     names_min: Vec<Vec<bool>>,
-    /// Per resource index: how many nodes use more than their min of it
+    /// Per resource index: how many nodes below the root use more than their min of it
     /// ([`QuotaState::anyone_borrows`]), kept through every charge.
     borrowers: Vec<u32>,
 }

@@ -300,8 +300,8 @@ impl Scheduler {
     /// Whether a head that waits for the fleet and that quota may move (within its leaf's min
     /// in something it asks, [`Self::quota_may_move`]) would still find nothing to take: it is
     /// within every max; its leaf neither preempts by priority (no job of its queue to take,
-    /// and no hold, A8) nor lies below a node that preempts for fairness; and no node of the
-    /// tree borrows a resource it is short of on the fleet ([`Self::short_of`]), so that no
+    /// and no hold, A8) nor lies below a node that preempts for fairness; and no node below
+    /// the root borrows a resource it is short of on the fleet ([`Self::short_of`]), so that no
     /// job of another leaf is a candidate ([`Self::reclaim`] takes one only from a side that
     /// borrows what the job is short of). Only an admission makes a node borrow, and every
     /// admission wakes the heads waiting for the fleet that quota may move

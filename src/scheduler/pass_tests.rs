@@ -168,6 +168,18 @@ fn a_head_set_aside_goes_back_to_the_first_round_after_a_preemption() {
     assert!(!admitted(&d, g), "no room left for g's job: {d:?}");
 }
 
+/// `x` ends: the release wakes the classes waiting for the fleet, and the next cycle does not
+/// visit `head`'s (no `Wait`), whose reason stays `reason`.
+pub(super) fn released_and_left_asleep(s: &mut Scheduler, x: JobId, head: JobId, reason: &str) {
+    s.finish(x);
+    assert!(
+        s.has_work(),
+        "the release wakes the classes waiting for the fleet"
+    );
+    assert_eq!(waits_of(&s.cycle(), head), 0, "not visited: a certain wait");
+    assert_eq!(s.reason(head).as_deref(), Some(reason));
+}
+
 /// A PyTorchJob of one worker asking `cpu` cpu and `gpus` GPUs, in `ns`.
 fn torch(ns: &str, name: &str, cpu: u32, gpus: u32) -> Workload {
     interpret(&serde_json::json!({
@@ -225,17 +237,7 @@ fn a_wait_within_a_min_with_nothing_to_take_is_not_made_again() {
             0,
             "the admission makes nothing borrow GPUs"
         );
-        s.finish(x);
-        assert!(
-            s.has_work(),
-            "the release wakes the heads waiting for the fleet"
-        );
-        assert_eq!(
-            waits_of(&s.cycle(), a2),
-            0,
-            "not visited: nothing borrows the GPUs it is short of"
-        );
-        assert_eq!(s.reason(a2).as_deref(), Some(reason.as_str()));
+        released_and_left_asleep(&mut s, x, a2, &reason);
     }
     // b2 runs on t: b borrows (8 > 4), and a2 takes back b1 on m.
     let b2 = queued(&mut s, &torch("ns-b", "b2", 1, 4), 10);

@@ -293,17 +293,7 @@ fn a_job_certain_to_wait_is_not_visited_again() {
         let d = s.cycle();
         assert_eq!(admitted(&d, x).as_deref(), Some("member-b"));
         assert_eq!(waits_of(&d, b), 0);
-        s.finish(x);
-        assert!(
-            s.has_work(),
-            "the release wakes the queues blocked on the fleet"
-        );
-        assert_eq!(
-            waits_of(&s.cycle(), b),
-            0,
-            "not visited: nothing changed for it"
-        );
-        assert_eq!(s.reason(b).as_deref(), Some(reason.as_str()));
+        super::pass_tests::released_and_left_asleep(&mut s, x, b, &reason);
     }
     s.finish(a);
     assert_eq!(admitted(&s.cycle(), b).as_deref(), Some("member-a"));
