@@ -281,11 +281,10 @@ impl Scheduler {
     }
 
     /// Whether a visit of class `c`, whose head is `job`, would certainly end in the same wait
-    /// as its last one: the same job last waited there for the fleet (since it was queued), it
-    /// is within quota now, its pods fit no candidate member by what is known
-    /// ([`Self::fits_nowhere`]), and it cannot reclaim: no resource it asks for stays within
-    /// its leaf's min and no job of its queue may be preempted for it, or there is nothing to
-    /// take ([`Self::nothing_to_take`]).
+    /// as its last one: the same job last waited there for the fleet (since it was queued), its
+    /// pods fit no candidate member by what is known ([`Self::fits_nowhere`]), and quota cannot
+    /// move it ([`Self::quota_move`]): not at all, or only within its leaf's min while there is
+    /// nothing to take ([`Self::nothing_to_take`]).
     /// Such a visit is skipped: no `Wait` decision, and the reason shown stays the one of the
     /// last visit made.
     fn certain_to_wait(&mut self, c: ClassId, job: JobId) -> bool {
@@ -294,26 +293,28 @@ impl Scheduler {
         if class.reason_job != Some(job) || class.reason_cycle < j.enqueued_cycle {
             return false;
         }
-        self.fits_nowhere(job) && (!self.quota_may_move(job) || self.nothing_to_take(job))
+        self.fits_nowhere(job)
+            && match self.quota_move(job) {
+                QuotaMove::No => true,
+                QuotaMove::WithinMin => self.nothing_to_take(job),
+                QuotaMove::Yes => false,
+            }
     }
 
-    /// Whether a head that waits for the fleet and that quota may move (within its leaf's min
-    /// in something it asks, [`Self::quota_may_move`]) would still find nothing to take: it is
-    /// within every max; its leaf neither preempts by priority (no job of its queue to take,
-    /// and no hold, A8) nor lies below a node that preempts for fairness; and no node below
-    /// the root borrows a resource it is short of on the fleet ([`Self::short_of`]), so that no
-    /// job of another leaf is a candidate ([`Self::reclaim`] takes one only from a side that
-    /// borrows what the job is short of). Only an admission makes a node borrow, and every
-    /// admission wakes the heads waiting for the fleet that quota may move
-    /// ([`Self::admission_wakes`]), these among them.
+    /// For a head that waits for the fleet and that quota may move only by being within its
+    /// leaf's min ([`QuotaMove::WithinMin`]: within every max, no job of its queue to preempt
+    /// for it, no node above its leaf preempting for fairness), whether it would still find
+    /// nothing to take: its leaf does not preempt by priority (so no A8 hold either), and no
+    /// node below the root borrows a resource it is short of on the fleet
+    /// ([`Self::short_of`]), so that no job of another leaf is a candidate ([`Self::reclaim`]
+    /// takes one only from a side that borrows what the job is short of). Only an admission
+    /// makes a node borrow, and every admission wakes the heads waiting for the fleet that
+    /// quota may move ([`Self::admission_wakes`]), these among them.
     fn nothing_to_take(&mut self, job: JobId) -> bool {
-        let j = &self.jobs[job];
-        let d = &self.shapes[j.shape].quota_demand;
-        let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(j.queue)) else {
+        let Some(leaf) = self.queues.leaf(self.jobs[job].queue) else {
             return false;
         };
-        if q.check(leaf, d).is_err() || self.preempts_by_priority(leaf) || self.fairness_above(leaf)
-        {
+        if self.preempts_by_priority(leaf) {
             return false;
         }
         let short = self.short_of(job, leaf, None);
@@ -354,26 +355,36 @@ impl Scheduler {
         Some(q.highest_over(leaf, d).unwrap_or(s.node))
     }
 
-    /// Whether quota may make a visit of `job` end other than in a wait for the fleet: it is
-    /// over a max now, or it may reclaim (its queue's jobs of lower priority may be preempted
-    /// for it, sibling subtrees may be preempted for it, or a resource it asks for stays
-    /// within its leaf's min). An admission can turn this on for a job that waits for the
-    /// fleet (its path uses more; what it is short of changes), so admissions wake such jobs.
+    /// Whether quota may make a visit of `job` end other than in a wait for the fleet
+    /// ([`Self::quota_move`] is not [`QuotaMove::No`]). An admission can turn this on for a job
+    /// that waits for the fleet (its path uses more; what it is short of changes), so
+    /// admissions wake such jobs.
     pub(super) fn quota_may_move(&self, job: JobId) -> bool {
+        self.quota_move(job) != QuotaMove::No
+    }
+
+    /// How quota may make a visit of `job` end other than in a wait for the fleet: it is over
+    /// a max now, its queue's jobs of lower priority may be preempted for it (what they free
+    /// may bring it within min), or sibling subtrees may be preempted for it (F1): `Yes`; else
+    /// a resource it asks for stays within its leaf's min: `WithinMin`; else `No`.
+    fn quota_move(&self, job: JobId) -> QuotaMove {
         let j = &self.jobs[job];
         let d = &self.shapes[j.shape].quota_demand;
         let (Some(q), Some(leaf)) = (&self.quota, self.queues.leaf(j.queue)) else {
-            return false;
+            return QuotaMove::No;
         };
-        q.check(leaf, d).is_err()
-            // Its queue's jobs of lower priority may be preempted for it (what they free
-            // may bring it within min).
+        if q.check(leaf, d).is_err()
             || self.any_lower_in_leaf(job, leaf)
-            // Sibling subtrees may be preempted for it (F1).
             || self.fairness_above(leaf)
-            || d.iter().any(|(r, x)| {
-                r != PODS && r != MAX_JOBS && x > 0 && q.used_of(leaf, r) + x <= q.min_of(leaf, r)
-            })
+        {
+            QuotaMove::Yes
+        } else if d.iter().any(|(r, x)| {
+            r != PODS && r != MAX_JOBS && x > 0 && q.used_of(leaf, r) + x <= q.min_of(leaf, r)
+        }) {
+            QuotaMove::WithinMin
+        } else {
+            QuotaMove::No
+        }
     }
 
     /// Admits `job` (true: by reclaiming, with victims preempted) or says why it waits.
@@ -556,6 +567,14 @@ impl Scheduler {
             nodes,
         });
     }
+}
+
+/// [`Scheduler::quota_move`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum QuotaMove {
+    No,
+    WithinMin,
+    Yes,
 }
 
 struct Block {
