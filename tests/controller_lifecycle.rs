@@ -294,6 +294,31 @@ fn watch_states(hub: &kube::Client, ns: &str) -> (States, tokio::task::JoinHandl
     (seen, task)
 }
 
+/// Stops the watch of `watch_states` once it has delivered `Finished` for each of `jobs`. The
+/// caller has already read that state from the API server; the watch may lag a moment behind
+/// that read, and aborting it at once loses the last event (CI saw `[Queued, Admitted,
+/// Running]` for a job the API server had already marked Finished). Fails if the watch never
+/// delivers it.
+async fn stop_watching(seen: &States, task: tokio::task::JoinHandle<()>, jobs: &[&str]) {
+    wait_for("the watch to deliver Finished", T, || async {
+        let v = seen.lock().map(|v| v.clone()).unwrap_or_default();
+        let missing: Vec<&&str> = jobs
+            .iter()
+            .filter(|j| {
+                !v.iter()
+                    .any(|(n, s, _)| n == **j && *s == QueuedJobState::Finished)
+            })
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("not yet delivered for {missing:?}"))
+        }
+    })
+    .await;
+    task.abort();
+}
+
 /// The states of `job` in order, repeats folded; panics if it was ever taken back or left its
 /// member once Running (between two waves of a batch Job it is `Dispatched` for a moment: a pod
 /// of the next wave is being placed).
@@ -341,7 +366,7 @@ async fn a_batch_jobs_last_wave_runs_to_the_end() {
             .expect("create");
         let q =
             hub::wait_queued_state(&hub, &ns, "Job", "waves", QueuedJobState::Finished, T).await;
-        task.abort();
+        stop_watching(&seen, task, &["waves"]).await;
         let states = never_taken_back(&seen, "waves");
         assert!(states.contains(&QueuedJobState::Running), "{states:?}");
         assert_eq!(q.status.map(|s| s.requeues), Some(0));
@@ -385,7 +410,7 @@ async fn workers_finishing_before_their_master_are_progress() {
             T,
         )
         .await;
-        task.abort();
+        stop_watching(&seen, task, &["early"]).await;
         let states = never_taken_back(&seen, "early");
         assert!(states.contains(&QueuedJobState::Running), "{states:?}");
         assert_eq!(q.status.map(|s| s.requeues), Some(0));
@@ -536,7 +561,7 @@ async fn a_batch_job_whose_pods_succeeded_frees_its_quota_before_its_member_says
         for name in ["first", "second"] {
             hub::wait_queued_state(&hub, &ns, "Job", name, QueuedJobState::Finished, T).await;
         }
-        task.abort();
+        stop_watching(&seen, task, &["first", "second"]).await;
         // The hub job gets its member's final status.
         let hub_jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(hub.clone(), &ns);
         wait_for("first's hub job Complete", T, || async {
