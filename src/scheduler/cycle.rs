@@ -1,8 +1,6 @@
 //! The admission cycle itself: woken queues' heads in order (guaranteed jobs before borrowers),
 //! each admitted on a member, admitted by reclaiming quota from borrowers, or told why it waits.
 
-use std::collections::BTreeSet;
-
 use super::*;
 
 impl Scheduler {
@@ -205,7 +203,7 @@ impl Scheduler {
         &self,
         round: &mut fair::Round,
         borrowing: &mut Vec<(JobOrder, ClassId)>,
-        deferred: &BTreeSet<usize>,
+        deferred: &[bool],
         o: JobOrder,
         c: ClassId,
     ) {
@@ -218,10 +216,10 @@ impl Scheduler {
     /// Whether `job`, a head, goes in the second round: its queue's best job would borrow at
     /// the start of the pass (`deferred`), or it would borrow now. Without a tree nothing
     /// borrows.
-    fn defers(&self, job: JobId, deferred: &BTreeSet<usize>) -> bool {
-        self.queues
-            .leaf(self.jobs[job].queue)
-            .is_some_and(|leaf| deferred.contains(&leaf) || !self.borrows_nothing(job, leaf))
+    fn defers(&self, job: JobId, deferred: &[bool]) -> bool {
+        self.queues.leaf(self.jobs[job].queue).is_some_and(|leaf| {
+            deferred.get(leaf) == Some(&true) || !self.borrows_nothing(job, leaf)
+        })
     }
 
     /// Whether `job` stays within the guarantees (min) at every node of its path, with its
@@ -247,13 +245,13 @@ impl Scheduler {
     }
 
     /// The leaves of the woken classes whose queue's best waiting job, over all its classes,
-    /// would borrow now ([`Self::borrows_nothing`]).
-    fn deferred_leaves(&self, dirty: &[ClassId]) -> BTreeSet<usize> {
-        let mut deferred = BTreeSet::new();
-        if self.quota.is_none() {
-            return deferred;
-        }
-        let queues: BTreeSet<usize> = dirty
+    /// would borrow now ([`Self::borrows_nothing`]), marked by tree node (empty without a tree).
+    fn deferred_leaves(&self, dirty: &[ClassId]) -> Vec<bool> {
+        let Some(q) = &self.quota else {
+            return Vec::new();
+        };
+        let mut deferred = vec![false; q.tree.nodes.len()];
+        let mut queues: Vec<usize> = dirty
             .iter()
             .filter_map(|&c| {
                 self.classes[c]
@@ -262,22 +260,45 @@ impl Scheduler {
                     .map(|&(_, j)| self.jobs[j].queue)
             })
             .collect();
+        queues.sort_unstable();
+        queues.dedup();
         for queue in queues {
-            let Some(leaf) = self.queues.leaf(queue) else {
+            let Some(leaf) = self.queues.leaf(queue).filter(|&l| l < deferred.len()) else {
                 continue;
             };
-            let best = self.queue_classes.get(&queue).and_then(|cs| {
-                cs.iter()
-                    .filter_map(|&c| self.classes[c].jobs.first().copied())
-                    .min()
-            });
-            if let Some((_, job)) = best
+            if deferred[leaf] {
+                continue;
+            }
+            let best = self.queue_best(queue);
+            if let Some(job) = best
                 && !self.borrows_nothing(job, leaf)
             {
-                deferred.insert(leaf);
+                deferred[leaf] = true;
             }
         }
         deferred
+    }
+
+    /// The best waiting job of `queue` over all its classes: the first of its heads.
+    fn queue_best(&self, queue: usize) -> Option<JobId> {
+        let best = self
+            .queue_heads
+            .get(&queue)
+            .and_then(|h| h.first())
+            .and_then(|&(_, c)| self.classes[c].jobs.first())
+            .map(|&(_, j)| j);
+        // Every test (debug) build holds the index to a read of every class of the queue.
+        debug_assert_eq!(
+            best,
+            self.queue_classes.get(&queue).and_then(|cs| {
+                cs.iter()
+                    .filter_map(|&c| self.classes[c].jobs.first().copied())
+                    .min()
+                    .map(|(_, j)| j)
+            }),
+            "the best waiting job of queue {queue}"
+        );
+        best
     }
 
     /// Whether a visit of class `c`, whose head is `job`, would certainly end in the same wait

@@ -274,21 +274,33 @@ impl Scheduler {
         }
     }
 
-    /// Class `c`'s head was `old` and is now its first job: the round of every head follows.
-    /// `leaf`: the leaf of the queue of the job that came or went.
+    /// Class `c`'s head was `old` and is now its first job: its queue's heads
+    /// ([`Scheduler::queue_heads`]) and the round of every head follow. `queue`: the queue of
+    /// the job that came or went, the class's own.
     pub(super) fn head_changed(
         &mut self,
         c: ClassId,
-        leaf: Option<usize>,
+        queue: usize,
         old: Option<(JobOrder, super::JobId)>,
     ) {
         let new = self.classes[c].jobs.first().copied();
-        let Some(leaf) = leaf.filter(|l| *l < self.heads.leaves.len()) else {
-            return;
-        };
         if old == new {
             return;
         }
+        let heads = self.queue_heads.entry(queue).or_default();
+        if let Some((o, _)) = old {
+            heads.remove(&(o, c));
+        }
+        if let Some((o, _)) = new {
+            heads.insert((o, c));
+        }
+        let Some(leaf) = self
+            .queues
+            .leaf(queue)
+            .filter(|l| *l < self.heads.leaves.len())
+        else {
+            return;
+        };
         if let Some((o, _)) = old {
             self.heads.leaves[leaf].remove(&(o, c));
         }
