@@ -95,6 +95,7 @@ impl Scheduler {
         // F3: candidates from sibling subtrees whose share now is above it, in victim order.
         let mut sides: BTreeMap<usize, Share> = BTreeMap::new();
         let mut candidates: Vec<(i32, std::cmp::Reverse<u64>, JobId)> = Vec::new();
+        let bits = super::reclaim::short_bits(short);
         for (&vleaf, set) in &self.admitted_by_leaf {
             if set.is_empty() || vleaf == leaf {
                 continue;
@@ -111,7 +112,11 @@ impl Scheduler {
             if theirs <= mine {
                 continue;
             }
-            candidates.extend(set.iter().copied().filter(|c| self.asks_any(c.2, short)));
+            candidates.extend(
+                set.iter()
+                    .copied()
+                    .filter(|c| self.asks_any(c.2, short, bits)),
+            );
         }
         candidates.sort_unstable();
         let order: Vec<JobId> = candidates.into_iter().map(|c| c.2).collect();

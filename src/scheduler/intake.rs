@@ -11,7 +11,7 @@ use crate::estimate::{self, PodGroup};
 use crate::fleet::{Constraints, Needs};
 use crate::quantity::Quantity;
 use crate::quota::Strategy;
-use crate::resources::{Demand, MAX_JOBS, ONE, PODS, Res, at};
+use crate::resources::{Demand, MAX_JOBS, ONE, PODS, Res, at, res_bits};
 use crate::workload::Workload;
 
 impl Scheduler {
@@ -200,8 +200,10 @@ impl Scheduler {
             }
         };
         let id = self.shapes.len();
+        let (asks, _) = res_bits(quota_demand.iter().filter(|(_, x)| *x > 0).map(|(r, _)| r));
         self.shapes.push(Shape {
             groups,
+            asks,
             quota_demand,
             candidates: w.candidates.clone(),
             needs,

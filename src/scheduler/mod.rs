@@ -105,6 +105,9 @@ struct Shape {
     groups: Vec<PodGroup>,
     /// Sum over pods, plus `pods` and `kube-queue/max-jobs: 1`: what quota is charged.
     quota_demand: Demand,
+    /// The resources numbered below 64 that `quota_demand` asks for, one bit each
+    /// ([`Scheduler::asks_any`]).
+    asks: u64,
     candidates: ClusterRestriction,
     /// What a member must serve to create the job.
     needs: Needs,

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::fairness::FairBound;
 use super::{JobId, JobState, Scheduler, ShapeId};
 use crate::estimate::{self, Placement};
-use crate::resources::{Demand, MAX_JOBS, PODS, Res, at};
+use crate::resources::{Demand, MAX_JOBS, PODS, Res, at, res_bits};
 
 /// `used(node, res) + request <= min(node, res)`: a condition a preemption must keep.
 type Guard = (usize, Res, i128);
@@ -201,10 +201,20 @@ impl Scheduler {
         }) && total <= at(&u.total, r)
     }
 
-    /// Whether `job` asks for any of `short`.
-    pub(super) fn asks_any(&self, job: JobId, short: &[Res]) -> bool {
-        let d = &self.shapes[self.jobs[job].shape].quota_demand;
-        short.iter().any(|&r| d.get(r) > 0)
+    /// Whether `job` asks for any of `short`; `bits`: [`short_bits`] of `short` (read once per
+    /// list of candidates). One AND when every resource of `short` is numbered below 64.
+    pub(super) fn asks_any(&self, job: JobId, short: &[Res], bits: Option<u64>) -> bool {
+        let shape = &self.shapes[self.jobs[job].shape];
+        let slow = || short.iter().any(|&r| shape.quota_demand.get(r) > 0);
+        match bits {
+            Some(b) => {
+                let fast = shape.asks & b != 0;
+                // Every test (debug) build holds the bits to the demand read per resource.
+                debug_assert_eq!(fast, slow(), "the resources a shape asks, as bits");
+                fast
+            }
+            None => slow(),
+        }
     }
 
     /// If `job` may reclaim what it is short of ([`Self::may_reclaim`]), picks victims from
@@ -272,10 +282,11 @@ impl Scheduler {
         }
         guard.sort_unstable();
         guard.dedup();
+        let bits = short_bits(short);
         let mut candidates: Vec<(i32, Reverse<u64>, JobId)> = leaves
             .iter()
             .flat_map(|l| self.admitted_by_leaf[l].iter().copied())
-            .filter(|(_, _, v)| self.asks_any(*v, short))
+            .filter(|(_, _, v)| self.asks_any(*v, short, bits))
             .collect();
         // Each leaf's jobs come in this order already: merging the runs (a stable sort finds
         // them) is cheaper than sorting afresh; the keys are unique, so the order is the same.
@@ -286,7 +297,7 @@ impl Scheduler {
         let own: Vec<JobId> = own
             .iter()
             .copied()
-            .filter(|v| self.asks_any(*v, short))
+            .filter(|v| self.asks_any(*v, short, bits))
             .collect();
         let mut forced = 0;
         let mut gone = Demand::default();
@@ -736,5 +747,14 @@ impl Side {
             left.add_scaled(d, -1);
         }
         left
+    }
+}
+
+/// `short` as bits for [`Scheduler::asks_any`]; `None` when a resource of it is numbered 64 or
+/// above (then each candidate's demand is read per resource).
+pub(super) fn short_bits(short: &[Res]) -> Option<u64> {
+    match res_bits(short.iter().copied()) {
+        (b, false) => Some(b),
+        (_, true) => None,
     }
 }
