@@ -16,7 +16,9 @@
 //! round below them; a pop walks down from the root through each node's first child. A visit
 //! changes the usage and the heads of one leaf only, so only that leaf's path is recomputed
 //! ([`Scheduler::refresh`]); a reclaim also changes its victims' leaves' usage, whose paths are
-//! then recomputed as well. The round of every head is kept the same way across passes.
+//! then recomputed as well. A push or a pop changes heads only, no share: its walk up stops at
+//! the first node whose key is unchanged. The round of every head is kept the same way across
+//! passes.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -48,6 +50,9 @@ pub(super) struct Round {
     /// Leaves whose path must be refreshed before the next pop, each once.
     stale: Vec<usize>,
     marked: Vec<bool>,
+    /// Marked leaves whose usage changed too (not only the heads below them): their whole path
+    /// is recomputed. For the others the walk up stops at the first node whose key is the same.
+    usage: Vec<bool>,
 }
 
 impl Round {
@@ -64,15 +69,35 @@ impl Round {
         self.key.iter_mut().for_each(|k| *k = None);
         self.stale.clear();
         self.marked.iter_mut().for_each(|m| *m = false);
+        self.usage.iter_mut().for_each(|m| *m = false);
         all
     }
 
-    /// `leaf`'s path is to be recomputed: its heads or its usage changed.
+    /// `leaf`'s path is to be recomputed: its usage (and with it every share on its path)
+    /// changed, and maybe its heads.
     pub(super) fn mark(&mut self, leaf: usize) {
+        if leaf < self.usage.len() {
+            self.usage[leaf] = true;
+        }
+        self.mark_heads(leaf);
+    }
+
+    /// `leaf`'s heads changed, nothing's usage: its path is recomputed up to the first node
+    /// whose key is unchanged. A node's key depends on its share, its first waiting head and
+    /// whether a head of the round is below it; with the first two unchanged and its key the
+    /// same, no node above it can change by this leaf.
+    pub(super) fn mark_heads(&mut self, leaf: usize) {
         if leaf < self.marked.len() && !self.marked[leaf] {
             self.marked[leaf] = true;
             self.stale.push(leaf);
         }
+    }
+
+    /// Takes the next stale leaf, and whether its usage changed.
+    fn next_stale(&mut self) -> Option<(usize, bool)> {
+        let leaf = self.stale.pop()?;
+        self.marked[leaf] = false;
+        Some((leaf, std::mem::take(&mut self.usage[leaf])))
     }
 }
 
@@ -206,6 +231,7 @@ impl Scheduler {
             kids: vec![Sorted::default(); n],
             key: vec![None; n],
             marked: vec![false; n],
+            usage: vec![false; n],
             ..Round::default()
         }
     }
@@ -215,7 +241,7 @@ impl Scheduler {
         match self.class_leaf(c).filter(|l| *l < round.leaves.len()) {
             Some(leaf) => {
                 round.leaves[leaf].insert((o, c));
-                round.mark(leaf);
+                round.mark_heads(leaf);
             }
             None => {
                 round.loose.insert((o, c));
@@ -226,9 +252,8 @@ impl Scheduler {
     /// The next head to visit, taken out of the round.
     pub(super) fn fair_pop(&mut self, round: &mut Round) -> Option<(JobOrder, ClassId)> {
         self.heads_fresh();
-        while let Some(leaf) = round.stale.pop() {
-            round.marked[leaf] = false;
-            self.refresh(round, leaf, Some(&self.heads));
+        while let Some((leaf, usage)) = round.next_stale() {
+            self.refresh(round, leaf, Some(&self.heads), usage);
         }
         let tree = if round.leaves.is_empty() {
             None
@@ -254,7 +279,7 @@ impl Scheduler {
             }
             Some(n) => {
                 round.leaves[n].remove(&pick);
-                round.mark(n);
+                round.mark_heads(n);
             }
         }
         Some(pick)
@@ -307,7 +332,7 @@ impl Scheduler {
         if let Some((o, _)) = new {
             self.heads.leaves[leaf].insert((o, c));
         }
-        self.heads.mark(leaf);
+        self.heads.mark_heads(leaf);
     }
 
     /// Brings the round of every head up to date (the paths whose heads or usage changed).
@@ -316,9 +341,8 @@ impl Scheduler {
             return;
         }
         let mut heads = std::mem::take(&mut self.heads);
-        while let Some(leaf) = heads.stale.pop() {
-            heads.marked[leaf] = false;
-            self.refresh(&mut heads, leaf, None);
+        while let Some((leaf, usage)) = heads.next_stale() {
+            self.refresh(&mut heads, leaf, None, usage);
         }
         self.heads = heads;
     }
@@ -382,7 +406,9 @@ impl Scheduler {
     /// Recomputes the keys on the path from `leaf` to the root: a node has one in its
     /// parent's set while a head of the round is below it. Each node's first waiting head is
     /// read from `heads` (the round of every head), or, for that round itself, from the round.
-    fn refresh(&self, round: &mut Round, leaf: usize, heads: Option<&Round>) {
+    /// Unless `usage` (the leaf's usage changed), the walk stops at the first node whose key is
+    /// the same ([`Round::mark_heads`]).
+    fn refresh(&self, round: &mut Round, leaf: usize, heads: Option<&Round>, usage: bool) {
         let Some(q) = &self.quota else { return };
         let mut n = leaf;
         while let Some(p) = q.tree.nodes[n].parent {
@@ -404,6 +430,8 @@ impl Scheduler {
                     round.kids[p].insert((k, n));
                     round.key[n] = Some(k);
                 }
+            } else if !usage {
+                break;
             }
             n = p;
         }

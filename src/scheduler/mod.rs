@@ -649,6 +649,8 @@ impl Scheduler {
 }
 
 #[cfg(test)]
+mod fair_tests;
+#[cfg(test)]
 mod hold_tests;
 #[cfg(test)]
 mod pass_tests;

@@ -9,7 +9,7 @@ use crate::fleet::NodeInfo;
 use crate::workload::interpret;
 
 /// A scheduler with one member of one node: 64 cpu and `gpus` GPUs.
-fn scheduler(gpus: &str) -> Scheduler {
+pub(super) fn scheduler(gpus: &str) -> Scheduler {
     let mut s = Scheduler::new(Config::default());
     s.set_cluster(&ClusterInfo {
         name: "m".into(),
@@ -22,7 +22,7 @@ fn scheduler(gpus: &str) -> Scheduler {
     s
 }
 
-fn parse(root: serde_json::Value) -> QuotaTree {
+pub(super) fn parse(root: serde_json::Value) -> QuotaTree {
     QuotaTree::parse(&serde_json::json!({
         "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
         "spec": {"root": root}
