@@ -70,6 +70,11 @@ pub struct QuotaNode {
     pub attributes: BTreeMap<String, String>,
     /// Its weight in fair sharing among its siblings ([`WEIGHT_ATTRIBUTE`]; 1 unless set).
     pub weight: Quantity,
+    /// [`PREEMPTION_ATTRIBUTE`] is `LowerPriority`, read once from `attributes`.
+    pub lower_priority: bool,
+    /// [`FAIR_PREEMPTION_ATTRIBUTE`] is `LessThanOrEqualToFinalShare`, read once from
+    /// `attributes`.
+    pub fair_preemption: bool,
 }
 
 /// A validated tree. Node 0 is the root.
@@ -163,24 +168,44 @@ impl QuotaTree {
 
     /// Whether a waiting job of this leaf may preempt its admitted jobs of lower priority.
     pub fn preempts_lower_priority(&self, node: usize) -> bool {
-        self.nodes[node]
-            .attributes
-            .get(PREEMPTION_ATTRIBUTE)
-            .is_some_and(|s| s == "LowerPriority")
+        let n = &self.nodes[node];
+        debug_assert_eq!(
+            n.lower_priority,
+            lower_priority(&n.attributes),
+            "the preemption attribute read once"
+        );
+        n.lower_priority
     }
 
     /// Whether the subtrees below this node may preempt each other for fairness
     /// ([`FAIR_PREEMPTION_ATTRIBUTE`] `LessThanOrEqualToFinalShare`).
     pub fn preempts_for_fairness(&self, node: usize) -> bool {
-        self.nodes[node]
-            .attributes
-            .get(FAIR_PREEMPTION_ATTRIBUTE)
-            .is_some_and(|s| s == share::FINAL_SHARE)
+        let n = &self.nodes[node];
+        debug_assert_eq!(
+            n.fair_preemption,
+            fair_preemption(&n.attributes),
+            "the fair preemption attribute read once"
+        );
+        n.fair_preemption
     }
 
     pub fn is_leaf(&self, node: usize) -> bool {
         self.nodes[node].children.is_empty()
     }
+}
+
+/// [`PREEMPTION_ATTRIBUTE`] is `LowerPriority` in `attributes`.
+fn lower_priority(attributes: &BTreeMap<String, String>) -> bool {
+    attributes
+        .get(PREEMPTION_ATTRIBUTE)
+        .is_some_and(|s| s == "LowerPriority")
+}
+
+/// [`FAIR_PREEMPTION_ATTRIBUTE`] is `LessThanOrEqualToFinalShare` in `attributes`.
+fn fair_preemption(attributes: &BTreeMap<String, String>) -> bool {
+    attributes
+        .get(FAIR_PREEMPTION_ATTRIBUTE)
+        .is_some_and(|s| s == share::FINAL_SHARE)
 }
 
 fn read_node(
@@ -299,6 +324,8 @@ fn read_node(
         min,
         max,
         namespaces,
+        lower_priority: lower_priority(&attributes),
+        fair_preemption: fair_preemption(&attributes),
         attributes,
         weight,
     });

@@ -102,8 +102,10 @@ impl Scheduler {
     /// The admitted jobs of `leaf`, lowest priority first, when the leaf allows its jobs to be
     /// preempted by priority (None otherwise).
     fn preemptible_in_leaf(&self, leaf: usize) -> Option<&BTreeSet<(i32, Reverse<u64>, JobId)>> {
-        let allowed = self.preempts_by_priority(leaf);
-        self.admitted_by_leaf.get(&leaf).filter(|_| allowed)
+        if !self.preempts_by_priority(leaf) {
+            return None;
+        }
+        self.admitted_by_leaf.get(&leaf)
     }
 
     /// Whether `leaf` preempts its jobs by priority (`muster.dev/within-queue-preemption:
