@@ -168,25 +168,31 @@ impl QuotaTree {
 
     /// Whether a waiting job of this leaf may preempt its admitted jobs of lower priority.
     pub fn preempts_lower_priority(&self, node: usize) -> bool {
-        let n = &self.nodes[node];
-        debug_assert_eq!(
-            n.lower_priority,
-            lower_priority(&n.attributes),
-            "the preemption attribute read once"
-        );
-        n.lower_priority
+        self.flag(node, |n| n.lower_priority, lower_priority)
     }
 
     /// Whether the subtrees below this node may preempt each other for fairness
     /// ([`FAIR_PREEMPTION_ATTRIBUTE`] `LessThanOrEqualToFinalShare`).
     pub fn preempts_for_fairness(&self, node: usize) -> bool {
+        self.flag(node, |n| n.fair_preemption, fair_preemption)
+    }
+
+    /// A flag of `node` read once at parse; every test (debug) build holds it to `read` of the
+    /// node's attributes.
+    fn flag(
+        &self,
+        node: usize,
+        kept: fn(&QuotaNode) -> bool,
+        read: fn(&BTreeMap<String, String>) -> bool,
+    ) -> bool {
         let n = &self.nodes[node];
         debug_assert_eq!(
-            n.fair_preemption,
-            fair_preemption(&n.attributes),
-            "the fair preemption attribute read once"
+            kept(n),
+            read(&n.attributes),
+            "{}: an attribute read once",
+            n.path
         );
-        n.fair_preemption
+        kept(n)
     }
 
     pub fn is_leaf(&self, node: usize) -> bool {
