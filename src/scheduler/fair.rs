@@ -83,9 +83,13 @@ impl Round {
     }
 
     /// `leaf`'s heads changed, nothing's usage: its path is recomputed up to the first node
-    /// whose key is unchanged. A node's key depends on its share, its first waiting head and
-    /// whether a head of the round is below it; with the first two unchanged and its key the
-    /// same, no node above it can change by this leaf.
+    /// whose key is unchanged. A node's key is its share, its first waiting head and whether a
+    /// head of the round is below it. No share moved. In the round of every head a node's
+    /// first head follows from its children's keys; in a pass's round it is read from the
+    /// round of every head, whose heads change within a pass only by an admission, which
+    /// marks its leaf with [`Self::mark`]. So once a node's key is the same, nothing above it
+    /// changes by this leaf (each pick is checked against a round recomputed from scratch in
+    /// debug builds).
     pub(super) fn mark_heads(&mut self, leaf: usize) {
         if leaf < self.marked.len() && !self.marked[leaf] {
             self.marked[leaf] = true;
