@@ -164,6 +164,15 @@ pub fn res_bits(rs: impl IntoIterator<Item = Res>) -> (u64, bool) {
     (bits, wide)
 }
 
+/// `rs` as bits when every one of them is numbered below 64; `None` otherwise (then a test of
+/// membership reads the resources one by one).
+pub fn whole_bits(rs: &[Res]) -> Option<u64> {
+    match res_bits(rs.iter().copied()) {
+        (b, false) => Some(b),
+        (_, true) => None,
+    }
+}
+
 /// Reads entry `r` of a dense vector (missing = 0).
 #[inline]
 pub fn at(v: &[i128], r: Res) -> i128 {
@@ -213,6 +222,7 @@ mod tests {
             let (ab, _) = res_bits(a.iter().copied());
             let (bb, wide) = res_bits(b.iter().copied());
             assert_eq!(wide, b.iter().any(|r| r.0 >= 64), "{b:?}");
+            assert_eq!(whole_bits(&b), (!wide).then_some(bb), "{b:?}");
             if !wide {
                 assert_eq!(ab & bb != 0, a.iter().any(|r| b.contains(r)), "{a:?} {b:?}");
                 checked += 1;

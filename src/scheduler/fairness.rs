@@ -95,7 +95,7 @@ impl Scheduler {
         // F3: candidates from sibling subtrees whose share now is above it, in victim order.
         let mut sides: BTreeMap<usize, Share> = BTreeMap::new();
         let mut candidates: Vec<(i32, std::cmp::Reverse<u64>, JobId)> = Vec::new();
-        let bits = super::reclaim::short_bits(short);
+        let bits = crate::resources::whole_bits(short);
         for (&vleaf, set) in &self.admitted_by_leaf {
             if set.is_empty() || vleaf == leaf {
                 continue;

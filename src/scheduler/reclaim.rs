@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::fairness::FairBound;
 use super::{JobId, JobState, Scheduler, ShapeId};
 use crate::estimate::{self, Placement};
-use crate::resources::{Demand, MAX_JOBS, PODS, Res, at, res_bits};
+use crate::resources::{Demand, MAX_JOBS, PODS, Res, at, whole_bits};
 
 /// `used(node, res) + request <= min(node, res)`: a condition a preemption must keep.
 type Guard = (usize, Res, i128);
@@ -203,7 +203,7 @@ impl Scheduler {
         }) && total <= at(&u.total, r)
     }
 
-    /// Whether `job` asks for any of `short`; `bits`: [`short_bits`] of `short` (read once per
+    /// Whether `job` asks for any of `short`; `bits`: [`whole_bits`] of `short` (read once per
     /// list of candidates). One AND when every resource of `short` is numbered below 64.
     pub(super) fn asks_any(&self, job: JobId, short: &[Res], bits: Option<u64>) -> bool {
         let shape = &self.shapes[self.jobs[job].shape];
@@ -284,7 +284,7 @@ impl Scheduler {
         }
         guard.sort_unstable();
         guard.dedup();
-        let bits = short_bits(short);
+        let bits = whole_bits(short);
         let mut candidates: Vec<(i32, Reverse<u64>, JobId)> = leaves
             .iter()
             .flat_map(|l| self.admitted_by_leaf[l].iter().copied())
@@ -749,14 +749,5 @@ impl Side {
             left.add_scaled(d, -1);
         }
         left
-    }
-}
-
-/// `short` as bits for [`Scheduler::asks_any`]; `None` when a resource of it is numbered 64 or
-/// above (then each candidate's demand is read per resource).
-pub(super) fn short_bits(short: &[Res]) -> Option<u64> {
-    match res_bits(short.iter().copied()) {
-        (b, false) => Some(b),
-        (_, true) => None,
     }
 }
