@@ -269,7 +269,7 @@ impl Scheduler {
             if deferred[leaf] {
                 continue;
             }
-            let best = self.queue_best(queue);
+            let best = self.queue_best(queue, leaf);
             if let Some(job) = best
                 && !self.borrows_nothing(job, leaf)
             {
@@ -279,15 +279,11 @@ impl Scheduler {
         deferred
     }
 
-    /// The best waiting job of `queue` over all its classes: the first of its heads.
-    fn queue_best(&self, queue: usize) -> Option<JobId> {
-        let best = self
-            .queue_heads
-            .get(&queue)
-            .and_then(|h| h.first())
-            .and_then(|&(_, c)| self.classes[c].jobs.first())
-            .map(|&(_, j)| j);
-        // Every test (debug) build holds the index to a read of every class of the queue.
+    /// The best waiting job of `queue`, on `leaf`, over all its classes: the first head of its
+    /// leaf ([`Self::leaf_best`]).
+    fn queue_best(&self, queue: usize, leaf: usize) -> Option<JobId> {
+        let best = self.leaf_best(leaf);
+        // Every test (debug) build holds it to a read of every class of the queue.
         debug_assert_eq!(
             best,
             self.queue_classes.get(&queue).and_then(|cs| {

@@ -303,33 +303,21 @@ impl Scheduler {
         }
     }
 
-    /// Class `c`'s head was `old` and is now its first job: its queue's heads
-    /// ([`Scheduler::queue_heads`]) and the round of every head follow. `queue`: the queue of
-    /// the job that came or went, the class's own.
+    /// Class `c`'s head was `old` and is now its first job: the round of every head follows.
+    /// `leaf`: the leaf of the queue of the job that came or went.
     pub(super) fn head_changed(
         &mut self,
         c: ClassId,
-        queue: usize,
+        leaf: Option<usize>,
         old: Option<(JobOrder, super::JobId)>,
     ) {
         let new = self.classes[c].jobs.first().copied();
+        let Some(leaf) = leaf.filter(|l| *l < self.heads.leaves.len()) else {
+            return;
+        };
         if old == new {
             return;
         }
-        let heads = self.queue_heads.entry(queue).or_default();
-        if let Some((o, _)) = old {
-            heads.remove(&(o, c));
-        }
-        if let Some((o, _)) = new {
-            heads.insert((o, c));
-        }
-        let Some(leaf) = self
-            .queues
-            .leaf(queue)
-            .filter(|l| *l < self.heads.leaves.len())
-        else {
-            return;
-        };
         if let Some((o, _)) = old {
             self.heads.leaves[leaf].remove(&(o, c));
         }
@@ -337,6 +325,13 @@ impl Scheduler {
             self.heads.leaves[leaf].insert((o, c));
         }
         self.heads.mark_heads(leaf);
+    }
+
+    /// The best waiting job of `leaf`, over every class of its queue (a tree has one queue per
+    /// leaf): the first of its heads in the round of every head, kept as heads change.
+    pub(super) fn leaf_best(&self, leaf: usize) -> Option<super::JobId> {
+        let &(_, c) = self.heads.leaves.get(leaf)?.first()?;
+        self.classes[c].jobs.first().map(|&(_, j)| j)
     }
 
     /// Brings the round of every head up to date (the paths whose heads or usage changed).

@@ -186,9 +186,6 @@ pub struct Scheduler {
     fair_limited: Vec<ClassId>,
     /// The classes of each queue.
     queue_classes: HashMap<usize, Vec<ClassId>>,
-    /// The heads of each queue's classes in queue order, kept as heads change
-    /// ([`Self::head_changed`]): the first is the queue's best waiting job.
-    queue_heads: HashMap<usize, sorted::Sorted<(JobOrder, ClassId)>>,
     /// Every class head on the tree, in fair order (A7): each subtree's first waiting head,
     /// which breaks a tie of share between siblings in a pass's round.
     heads: fair::Round,
@@ -236,7 +233,6 @@ impl Scheduler {
             fair_used: BTreeSet::new(),
             fair_limited: Vec::new(),
             queue_classes: HashMap::new(),
-            queue_heads: HashMap::new(),
             heads: fair::Round::default(),
             fleet_blocked: HashSet::new(),
             quota_blocked: HashMap::new(),

@@ -48,7 +48,7 @@ impl Scheduler {
         let key = (self.jobs[job].order, job);
         let old = self.classes[c].jobs.first().copied();
         self.classes[c].jobs.insert(key);
-        self.head_changed(c, self.jobs[job].queue, old);
+        self.head_changed(c, self.queues.leaf(self.jobs[job].queue), old);
         self.mark_dirty(c);
     }
 
@@ -66,7 +66,7 @@ impl Scheduler {
             return;
         }
         let queue = self.jobs[job].queue;
-        self.head_changed(c, queue, old);
+        self.head_changed(c, self.queues.leaf(queue), old);
         if self.queues.strategy(queue) == Strategy::StrictFIFO {
             self.mark_dirty(c);
         }
