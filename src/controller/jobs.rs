@@ -56,6 +56,9 @@ pub(super) struct Job {
     pub released: BTreeSet<String>,
     /// Pods already reported as placed where the plan does not put them.
     pub mismatched: BTreeSet<String>,
+    /// What the last placement pass read and found (`placing`), reused while nothing it read
+    /// has changed.
+    pub place_memo: Option<super::placing::PlaceMemo>,
     /// Hub job status last copied from the member.
     pub synced_status: Option<Value>,
     /// When a member status was last copied to the hub job.
@@ -103,6 +106,7 @@ impl Job {
         self.pod_placement.clear();
         self.released.clear();
         self.mismatched.clear();
+        self.place_memo = None;
         self.waiting = None;
         self.ending_since = None;
     }
@@ -614,6 +618,7 @@ pub(super) fn new_job(
         waiting: None,
         released: BTreeSet::new(),
         mismatched: BTreeSet::new(),
+        place_memo: None,
         synced_status: None,
         synced_at: None,
         ending_since: None,

@@ -361,7 +361,7 @@ fn follow_copy(
             (ctx, core),
             fleet,
             hubjobs,
-            (uid, cluster, &copy.data, &pods),
+            (uid, cluster, copy, &pods),
             writes,
         );
         // Pods missing: what the member refused, if it said (a quota, an admission webhook).
