@@ -43,6 +43,8 @@ pub(super) struct Brain {
     reports: super::reports::Reports,
     /// QueuedJobs whose `muster.dev/record` finalizer is being added or removed.
     finalizing: super::finalizers::Finalizing,
+    /// The record each QueuedJob holds, read once per version (`gc`).
+    shown: super::gc::Shown,
     /// Start-time forecasts and the run-time history.
     forecasts: super::forecasting::Forecasts,
     /// Snapshots asked for over HTTP, answered at the end of a pass.
@@ -71,6 +73,7 @@ impl Brain {
             writer: Default::default(),
             reports: Default::default(),
             finalizing: Default::default(),
+            shown: Default::default(),
             forecasts: Default::default(),
             snapshots: Some(snapshots),
         }
@@ -130,7 +133,7 @@ impl Brain {
             &self.ctx,
             &mut self.core,
             (&self.fleet, &mut self.hubjobs),
-            (&mut self.copies, &self.finalizing),
+            (&mut self.copies, &self.finalizing, &mut self.shown),
             (&mut self.writer.outbox, gone),
         );
         self.reads.settle_sent(

@@ -5,8 +5,10 @@
 //! job, the QueuedJobs once their store is listed) and carries out what comes back: copies
 //! deleted, records written again, finalizers put on or taken off (`finalizers`).
 //! Level-triggered, so it also cleans up after a member that was lost and came back, and after a
-//! restart.
+//! restart. The records the QueuedJobs hold are read once per version of each QueuedJob
+//! ([`Shown`]), not on every pass.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -20,17 +22,59 @@ use super::jobs::HubJobs;
 use super::members::{JOB_UID_LABEL, ORIGIN_LABEL};
 use super::membership::Fleet;
 use crate::lifecycle::gc::{self, Found, HubJob};
-use crate::lifecycle::{Held, tidy};
+use crate::lifecycle::{Held, Record, tidy};
 
 /// A QueuedJob, its namespace, and what the hub says of its job.
 type Listed = (Arc<QueuedJob>, String, HubJob);
+
+/// The record each QueuedJob in the store holds, read from its status once per object: the
+/// store keeps the same `Arc` for a QueuedJob until a watch event replaces it, and the entry
+/// holds that `Arc`, so an equal pointer is the same object.
+#[derive(Default)]
+pub(super) struct Shown {
+    by_uid: HashMap<String, (Arc<QueuedJob>, Option<Record>)>,
+}
+
+impl Shown {
+    /// Brought up to the QueuedJobs listed now (by their job's UID).
+    fn refresh(&mut self, queued: &[Listed]) {
+        let mut now: HashMap<String, (Arc<QueuedJob>, Option<Record>)> =
+            HashMap::with_capacity(queued.len());
+        for (qj, _, _) in queued {
+            let uid = qj.spec.job_ref.uid.as_str();
+            let entry = match self.by_uid.remove(uid) {
+                Some((was, record)) if Arc::ptr_eq(&was, qj) => (was, record),
+                _ => (Arc::clone(qj), read(qj)),
+            };
+            now.insert(uid.to_string(), entry);
+        }
+        self.by_uid = now;
+    }
+
+    /// The record the QueuedJob of job `uid` holds, as read.
+    fn get(&self, uid: &str) -> Option<&Record> {
+        let (qj, record) = self.by_uid.get(uid)?;
+        debug_assert!(
+            *record == read(qj),
+            "the record kept for {uid} is not what its QueuedJob holds"
+        );
+        record.as_ref()
+    }
+}
+
+/// The record a QueuedJob's status holds.
+fn read(qj: &QueuedJob) -> Option<Record> {
+    qj.status
+        .as_ref()
+        .map(|st| crate::lifecycle::wire::from_status(st, ""))
+}
 
 /// Tidies before the pass; `gone` are the followed jobs intake no longer saw.
 pub(super) fn tidy(
     ctx: &Ctx,
     core: &mut Core,
     (fleet, hubjobs): (&Fleet, &mut HubJobs),
-    (copies, finalizing): (&mut Copies, &Finalizing),
+    (copies, finalizing, shown): (&mut Copies, &Finalizing, &mut Shown),
     (outbox, gone): (&mut crate::lifecycle::outbox::Outbox, Vec<String>),
 ) {
     // Copies: (member, kind, namespace, name, job UID, what the hub knows of the job).
@@ -109,12 +153,11 @@ pub(super) fn tidy(
         .flatten()
         .map(|(qj, _, _)| (qj.spec.job_ref.uid.as_str(), qj))
         .collect();
-    let record = |uid: &str| {
-        by_uid
-            .get(uid)
-            .and_then(|qj| qj.status.as_ref())
-            .map(|st| crate::lifecycle::wire::from_status(st, ""))
-    };
+    if let Some(q) = &queued {
+        shown.refresh(q);
+    }
+    let shown = &*shown;
+    let record = |uid: &str| shown.get(uid).map(Cow::Borrowed);
     let held = queued.as_ref().map(|qs| {
         qs.iter()
             .map(|(qj, namespace, hub)| Held {
@@ -212,4 +255,56 @@ pub(super) fn tidy(
         .filter_map(|(uid, change)| Some((Arc::clone(by_uid.get(uid.as_str())?), change)))
         .collect();
     super::finalizers::change(ctx, finalizing, changes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::crd::{JobRef, QueuedJobSpec, QueuedJobState, QueuedJobStatus};
+
+    fn queued(uid: &str, state: QueuedJobState, cluster: Option<&str>) -> Listed {
+        let mut qj = QueuedJob::new(
+            "j",
+            QueuedJobSpec {
+                job_ref: JobRef {
+                    api_version: "batch/v1".into(),
+                    kind: "Job".into(),
+                    name: "j".into(),
+                    uid: uid.into(),
+                },
+            },
+        );
+        qj.status = Some(QueuedJobStatus {
+            state,
+            cluster: cluster.map(str::to_string),
+            ..QueuedJobStatus::default()
+        });
+        (Arc::new(qj), "ns".into(), HubJob::Unknown)
+    }
+
+    /// A QueuedJob is read again when the store holds another object for it (a watch event),
+    /// and its record is forgotten when it leaves the store.
+    #[test]
+    fn a_record_is_read_again_when_its_queued_job_is_replaced() {
+        let mut shown = Shown::default();
+        let a = queued("u1", QueuedJobState::Queued, None);
+        shown.refresh(std::slice::from_ref(&a));
+        let r = shown.get("u1").expect("read");
+        assert_eq!(r.cluster, None);
+        shown.refresh(std::slice::from_ref(&a));
+        assert!(
+            Arc::ptr_eq(&shown.by_uid["u1"].0, &a.0),
+            "the same object is kept"
+        );
+        let b = queued("u1", QueuedJobState::Admitted, Some("m1"));
+        shown.refresh(&[b.clone(), queued("u2", QueuedJobState::Queued, None)]);
+        let r = shown.get("u1").expect("read");
+        assert_eq!(r.cluster.as_deref(), Some("m1"), "the new object is read");
+        assert!(shown.get("u2").is_some());
+        shown.refresh(&[b]);
+        assert!(
+            shown.get("u2").is_none(),
+            "a QueuedJob gone from the store is forgotten"
+        );
+    }
 }

@@ -15,6 +15,7 @@
 //!
 //! The driver finds the facts and carries out what comes back; it decides none of it.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
 
 use super::gc::{self, Doomed, Found};
@@ -136,8 +137,9 @@ pub struct Facts<'a> {
     pub deleting: Vec<gc::Deleting>,
     /// Every QueuedJob on the hub, or None while the driver has not listed them.
     pub queued: Option<Vec<Held<'a>>>,
-    /// The record a QueuedJob holds (asked only when needed).
-    pub record: &'a dyn Fn(&str) -> Option<Record>,
+    /// The record a QueuedJob holds (asked only when needed; lent when the driver keeps it
+    /// read).
+    pub record: &'a dyn Fn(&str) -> Option<Cow<'a, Record>>,
 }
 
 /// What the driver carries out.
@@ -207,7 +209,8 @@ pub fn tidy(book: &mut Book, sched: &mut Scheduler, found: Facts, now: Ms) -> Ti
         );
         // 5. Every QueuedJob.
         for q in &queued {
-            let (restored, change) = book.keep(sched, q, || (found.record)(q.job));
+            let (restored, change) =
+                book.keep(sched, q, || (found.record)(q.job).map(Cow::into_owned));
             if restored {
                 out.restored.push(q.job.to_string());
             }
@@ -453,7 +456,7 @@ mod tests {
     fn a_gone_jobs_copy_is_deleted_once_and_its_queued_job_kept_while_charged() {
         let (mut sched, mut book) = running();
         let on_hub = book.get("x").and_then(|e| e.written.clone());
-        let record = move |_: &str| on_hub.clone();
+        let record = |_: &str| on_hub.as_ref().map(Cow::Borrowed);
         let q = Held {
             hub: HubJob::Gone,
             finalizer: false,

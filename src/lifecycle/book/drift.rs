@@ -9,6 +9,7 @@
 //! believes the hub holds (`written`, which the garbage collection trusts) is left as it is: a
 //! view that lags shows an older record of the job's own, not a change.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use super::Book;
@@ -18,7 +19,11 @@ impl Book {
     /// `shown` reads the record the view shows in a job's QueuedJob (None: none, or not this
     /// job's). Returns the followed jobs whose written record it has shown otherwise for four
     /// times the settle time (each once per such time while it does).
-    pub fn drifted(&mut self, shown: impl Fn(&str) -> Option<Record>, now: Ms) -> Vec<String> {
+    pub fn drifted<'r>(
+        &mut self,
+        shown: impl Fn(&str) -> Option<Cow<'r, Record>>,
+        now: Ms,
+    ) -> Vec<String> {
         let settle = self.settings.record_settle.saturating_mul(4);
         if self
             .settings
@@ -34,9 +39,15 @@ impl Book {
             .iter()
             .filter_map(|(u, e)| {
                 let written = e.written.as_ref()?;
-                let mut there = shown(u)?;
-                there.reason.clone_from(&written.reason);
-                (there != *written).then(|| u.clone())
+                let there = shown(u)?;
+                let differs = if there.reason == written.reason {
+                    *there != *written
+                } else {
+                    let mut there = there.into_owned();
+                    there.reason.clone_from(&written.reason);
+                    there != *written
+                };
+                differs.then(|| u.clone())
             })
             .collect();
         super::held_for(&mut self.drift, differs, now, settle)

@@ -340,7 +340,7 @@ impl Process {
                 hub: hub(uid),
             })
             .collect();
-        let record = |uid: &str| store.records.get(uid).cloned();
+        let record = |uid: &str| store.records.get(uid).map(std::borrow::Cow::Borrowed);
         let facts = tidy::Facts {
             gone,
             copies,
