@@ -81,6 +81,9 @@ fn pods_only(a: &QueuedJobStatus, b: &QueuedJobStatus) -> bool {
 
 /// Two statuses that differ only in when the state last changed.
 fn same(a: &QueuedJobStatus, b: &QueuedJobStatus) -> bool {
+    if a.last_transition == b.last_transition {
+        return a == b;
+    }
     let mut a = a.clone();
     a.last_transition = b.last_transition.clone();
     a == *b

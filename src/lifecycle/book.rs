@@ -440,7 +440,6 @@ impl Book {
             let mut s = seen(uid, &e.record);
             self.sent.judge(uid, e.record.cluster.as_deref(), &mut s);
             s.now = now;
-            s.hub = e.written.clone();
             s.created = e.created.take();
             if e.record.phase == Phase::Admitted && s.created.is_none() {
                 s.refused = e.id.and_then(|id| sched.refused_now(id));
@@ -472,8 +471,11 @@ impl Book {
         let mut out_on: BTreeMap<String, usize> = BTreeMap::new();
         let mut creates: Vec<(String, String)> = Vec::new();
         let by_id = &mut self.by_id;
-        for ((uid, e), s) in self.jobs.iter_mut().zip(views) {
+        for ((uid, e), mut s) in self.jobs.iter_mut().zip(views) {
+            // What the hub holds, lent to the step (nothing changed it since step 1).
+            s.hub = e.written.take();
             let (n, intents) = super::step(&e.record, &s, &self.settings);
+            e.written = s.hub.take();
             e.record = n;
             for i in intents {
                 match i {
