@@ -81,7 +81,7 @@ pub(super) fn tidy(
     let mut found = Vec::new();
     let mut deleting = Vec::new();
     for (cluster, m) in &fleet.members {
-        if !m.synced() || m.health.failures() > 0 {
+        if !m.synced() || !m.health.answering() {
             continue;
         }
         for (&kind, store) in &m.jobs {

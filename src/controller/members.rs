@@ -36,6 +36,13 @@ pub const COMPONENT_LABEL: &str = "muster.dev/component";
 /// (the hub's identity) is kept here for garbage collection across hubs.
 pub const ORIGIN_LABEL: &str = "muster.dev/origin";
 
+/// Failed probes in a row after which a member is taken as not answering. One alone is a blip
+/// of the transport (a connection reset, a request the API server dropped under load), not a
+/// silence: taken as one, it once marked every job placed on a busy member as on a silent
+/// member for a second (an Event and two status writes each, 940 of them at once). The
+/// silence still dates from the last good answer, so nothing that counts from it waits longer.
+pub const SILENT_AFTER: u64 = 2;
+
 /// Liveness as the probe last saw it.
 #[derive(Default)]
 pub struct Health {
@@ -73,6 +80,11 @@ impl Health {
 
     pub fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Whether the member answers: fewer than [`SILENT_AFTER`] probes in a row failed.
+    pub fn answering(&self) -> bool {
+        self.failures() < SILENT_AFTER
     }
 }
 
@@ -238,12 +250,12 @@ impl Member {
                 loop {
                     let answered =
                         tokio::time::timeout(Duration::from_secs(3), c.apiserver_version()).await;
-                    let was_down = h.failures() > 0;
+                    let was_answering = h.answering();
                     match answered {
                         Ok(Ok(_)) => h.ok(),
                         _ => h.failed(),
                     }
-                    if was_down != (h.failures() > 0) {
+                    if was_answering != h.answering() {
                         w.notify_one();
                     }
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -424,6 +436,25 @@ pub fn pods_of<'a>(pods: &'a [Arc<Pod>], uid: &str) -> Vec<&'a Arc<Pod>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One failed probe is a blip of the transport; two in a row are a silence, which ends at
+    /// the next good answer.
+    #[test]
+    fn one_failed_probe_is_a_blip_and_two_in_a_row_a_silence() {
+        let h = Health::default();
+        h.ok();
+        assert!(h.answering());
+        h.failed();
+        assert!(h.answering(), "one failed probe is a blip");
+        h.ok();
+        h.failed();
+        assert!(h.answering(), "failures are counted in a row");
+        h.failed();
+        assert!(!h.answering(), "two in a row are a silence");
+        assert!(h.silent_for().is_some());
+        h.ok();
+        assert!(h.answering());
+    }
 
     fn pod(node: Option<&str>, phase: &str, cpu: &str, uid: Option<&str>) -> Arc<Pod> {
         let mut labels = serde_json::Map::new();

@@ -57,7 +57,7 @@ impl Fleet {
     pub(super) fn answering(&self, cluster: &str) -> bool {
         self.members
             .get(cluster)
-            .is_some_and(|m| m.synced() && m.health.failures() == 0)
+            .is_some_and(|m| m.synced() && m.health.answering())
     }
 
     /// How plans are carried out on `cluster`, and why.
@@ -302,7 +302,7 @@ impl Fleet {
                     for p in problems {
                         tracing::warn!(member = %name, problem = %p, "node left out");
                     }
-                    (Some(info), m.health.failures() == 0)
+                    (Some(info), m.health.answering())
                 }
                 _ => (None, false),
             };

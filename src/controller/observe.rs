@@ -238,7 +238,7 @@ pub(super) fn observe(
     for mc in ctx.stores.members.state() {
         let name = mc.name_any();
         let v = match fleet.members.get(&name) {
-            Some(m) if m.synced() && m.health.failures() == 0 => {
+            Some(m) if m.synced() && m.health.answering() => {
                 let mut copies = HashMap::new();
                 let mut versions = HashMap::new();
                 for (&kind, store) in &m.jobs {
@@ -273,7 +273,7 @@ pub(super) fn observe(
                     versions,
                 }
             }
-            Some(m) if m.health.failures() > 0 => {
+            Some(m) if !m.health.answering() => {
                 let silent = m.health.silent_for().unwrap_or_default().as_millis() as u64;
                 MemberView::Not(Member::Silent {
                     since: now.saturating_sub(silent),
