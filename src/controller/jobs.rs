@@ -58,7 +58,7 @@ pub(super) struct Job {
     pub mismatched: BTreeSet<String>,
     /// What the last placement pass read and found (`placing`), reused while nothing it read
     /// has changed.
-    pub place_memo: Option<super::placing::PlaceMemo>,
+    pub place_memo: Option<super::placestep::PlaceMemo>,
     /// Hub job status last copied from the member.
     pub synced_status: Option<Value>,
     /// When a member status was last copied to the hub job.

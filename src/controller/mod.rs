@@ -48,6 +48,7 @@ mod observe;
 mod operators;
 mod options;
 mod owned;
+mod placestep;
 mod placing;
 mod reads;
 mod record;

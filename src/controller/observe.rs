@@ -389,6 +389,9 @@ fn follow_copy(
                 running: tally.running,
             });
         }
+    } else if let Some(j) = hubjobs.jobs.get_mut(uid) {
+        // Placed no more (its pods done, it ended): the objects its last step read go.
+        j.place_memo = None;
     }
     // The member's job status, copied to the hub job.
     let member_status = copy.data.get("status");
