@@ -9,7 +9,7 @@
 //! ([`Shown`]), not on every pass.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use kube::ResourceExt;
@@ -38,17 +38,22 @@ pub(super) struct Shown {
 impl Shown {
     /// Brought up to the QueuedJobs listed now (by their job's UID).
     fn refresh(&mut self, queued: &[Listed]) {
-        let mut now: HashMap<String, (Arc<QueuedJob>, Option<Record>)> =
-            HashMap::with_capacity(queued.len());
+        let listed: HashSet<&str> = queued
+            .iter()
+            .map(|(qj, _, _)| qj.spec.job_ref.uid.as_str())
+            .collect();
+        self.by_uid.retain(|uid, _| listed.contains(uid.as_str()));
         for (qj, _, _) in queued {
             let uid = qj.spec.job_ref.uid.as_str();
-            let entry = match self.by_uid.remove(uid) {
-                Some((was, record)) if Arc::ptr_eq(&was, qj) => (was, record),
-                _ => (Arc::clone(qj), read(qj)),
-            };
-            now.insert(uid.to_string(), entry);
+            match self.by_uid.get_mut(uid) {
+                Some((was, _)) if Arc::ptr_eq(was, qj) => {}
+                Some(entry) => *entry = (Arc::clone(qj), read(qj)),
+                None => {
+                    self.by_uid
+                        .insert(uid.to_string(), (Arc::clone(qj), read(qj)));
+                }
+            }
         }
-        self.by_uid = now;
     }
 
     /// The record the QueuedJob of job `uid` holds, as read.
