@@ -327,7 +327,7 @@ def create_set(kube, s, jobs, errors, manifest=None):
 
 def api_requests(kube):
     """The API server's request counts (apiserver_request_total) by resource/subresource and
-    verb, watches left out."""
+    verb, watches left out; requests answered with other than 2xx also by their code."""
     import http.client
     import re
     try:
@@ -346,6 +346,11 @@ def api_requests(kube):
         if labels.get("verb") == "WATCH":
             continue
         key = f"{labels.get('resource')}{'/' + labels['subresource'] if labels.get('subresource') else ''} {labels.get('verb')}"
+        code = labels.get("code", "")
+        if code and not code.startswith("2"):
+            # A refused request is still a request; its code says why (a conflict, a
+            # validation error) and is kept apart from the ones that landed.
+            key += f" {code}"
         out[key] = out.get(key, 0) + float(line.rsplit(" ", 1)[1])
     return out
 
