@@ -30,12 +30,6 @@ use crate::lifecycle::{Copy, Intent, Member, Ms, Record, Seen};
 use crate::scheduler::Plan;
 use crate::workload::JobKind;
 
-/// How often a running job's member status is copied to the hub job at most.
-const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
-/// How long a job whose pods are all done waits for its member to say it ended before the
-/// status in between (a batch Job's `SuccessCriteriaMet`) is copied.
-const ENDING_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// Whether `pod`'s controller is an object of the copy's `kind` other than the copy `copy_uid`
 /// (an earlier copy of the same job, deleted, whose pods are still there).
 fn of_another_copy(pod: &Pod, kind: &str, copy_uid: &str) -> bool {
@@ -407,42 +401,38 @@ fn follow_copy(
     }
     let j = &*j;
     let Some(st) = member_status else { return };
-    // Copied when what a user reads of it changed (a pod's readiness alone is not copied).
-    let unchanged = j
-        .synced_status
-        .as_ref()
-        .is_some_and(|s| s == st || status::user_view(s) == status::user_view(st));
-    if unchanged || !ctx.leadership.is_leader() {
+    if !ctx.leadership.is_leader() {
         return;
     }
-    // While the job runs, its status is copied at most every STATUS_EVERY (a pod's start,
-    // readiness and end would be a write each); once its pods are all done, the member's
-    // word on the outcome comes next, and the status waits for it at most ENDING_WAIT; an
-    // ended job's at once, in the pass that sees it end (before its record says so).
-    let due = |since: Option<Instant>, every: std::time::Duration| {
-        since.map(|at| every.saturating_sub(at.elapsed()))
+    let (kind, ns, name) = (j.kind, j.namespace.as_str(), j.name.as_str());
+    let hub_job = ctx.stores.job(kind, ns, name);
+    let hub_status = hub_job.as_ref().and_then(|o| o.data.get("status"));
+    let copied = status::Copied {
+        status: j.synced_status.as_ref(),
+        since: j.synced_at.map(|at| at.elapsed()),
+        ending: j.ending_since.map(|at| at.elapsed()),
+        ended,
     };
-    let wait = due(j.synced_at, STATUS_EVERY)
-        .into_iter()
-        .chain(due(j.ending_since, ENDING_WAIT))
-        .max();
-    if let Some(due) = wait.filter(|d| !ended && !d.is_zero()) {
-        let at = now_ms() + due.as_millis() as u64;
-        core.wake_at(at);
-        return;
-    }
-    let (kind, ns, name, label) = (j.kind, j.namespace.clone(), j.name.clone(), j.label());
-    let hub_status = ctx
-        .stores
-        .job(kind, &ns, &name)
-        .and_then(|o| o.data.get("status").cloned());
-    let patch = status::replace_patch(hub_status.as_ref(), st);
+    let patch = match status::copy_due(copied, hub_status, st) {
+        status::StatusCopy::Nothing => return,
+        status::StatusCopy::Shown => {
+            if let Some(j) = hubjobs.jobs.get_mut(uid) {
+                j.synced_status = Some(st.clone());
+            }
+            return;
+        }
+        status::StatusCopy::Later(due) => {
+            core.wake_at(now_ms() + due.as_millis() as u64);
+            return;
+        }
+        status::StatusCopy::Send(patch) => patch,
+    };
     writes.push(Write::HubStatus {
         uid: uid.to_string(),
-        label,
+        label: j.label(),
         kind,
-        namespace: ns,
-        name,
+        namespace: ns.to_string(),
+        name: name.to_string(),
         patch: json!({"status": patch}),
         status: st.clone(),
     });

@@ -3,6 +3,7 @@
 //! says). Pure: reads objects, never writes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
@@ -223,6 +224,62 @@ pub fn user_view(status: &Value) -> Value {
     }
 }
 
+/// How often a running job's member status is copied to the hub job at most.
+pub const STATUS_EVERY: Duration = Duration::from_secs(5);
+/// How long a job whose pods are all done waits for its member to say it ended before the
+/// status in between (a batch Job's `SuccessCriteriaMet`) is copied.
+pub const ENDING_WAIT: Duration = Duration::from_secs(30);
+
+/// What this process last copied of a job's member status to its hub job, and when.
+#[derive(Clone, Copy, Default)]
+pub struct Copied<'a> {
+    /// The member status last copied (none yet: a new copy, or since a restart).
+    pub status: Option<&'a Value>,
+    /// Time since that copy landed.
+    pub since: Option<Duration>,
+    /// Time since every pod of the job was seen done, its member not yet saying it ended.
+    pub ending: Option<Duration>,
+    /// The job ended (its member says so, or its record does).
+    pub ended: bool,
+}
+
+/// What the hub job's copy of its member's status needs now.
+#[derive(Debug, PartialEq)]
+pub enum StatusCopy {
+    /// Nothing: what a user reads of it is what was last copied.
+    Nothing,
+    /// Nothing to send, the hub job already shows it: taken as copied.
+    Shown,
+    /// Due in this long (a running job's status goes at most every [`STATUS_EVERY`]; once its
+    /// pods are done, the member's word on the outcome is awaited at most [`ENDING_WAIT`]).
+    Later(Duration),
+    /// This merge patch of `status`, from what the hub holds to what the member says.
+    Send(Value),
+}
+
+/// Whether the member's `status` of a job is copied to its hub job now, whose own status is
+/// `hub` (none: it has none), given what was `copied` before. Copied when what a user reads
+/// of it changed (a pod's readiness alone is not); an ended job's at once. Before anything is
+/// copied (a new copy, whose status is `{}`, or a restart), what the hub job already shows
+/// counts as copied: a patch of nothing is still a request the hub serves.
+pub fn copy_due(copied: Copied<'_>, hub: Option<&Value>, status: &Value) -> StatusCopy {
+    let shows = |held: &Value| held == status || user_view(held) == user_view(status);
+    if copied.status.is_some_and(shows) {
+        return StatusCopy::Nothing;
+    }
+    if copied.status.is_none() && shows(hub.unwrap_or(&Value::Object(Default::default()))) {
+        return StatusCopy::Shown;
+    }
+    let wait = [(copied.since, STATUS_EVERY), (copied.ending, ENDING_WAIT)]
+        .into_iter()
+        .filter_map(|(since, every)| Some(every.saturating_sub(since?)))
+        .max();
+    match wait {
+        Some(d) if !copied.ended && !d.is_zero() => StatusCopy::Later(d),
+        _ => StatusCopy::Send(replace_patch(hub, status)),
+    }
+}
+
 /// Whether a pod holds node resources: bound and not terminated.
 pub fn pod_is_active(p: &Pod) -> bool {
     let bound = p
@@ -428,6 +485,56 @@ mod tests {
                 &json!({"status": {"conditions": [{"type": "Failed", "status": "False"}]}})
             ),
             None
+        );
+    }
+
+    #[test]
+    fn a_status_the_hub_job_already_shows_is_not_sent() {
+        let empty = json!({});
+        let running = json!({"active": 1, "ready": 0, "startTime": "t"});
+        let ready = json!({"active": 1, "ready": 1, "startTime": "t"});
+        let fresh = Copied::default();
+        // A new copy's status is `{}`: nothing to send to a hub job with no status or `{}`.
+        assert_eq!(copy_due(fresh, None, &empty), StatusCopy::Shown);
+        assert_eq!(copy_due(fresh, Some(&empty), &empty), StatusCopy::Shown);
+        // After a restart, a hub job that shows what a user reads of the member's status.
+        assert_eq!(copy_due(fresh, Some(&running), &ready), StatusCopy::Shown);
+        // What it does not show goes at once, as a patch from what it holds.
+        assert_eq!(
+            copy_due(fresh, Some(&empty), &running),
+            StatusCopy::Send(json!({"active": 1, "ready": 0, "startTime": "t"}))
+        );
+        // Once copied, a pod's readiness alone is nothing new, whatever the hub job holds.
+        let copied = Copied {
+            status: Some(&running),
+            since: Some(Duration::from_secs(1)),
+            ..Copied::default()
+        };
+        assert_eq!(copy_due(copied, Some(&empty), &ready), StatusCopy::Nothing);
+        // A change within STATUS_EVERY of the last copy waits for the rest of it; an ended
+        // job's goes at once.
+        let done = json!({"succeeded": 1, "completionTime": "u"});
+        assert_eq!(
+            copy_due(copied, Some(&running), &done),
+            StatusCopy::Later(STATUS_EVERY - Duration::from_secs(1))
+        );
+        let ended = Copied {
+            ended: true,
+            ..copied
+        };
+        assert!(matches!(
+            copy_due(ended, Some(&running), &done),
+            StatusCopy::Send(_)
+        ));
+        // A job taken back and placed again: its new copy's `{}` clears what the last one said.
+        let last = Copied {
+            status: Some(&done),
+            since: Some(STATUS_EVERY),
+            ..Copied::default()
+        };
+        assert_eq!(
+            copy_due(last, Some(&done), &empty),
+            StatusCopy::Send(json!({"succeeded": null, "completionTime": null}))
         );
     }
 }
