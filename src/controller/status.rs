@@ -276,7 +276,36 @@ pub fn copy_due(copied: Copied<'_>, hub: Option<&Value>, status: &Value) -> Stat
         .max();
     match wait {
         Some(d) if !copied.ended && !d.is_zero() => StatusCopy::Later(d),
-        _ => StatusCopy::Send(replace_patch(hub, status)),
+        _ => {
+            // From what the hub job may hold: its status as the hub's store last showed it
+            // and the copy last landed, which that store may not show yet. A key either may
+            // hold that the member's status has no more (a batch Job's `active` once it ends)
+            // is cleared; one left behind would be refused (a finished Job with pods active).
+            let base = match (hub, copied.status) {
+                (Some(h), Some(c)) => Some(union(h, c)),
+                (h, c) => h.or(c).cloned(),
+            };
+            StatusCopy::Send(replace_patch(base.as_ref(), status))
+        }
+    }
+}
+
+/// Every key of `a` and of `b`, objects merged at any depth (where both hold something other
+/// than two objects, `b`'s).
+fn union(a: &Value, b: &Value) -> Value {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut out = x.clone();
+            for (k, v) in y {
+                let merged = match x.get(k) {
+                    Some(w) => union(w, v),
+                    None => v.clone(),
+                };
+                out.insert(k.clone(), merged);
+            }
+            Value::Object(out)
+        }
+        (_, b) => b.clone(),
     }
 }
 
@@ -526,6 +555,18 @@ mod tests {
             copy_due(ended, Some(&running), &done),
             StatusCopy::Send(_)
         ));
+        // The copy that landed last, not yet in the hub's store: what it set is cleared too.
+        let ended_at_once = Copied {
+            status: Some(&running),
+            since: Some(Duration::from_millis(200)),
+            ended: true,
+            ..Copied::default()
+        };
+        assert_eq!(
+            copy_due(ended_at_once, Some(&empty), &done),
+            StatusCopy::Send(json!({"active": null, "ready": null, "startTime": null,
+                "succeeded": 1, "completionTime": "u"}))
+        );
         // A job taken back and placed again: its new copy's `{}` clears what the last one said.
         let last = Copied {
             status: Some(&done),
