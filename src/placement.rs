@@ -26,6 +26,16 @@ pub type Plan = BTreeMap<String, BTreeMap<String, u32>>;
 /// The name of muster's scheduling gate on every pod template it dispatches.
 pub const GATE: &str = "muster.dev/placement";
 
+/// Whether a job dispatched with `plan` to a member that places pod by pod carries the gate.
+/// Every plan does but one of a single pod: pinned to its one planned node, that pod has no
+/// other arrangement the member's scheduler could choose and no gang to wait for, so the gate
+/// would cost a write per pod (its release) and a pass of waiting, and hold it to nothing more.
+/// Its component is then placed as on a pinned member: a pod found on a node outside the plan
+/// is a mismatch.
+pub fn gated(plan: &Plan) -> bool {
+    plan.values().flat_map(|nodes| nodes.values()).sum::<u32>() != 1
+}
+
 /// One pod of a dispatched job as the member shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodSeen {

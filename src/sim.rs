@@ -594,6 +594,10 @@ fn is_empty(v: &Value) -> bool {
 /// How many pods the controller releases onto their planned nodes when every pod of `plan`
 /// appears behind its gate at once (the simulated member creates them all together).
 fn released_pods(plan: &crate::placement::Plan) -> u64 {
+    // A job of one pod goes pinned, without the gate: nothing to release.
+    if !crate::placement::gated(plan) {
+        return 0;
+    }
     let pods: Vec<crate::placement::PodSeen> = plan
         .iter()
         .flat_map(|(c, nodes)| {

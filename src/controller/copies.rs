@@ -192,7 +192,8 @@ impl Copies {
         let Ok(hub_value) = serde_json::to_value(hub.as_ref()) else {
             return;
         };
-        let gates = fleet.placement_mode(&ctx.stores, cluster).0 == PlacementMode::Gates;
+        let gates = fleet.placement_mode(&ctx.stores, cluster).0 == PlacementMode::Gates
+            && crate::placement::gated(&e.record.placement);
         let mut copy = dispatch::member_copy(
             &hub_value,
             w,

@@ -407,3 +407,46 @@ fn random_arrivals_and_restarts_end_exactly_on_the_plan() {
         assert!(steps < 200, "seed {seed}: never converged");
     }
 }
+
+#[test]
+fn a_plan_of_one_pod_goes_pinned_and_is_held_to_its_node() {
+    let one = plan(&[("main", &[("n1", 1)])]);
+    assert!(!super::gated(&one));
+    // Two pods (of one component or two, on one node or two) keep the gate.
+    assert!(super::gated(&plan(&[("worker", &[("n1", 2)])])));
+    assert!(super::gated(&plan(&[("worker", &[("n1", 1), ("n2", 1)])])));
+    assert!(super::gated(&plan(&[
+        ("master", &[("n1", 1)]),
+        ("worker", &[("n1", 1)])
+    ])));
+    // Dispatched without the gate, its pod on its node is placed, with nothing to release.
+    let pinned: BTreeSet<String> = ["main".to_string()].into();
+    let on = |node: &str| PodSeen {
+        allowed: Some(["n1".to_string()].into()),
+        ..running("m-0", "main", node)
+    };
+    let s = step(
+        &one,
+        &BTreeSet::new(),
+        &pinned,
+        &[on("n1")],
+        &BTreeSet::new(),
+    );
+    assert!(s.release.is_empty() && s.mismatches.is_empty(), "{s:?}");
+    assert!(s.released.contains("main"));
+    // Anywhere else, it is off the plan.
+    let s = step(
+        &one,
+        &BTreeSet::new(),
+        &pinned,
+        &[on("n2")],
+        &BTreeSet::new(),
+    );
+    assert!(
+        s.mismatches
+            .iter()
+            .any(|m| m.pod == "m-0" && m.node == "n2"),
+        "{:?}",
+        s.mismatches
+    );
+}
