@@ -23,7 +23,8 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Pods per node per component (`{worker: {node-1: 2}}`), the same shape as the core's plan.
 pub type Plan = BTreeMap<String, BTreeMap<String, u32>>;
 
-/// The name of muster's scheduling gate on every pod template it dispatches.
+/// The name of muster's scheduling gate on the pod templates it dispatches ([`gated`] plans, to
+/// members that place pod by pod).
 pub const GATE: &str = "muster.dev/placement";
 
 /// Whether a job dispatched with `plan` to a member that places pod by pod carries the gate.
