@@ -176,6 +176,18 @@ pub fn pods_done(kind: JobKind, copy: &Value, pods: &[&Arc<Pod>]) -> bool {
     completions > 0 && done as u64 >= completions
 }
 
+/// Whether a job is on its way to an outcome its member has not said yet: its pods are done
+/// ([`pods_done`]), or a batch Job's controller says its success criteria are met or its
+/// failure is decided (`SuccessCriteriaMet`, `FailureTarget`: the status in between, written
+/// before the pods' ends are counted and `Complete` or `Failed` follows).
+pub fn ending(kind: JobKind, copy: &Value, pods: &[&Arc<Pod>]) -> bool {
+    let between = kind == JobKind::Job
+        && copy.get("status").is_some_and(|st| {
+            condition_true(st, &["SuccessCriteriaMet", "FailureTarget"]).is_some()
+        });
+    between || pods_done(kind, copy, pods)
+}
+
 /// A JSON merge patch that turns `old` into exactly `new` (keys only in `old` become `null`, at
 /// every depth): plain merge patches keep stale fields, which the API server may reject as
 /// inconsistent (a finished batch Job with `active > 0`).
@@ -577,5 +589,34 @@ mod tests {
             copy_due(last, Some(&done), &empty),
             StatusCopy::Send(json!({"succeeded": null, "completionTime": null}))
         );
+    }
+
+    #[test]
+    fn a_job_is_ending_once_its_pods_are_done_or_its_member_says_it_is_in_between() {
+        let run = pod(Some("n"), "Running");
+        let ok = pod(Some("n"), "Succeeded");
+        let job = |conds: Value| {
+            json!({"spec": {"completions": 1},
+                "status": {"active": 1, "conditions": conds}})
+        };
+        let met = json!([{"type": "SuccessCriteriaMet", "status": "True"}]);
+        // The member's word before the pods' ends reach muster's view.
+        assert!(ending(JobKind::Job, &job(met.clone()), &[&run]));
+        assert!(ending(
+            JobKind::Job,
+            &job(json!([{"type": "FailureTarget", "status": "True"}])),
+            &[&run]
+        ));
+        // The pods' ends before the member's word.
+        assert!(ending(JobKind::Job, &job(json!([])), &[&ok]));
+        // Neither: it runs.
+        assert!(!ending(JobKind::Job, &job(json!([])), &[&run]));
+        assert!(!ending(
+            JobKind::Job,
+            &job(json!([{"type": "SuccessCriteriaMet", "status": "False"}])),
+            &[&run]
+        ));
+        // Other kinds wait for their member's word.
+        assert!(!ending(JobKind::PyTorchJob, &job(met), &[&ok]));
     }
 }

@@ -421,27 +421,18 @@ fn a_plan_of_one_pod_goes_pinned_and_is_held_to_its_node() {
     ])));
     // Dispatched without the gate, its pod on its node is placed, with nothing to release.
     let pinned: BTreeSet<String> = ["main".to_string()].into();
-    let on = |node: &str| PodSeen {
-        allowed: Some(["n1".to_string()].into()),
-        ..running("m-0", "main", node)
+    let on = |node: &str| {
+        let pod = PodSeen {
+            allowed: Some(["n1".to_string()].into()),
+            ..running("m-0", "main", node)
+        };
+        step(&one, &BTreeSet::new(), &pinned, &[pod], &BTreeSet::new())
     };
-    let s = step(
-        &one,
-        &BTreeSet::new(),
-        &pinned,
-        &[on("n1")],
-        &BTreeSet::new(),
-    );
+    let s = on("n1");
     assert!(s.release.is_empty() && s.mismatches.is_empty(), "{s:?}");
     assert!(s.released.contains("main"));
     // Anywhere else, it is off the plan.
-    let s = step(
-        &one,
-        &BTreeSet::new(),
-        &pinned,
-        &[on("n2")],
-        &BTreeSet::new(),
-    );
+    let s = on("n2");
     assert!(
         s.mismatches
             .iter()
