@@ -394,11 +394,11 @@ fn follow_copy(
         status::outcome(kind, &copy.data).is_some() || record.is_none_or(|r| r.phase.terminal());
     // Every pod done, as the record says or, in the pass before it says so, as the member
     // or the pods do: the member's status in between then waits for its word on the outcome.
-    let pods_done = record.is_some_and(|r| r.pods_done) || status::ending(kind, &copy.data, &pods);
+    let ending = record.is_some_and(|r| r.pods_done) || status::ending(kind, &copy.data, &pods);
     let Some(j) = hubjobs.jobs.get_mut(uid) else {
         return;
     };
-    if pods_done && !ended {
+    if ending && !ended {
         j.ending_since.get_or_insert_with(Instant::now);
     }
     let j = &*j;

@@ -245,7 +245,8 @@ pub const ENDING_WAIT: Duration = Duration::from_secs(30);
 /// What this process last copied of a job's member status to its hub job, and when.
 #[derive(Clone, Copy, Default)]
 pub struct Copied<'a> {
-    /// The member status last copied (none yet: a new copy, or since a restart).
+    /// The member status last copied, of this copy or an earlier one (none yet: the job's
+    /// first copy, or since a restart).
     pub status: Option<&'a Value>,
     /// Time since that copy landed.
     pub since: Option<Duration>,
@@ -272,8 +273,8 @@ pub enum StatusCopy {
 /// Whether the member's `status` of a job is copied to its hub job now, whose own status is
 /// `hub` (none: it has none), given what was `copied` before. Copied when what a user reads
 /// of it changed (a pod's readiness alone is not); an ended job's at once. Before anything is
-/// copied (a new copy, whose status is `{}`, or a restart), what the hub job already shows
-/// counts as copied: a patch of nothing is still a request the hub serves.
+/// copied (the job's first copy, whose status is `{}`, or a restart), what the hub job already
+/// shows counts as copied: a patch of nothing is still a request the hub serves.
 pub fn copy_due(copied: Copied<'_>, hub: Option<&Value>, status: &Value) -> StatusCopy {
     let shows = |held: &Value| held == status || user_view(held) == user_view(status);
     if copied.status.is_some_and(shows) {
