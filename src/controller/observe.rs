@@ -392,14 +392,17 @@ fn follow_copy(
     let record = core.book.get(uid).map(|e| &e.record);
     let ended =
         status::outcome(kind, &copy.data).is_some() || record.is_none_or(|r| r.phase.terminal());
-    // Every pod done, as the record says or, in the pass before it says so, as the member
-    // or the pods do: the member's status in between then waits for its word on the outcome.
-    let ending = record.is_some_and(|r| r.pods_done) || status::ending(kind, &copy.data, &pods);
     let Some(j) = hubjobs.jobs.get_mut(uid) else {
         return;
     };
-    if ending && !ended {
-        j.ending_since.get_or_insert_with(Instant::now);
+    // Every pod done, as the record says or, in the pass before it says so, as the member
+    // or the pods do: the member's status in between then waits for its word on the outcome.
+    // Read once per job, until it is seen.
+    if !ended
+        && j.ending_since.is_none()
+        && (record.is_some_and(|r| r.pods_done) || status::ending(kind, &copy.data, &pods))
+    {
+        j.ending_since = Some(Instant::now());
     }
     let j = &*j;
     let Some(st) = member_status else { return };
@@ -407,8 +410,13 @@ fn follow_copy(
         return;
     }
     let (kind, ns, name) = (j.kind, j.namespace.as_str(), j.name.as_str());
-    let hub_job = ctx.stores.job(kind, ns, name);
-    let hub_status = hub_job.as_ref().and_then(|o| o.data.get("status"));
+    // The hub job's own status, looked up only when the decision needs it (rarely: most
+    // passes find nothing new to copy).
+    let hub_status = || {
+        ctx.stores
+            .job(kind, ns, name)
+            .and_then(|o| o.data.get("status").cloned())
+    };
     let copied = status::Copied {
         status: j.synced_status.as_ref(),
         since: j.synced_at.map(|at| at.elapsed()),

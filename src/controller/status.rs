@@ -2,12 +2,14 @@
 //! (Running only when every expected pod runs; Finished/Failed as the member's own controller
 //! says). Pure: reads objects, never writes.
 
+use std::cell::LazyCell;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
+use crate::lifecycle::patch;
 use crate::workload::JobKind;
 
 /// A member copy as observed: the lifecycle's view of its progress.
@@ -275,12 +277,19 @@ pub enum StatusCopy {
 /// of it changed (a pod's readiness alone is not); an ended job's at once. Before anything is
 /// copied (the job's first copy, whose status is `{}`, or a restart), what the hub job already
 /// shows counts as copied: a patch of nothing is still a request the hub serves.
-pub fn copy_due(copied: Copied<'_>, hub: Option<&Value>, status: &Value) -> StatusCopy {
+pub fn copy_due(
+    copied: Copied<'_>,
+    hub: impl FnOnce() -> Option<Value>,
+    status: &Value,
+) -> StatusCopy {
     let shows = |held: &Value| held == status || user_view(held) == user_view(status);
     if copied.status.is_some_and(shows) {
         return StatusCopy::Nothing;
     }
-    if copied.status.is_none() && shows(hub.unwrap_or(&Value::Object(Default::default()))) {
+    // Read at most once, and only on the paths below that need it.
+    let hub = LazyCell::new(hub);
+    if copied.status.is_none() && shows(hub.as_ref().unwrap_or(&Value::Object(Default::default())))
+    {
         return StatusCopy::Shown;
     }
     let wait = [(copied.since, STATUS_EVERY), (copied.ending, ENDING_WAIT)]
@@ -294,31 +303,18 @@ pub fn copy_due(copied: Copied<'_>, hub: Option<&Value>, status: &Value) -> Stat
             // and the copy last landed, which that store may not show yet. A key either may
             // hold that the member's status has no more (a batch Job's `active` once it ends)
             // is cleared; one left behind would be refused (a finished Job with pods active).
-            let base = match (hub, copied.status) {
-                (Some(h), Some(c)) => Some(union(h, c)),
-                (h, c) => h.or(c).cloned(),
-            };
-            StatusCopy::Send(replace_patch(base.as_ref(), status))
+            // The keys and the patch that covers them are the core's, as for QueuedJobs.
+            let keys = [hub.as_ref(), copied.status]
+                .into_iter()
+                .flatten()
+                .fold(None, |keys: Option<Value>, held| {
+                    Some(patch::unsure_keys(keys.as_ref(), held))
+                });
+            StatusCopy::Send(match keys {
+                Some(keys) => patch::covering_patch(&keys, status),
+                None => status.clone(),
+            })
         }
-    }
-}
-
-/// Every key of `a` and of `b`, objects merged at any depth (where both hold something other
-/// than two objects, `b`'s).
-fn union(a: &Value, b: &Value) -> Value {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            let mut out = x.clone();
-            for (k, v) in y {
-                let merged = match x.get(k) {
-                    Some(w) => union(w, v),
-                    None => v.clone(),
-                };
-                out.insert(k.clone(), merged);
-            }
-            Value::Object(out)
-        }
-        (_, b) => b.clone(),
     }
 }
 
@@ -537,13 +533,19 @@ mod tests {
         let ready = json!({"active": 1, "ready": 1, "startTime": "t"});
         let fresh = Copied::default();
         // A new copy's status is `{}`: nothing to send to a hub job with no status or `{}`.
-        assert_eq!(copy_due(fresh, None, &empty), StatusCopy::Shown);
-        assert_eq!(copy_due(fresh, Some(&empty), &empty), StatusCopy::Shown);
+        assert_eq!(copy_due(fresh, || None, &empty), StatusCopy::Shown);
+        assert_eq!(
+            copy_due(fresh, || Some(empty.clone()), &empty),
+            StatusCopy::Shown
+        );
         // After a restart, a hub job that shows what a user reads of the member's status.
-        assert_eq!(copy_due(fresh, Some(&running), &ready), StatusCopy::Shown);
+        assert_eq!(
+            copy_due(fresh, || Some(running.clone()), &ready),
+            StatusCopy::Shown
+        );
         // What it does not show goes at once, as a patch from what it holds.
         assert_eq!(
-            copy_due(fresh, Some(&empty), &running),
+            copy_due(fresh, || Some(empty.clone()), &running),
             StatusCopy::Send(json!({"active": 1, "ready": 0, "startTime": "t"}))
         );
         // Once copied, a pod's readiness alone is nothing new, whatever the hub job holds.
@@ -552,12 +554,15 @@ mod tests {
             since: Some(Duration::from_secs(1)),
             ..Copied::default()
         };
-        assert_eq!(copy_due(copied, Some(&empty), &ready), StatusCopy::Nothing);
+        assert_eq!(
+            copy_due(copied, || Some(empty.clone()), &ready),
+            StatusCopy::Nothing
+        );
         // A change within STATUS_EVERY of the last copy waits for the rest of it; an ended
         // job's goes at once.
         let done = json!({"succeeded": 1, "completionTime": "u"});
         assert_eq!(
-            copy_due(copied, Some(&running), &done),
+            copy_due(copied, || Some(running.clone()), &done),
             StatusCopy::Later(STATUS_EVERY - Duration::from_secs(1))
         );
         let ended = Copied {
@@ -565,7 +570,7 @@ mod tests {
             ..copied
         };
         assert!(matches!(
-            copy_due(ended, Some(&running), &done),
+            copy_due(ended, || Some(running.clone()), &done),
             StatusCopy::Send(_)
         ));
         // The copy that landed last, not yet in the hub's store: what it set is cleared too.
@@ -576,7 +581,7 @@ mod tests {
             ..Copied::default()
         };
         assert_eq!(
-            copy_due(ended_at_once, Some(&empty), &done),
+            copy_due(ended_at_once, || Some(empty.clone()), &done),
             StatusCopy::Send(json!({"active": null, "ready": null, "startTime": null,
                 "succeeded": 1, "completionTime": "u"}))
         );
@@ -587,7 +592,7 @@ mod tests {
             ..Copied::default()
         };
         assert_eq!(
-            copy_due(last, Some(&done), &empty),
+            copy_due(last, || Some(done.clone()), &empty),
             StatusCopy::Send(json!({"succeeded": null, "completionTime": null}))
         );
     }
