@@ -211,6 +211,7 @@ impl Scheduler {
             fit,
             nowhere: None,
             fleet_short: None,
+            enough: Vec::new(),
         });
         self.shape_ids.insert(key, id);
         id

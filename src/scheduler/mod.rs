@@ -29,6 +29,7 @@ mod reclaim;
 mod reserve;
 #[cfg(test)]
 mod serves_tests;
+mod short;
 mod sorted;
 pub mod view;
 mod wake;
@@ -120,6 +121,10 @@ struct Shape {
     /// The fleet version at which [`Scheduler::fleet_short`] was last read, and what it gave:
     /// a function of the shape and the fleet alone, so the same while the fleet is.
     fleet_short: Option<(u64, Vec<Res>)>,
+    /// Per member (by index): its version when last read, which of the shape's requested
+    /// resources were read then (bit i for the i-th), and which of those it had enough of
+    /// ([`Scheduler::fleet_short`]).
+    enough: Vec<Option<(u64, u64, u64)>>,
 }
 
 #[derive(Clone)]

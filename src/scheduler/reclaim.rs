@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::fairness::FairBound;
-use super::{JobId, JobState, Scheduler, ShapeId};
+use super::{JobId, JobState, Scheduler};
 use crate::estimate::{self, Placement};
 use crate::resources::{Demand, MAX_JOBS, PODS, Res, at, whole_bits};
 
@@ -123,84 +123,6 @@ impl Scheduler {
             d.add_scaled(&self.shapes[self.jobs[v].shape].quota_demand, 1);
         }
         d
-    }
-
-    /// The requested resources the candidate clusters lack for `job` on the nodes it may use
-    /// (R1): in every candidate cluster, for some pod group no node that admits it has its
-    /// pod's request free, or those nodes together less than the job's total. When no single
-    /// resource is short (fragmentation), the job's scarcest resource (its `key_res`).
-    fn fleet_short(&mut self, job: JobId) -> Vec<Res> {
-        let shape_id = self.jobs[job].shape;
-        // Every change of a member (usage, nodes, reachability, what it serves) bumps the
-        // fleet version; the shape's candidates and demand never change.
-        if let Some((v, short)) = &self.shapes[shape_id].fleet_short
-            && *v == self.fleet_version
-        {
-            let short = short.clone();
-            debug_assert_eq!(short, self.fleet_short_now(shape_id), "fleet_short memo");
-            return short;
-        }
-        let short = self.fleet_short_now(shape_id);
-        self.shapes[shape_id].fleet_short = Some((self.fleet_version, short.clone()));
-        short
-    }
-
-    /// [`Self::fleet_short`] read from the fleet as it is.
-    fn fleet_short_now(&mut self, shape_id: ShapeId) -> Vec<Res> {
-        let d = self.shapes[shape_id].quota_demand.clone();
-        let requested: Vec<Res> = d
-            .iter()
-            .filter(|(r, x)| *r != PODS && *r != MAX_JOBS && *x > 0)
-            .map(|(r, _)| r)
-            .collect();
-        let mut short = Vec::new();
-        'res: for &r in &requested {
-            let per_pod = self.shapes[shape_id]
-                .groups
-                .iter()
-                .filter(|g| g.pods > 0)
-                .map(|g| g.demand.get(r))
-                .max()
-                .unwrap_or(0);
-            for ci in 0..self.clusters.len() {
-                let c = &self.clusters[ci];
-                if !c.reachable || !self.candidate(shape_id, ci) {
-                    continue;
-                }
-                // The nodes it may use are among those the summary counts: short there is
-                // short on them.
-                let s = self.clusters[ci].summary();
-                if per_pod > at(&s.max_free, r) || d.get(r) > at(&s.total_free, r) {
-                    continue;
-                }
-                if self.enough_on_usable(shape_id, ci, r, d.get(r)) {
-                    continue 'res;
-                }
-            }
-            short.push(r);
-        }
-        if short.is_empty() {
-            // Fragmentation: no one resource is short on its own; the binding one is taken
-            // to be the job's scarcest (what chooses its member).
-            let key = self.shapes[shape_id].key_res;
-            if requested.contains(&key) {
-                return vec![key];
-            }
-            return requested;
-        }
-        short
-    }
-
-    /// Whether the nodes of `ci` the shape may use have enough of `r` free: every pod group's
-    /// pod request on one node that admits it, and `total` on them together.
-    fn enough_on_usable(&mut self, shape_id: ShapeId, ci: usize, r: Res, total: i128) -> bool {
-        let fit = self.shapes[shape_id].fit;
-        self.ensure_usable_free(fit, ci);
-        let u = &self.fits[fit].usable_free[&ci].2;
-        self.fits[fit].groups.iter().enumerate().all(|(g, pg)| {
-            let need = pg.demand.get(r);
-            pg.pods == 0 || need == 0 || u.most.get(g).is_some_and(|m| at(m, r) >= need)
-        }) && total <= at(&u.total, r)
     }
 
     /// Whether `job` asks for any of `short`; `bits`: [`whole_bits`] of `short` (read once per
