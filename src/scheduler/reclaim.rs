@@ -358,18 +358,21 @@ impl Scheduler {
                 .ok()
                 .and_then(|v| self.find_cluster_with(job, &v).map(|ci| (v, ci)))
         } else {
-            let mut by_cluster: BTreeMap<usize, Vec<JobId>> = BTreeMap::new();
+            // Each member's candidates, in `order` (indexed by member).
+            let mut by_cluster: Vec<Vec<JobId>> = vec![Vec::new(); self.clusters.len()];
             for v in &order {
-                if let JobState::Admitted { cluster, .. } = self.jobs[*v].state {
-                    by_cluster.entry(cluster).or_default().push(*v);
+                if let JobState::Admitted { cluster, .. } = self.jobs[*v].state
+                    && let Some(list) = by_cluster.get_mut(cluster)
+                {
+                    list.push(*v);
                 }
             }
             // Clusters in the usual choice order (least free of the job's scarcest resource,
             // then name); the first where its victims suffice wins.
             let key_res = self.shapes[shape].key_res;
-            let mut clusters: Vec<(i128, usize)> = by_cluster
-                .keys()
-                .map(|&ci| (at(&self.clusters[ci].summary().total_free, key_res), ci))
+            let mut clusters: Vec<(i128, usize)> = (0..by_cluster.len())
+                .filter(|&ci| !by_cluster[ci].is_empty())
+                .map(|ci| (at(&self.clusters[ci].summary().total_free, key_res), ci))
                 .collect();
             // Cluster names are unique: the index breaks no tie the name leaves.
             clusters.sort_by(|a, b| {
@@ -377,7 +380,7 @@ impl Scheduler {
             });
             let mut best: Option<(Vec<JobId>, usize)> = None;
             for (_, ci) in clusters {
-                let candidates = by_cluster.remove(&ci).unwrap_or_default();
+                let candidates = std::mem::take(&mut by_cluster[ci]);
                 let c = &self.clusters[ci];
                 if !c.reachable || !self.candidate(shape, ci) {
                     continue;
