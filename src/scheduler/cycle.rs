@@ -103,7 +103,7 @@ impl Scheduler {
                 if let Some(n) = self.same_quota_wait(c, job) {
                     // The same job over the same max, unable to reclaim: no decision, the
                     // reason is kept, and it sleeps on the highest node where it is over one.
-                    self.quota_blocked.entry(n).or_default().insert(c);
+                    self.quota_asleep(n, c);
                     continue;
                 }
                 if self.certain_to_wait(c, job) {
@@ -161,7 +161,7 @@ impl Scheduler {
                                 self.fleet_blocked.insert(c);
                             }
                             Blocker::Quota(n) => {
-                                self.quota_blocked.entry(n).or_default().insert(c);
+                                self.quota_asleep(n, c);
                                 if block.may_reclaim {
                                     self.fleet_blocked.insert(c);
                                 }

@@ -18,6 +18,7 @@ use crate::quota::{QuotaState, QuotaTree, Strategy};
 use crate::resources::{Demand, MAX_JOBS, PODS, Res, ResourceTable};
 use crate::workload::{ClusterRestriction, Workload};
 
+mod classset;
 mod cycle;
 pub mod explain;
 mod fair;
@@ -194,8 +195,8 @@ pub struct Scheduler {
     /// Every class head on the tree, in fair order (A7): each subtree's first waiting head,
     /// which breaks a tie of share between siblings in a pass's round.
     heads: fair::Round,
-    fleet_blocked: HashSet<ClassId>,
-    quota_blocked: HashMap<usize, HashSet<ClassId>>,
+    fleet_blocked: classset::ClassSet,
+    quota_blocked: Vec<classset::ClassSet>,
     /// Classes whose head last waited within its min (it may reclaim): a job admitted above a
     /// min anywhere may be the borrowing that makes a victim of it, or of another job on the
     /// member the head needs, so every admission that borrows wakes them.
@@ -239,8 +240,8 @@ impl Scheduler {
             fair_limited: Vec::new(),
             queue_classes: HashMap::new(),
             heads: fair::Round::default(),
-            fleet_blocked: HashSet::new(),
-            quota_blocked: HashMap::new(),
+            fleet_blocked: classset::ClassSet::default(),
+            quota_blocked: Vec::new(),
             reclaim_blocked: HashSet::new(),
             hold_blocked: HashSet::new(),
             admitted_by_leaf: BTreeMap::new(),

@@ -93,8 +93,8 @@ impl Scheduler {
             q.charge(leaf, &shape.quota_demand, -1);
             self.heads.mark(leaf);
             for n in q.tree.path_up(leaf) {
-                if let Some(set) = self.quota_blocked.remove(&n) {
-                    for c in set {
+                if let Some(set) = self.quota_blocked.get_mut(n) {
+                    for c in set.drain() {
                         self.mark_dirty(c);
                     }
                 }

@@ -7,8 +7,7 @@ use crate::resources::PODS;
 
 impl Scheduler {
     pub(super) fn capacity_freed(&mut self) {
-        let blocked: Vec<ClassId> = self.fleet_blocked.drain().collect();
-        for c in blocked {
+        for c in self.fleet_blocked.drain() {
             self.mark_dirty(c);
         }
     }
@@ -17,21 +16,25 @@ impl Scheduler {
     /// ([`Scheduler::quota_may_move`]: over a max since, or able to reclaim with what it is
     /// short of now) are visited again, as every head is in the reference's next pass.
     pub(super) fn admission_wakes(&mut self) {
-        let woken: Vec<ClassId> = self
-            .fleet_blocked
-            .iter()
-            .copied()
-            .filter(|&c| {
-                self.classes[c]
-                    .jobs
-                    .first()
-                    .is_some_and(|&(_, j)| self.quota_may_move(j))
-            })
-            .collect();
+        let mut blocked = std::mem::take(&mut self.fleet_blocked);
+        let woken = blocked.take_where(|c| {
+            self.classes[c]
+                .jobs
+                .first()
+                .is_some_and(|&(_, j)| self.quota_may_move(j))
+        });
+        self.fleet_blocked = blocked;
         for c in woken {
-            self.fleet_blocked.remove(&c);
             self.mark_dirty(c);
         }
+    }
+
+    /// Class `c` sleeps on tree node `n` (over a max there) until a release below `n`.
+    pub(super) fn quota_asleep(&mut self, n: usize, c: ClassId) {
+        if self.quota_blocked.len() <= n {
+            self.quota_blocked.resize_with(n + 1, Default::default);
+        }
+        self.quota_blocked[n].insert(c);
     }
 
     pub(super) fn mark_dirty(&mut self, c: ClassId) {
@@ -88,7 +91,7 @@ impl Scheduler {
 
     pub(super) fn all_changed(&mut self) {
         self.fleet_blocked.clear();
-        self.quota_blocked.clear();
+        self.quota_blocked.iter_mut().for_each(|s| s.clear());
         self.reclaim_blocked.clear();
         self.hold_blocked.clear();
         for c in 0..self.classes.len() {
