@@ -195,7 +195,11 @@ pub struct Scheduler {
     /// Every class head on the tree, in fair order (A7): each subtree's first waiting head,
     /// which breaks a tie of share between siblings in a pass's round.
     heads: fair::Round,
+    /// Classes whose head waits for the fleet, woken when capacity frees (and after an
+    /// admission, those that quota may now move).
     fleet_blocked: classset::ClassSet,
+    /// Per tree node, the classes whose head waits over a max there, woken by a release below
+    /// the node.
     quota_blocked: Vec<classset::ClassSet>,
     /// Classes whose head last waited within its min (it may reclaim): a job admitted above a
     /// min anywhere may be the borrowing that makes a victim of it, or of another job on the
