@@ -190,27 +190,6 @@ pub fn ending(kind: JobKind, copy: &Value, pods: &[&Arc<Pod>]) -> bool {
     between || pods_done(kind, copy, pods)
 }
 
-/// A JSON merge patch that turns `old` into exactly `new` (keys only in `old` become `null`, at
-/// every depth): plain merge patches keep stale fields, which the API server may reject as
-/// inconsistent (a finished batch Job with `active > 0`).
-pub fn replace_patch(old: Option<&Value>, new: &Value) -> Value {
-    match (old, new) {
-        (Some(Value::Object(o)), Value::Object(n)) => {
-            let mut out = serde_json::Map::new();
-            for (k, v) in n {
-                out.insert(k.clone(), replace_patch(o.get(k), v));
-            }
-            for k in o.keys() {
-                if !n.contains_key(k) {
-                    out.insert(k.clone(), Value::Null);
-                }
-            }
-            Value::Object(out)
-        }
-        _ => new.clone(),
-    }
-}
-
 /// Status fields no user reads off a hub job: the live pod gauges and bookkeeping of the
 /// member's controller (a batch Job's `ready`, `terminating` and `uncountedTerminatedPods`,
 /// operators' reconcile and probe times), at any depth.
@@ -458,11 +437,13 @@ mod tests {
         ));
     }
 
+    /// The patch a status copy sends from a known base (the core's `covering_patch` over that
+    /// base's keys) turns it into exactly the new status: stale fields become null at any depth.
     #[test]
-    fn replace_patch_nulls_stale_fields() {
+    fn a_copy_patch_nulls_stale_fields() {
         let old = json!({"active": 2, "uncounted": {"succeeded": ["a"]}, "conditions": [1]});
         let new = json!({"succeeded": 2, "uncounted": {}, "conditions": [2]});
-        let p = replace_patch(Some(&old), &new);
+        let p = patch::covering_patch(&patch::unsure_keys(None, &old), &new);
         assert_eq!(
             p,
             json!({"active": null, "succeeded": 2, "uncounted": {"succeeded": null}, "conditions": [2]})

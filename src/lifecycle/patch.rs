@@ -126,8 +126,9 @@ pub fn covering_patch(keys: &Value, new: &Value) -> Value {
 }
 
 /// The JSON merge patch (RFC 7386) that turns `old` into `new`: only the members that changed,
-/// null for the ones gone; None when they are equal. (The controller's `status::replace_patch`
-/// sends every member of `new`, for a hub job status read from a store that may lag.)
+/// null for the ones gone; None when they are equal. ([`covering_patch`] sends every member of
+/// `new` instead, for a hub that may hold more than is known: a write whose outcome is unknown,
+/// or a hub job status read from a store that may lag.)
 pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
     match (old, new) {
         (Value::Object(o), Value::Object(n)) => {
