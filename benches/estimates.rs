@@ -4,12 +4,13 @@
 //! midway through its wait, and this compares both with the start that really happened; with
 //! exact run times, a sample of waiting jobs is run again without the jobs submitted after them,
 //! to show what moves the starts is later arrivals. Then the cost of one forecast over 10,000
-//! waiting jobs, as the controller makes it (a copy of the core, the forward run).
+//! waiting jobs, as the controller makes it (a copy of the core, the forward run), whole and
+//! within the controller's default time budget (`--estimate-budget-ms`, 200).
 //! Run: `cargo bench --bench estimates` (args: JOBS CLUSTERS NODES; `cost` for the cost of one
 //! forecast only). Figures: docs/benchmarks.md.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -297,5 +298,40 @@ fn cost(sc: &Scenario) {
         run.as_secs_f64(),
         est.instants,
         est.cycles
+    );
+    // As the controller makes it by default: the same run, stopped at its time budget.
+    let budget = Duration::from_millis(200);
+    let t = Instant::now();
+    let copy = sched.clone();
+    let bounded = forecast::forecast_within(copy, &inputs, budget, || t.elapsed());
+    let took = t.elapsed();
+    let (mut exact, mut lower) = (0, 0);
+    for (job, s) in &bounded.jobs {
+        match s {
+            forecast::Start::NotBefore { .. } => lower += 1,
+            s if est.jobs.get(job) == Some(s) => exact += 1,
+            s => panic!(
+                "the bounded run answers {s:?}, the whole run {:?}",
+                est.jobs.get(job)
+            ),
+        }
+    }
+    let last_start = bounded
+        .jobs
+        .values()
+        .filter_map(|s| match s {
+            forecast::Start::At { at, .. } => Some(*at),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    println!(
+        "forecast within {} ms (the controller's default): copy and run {:.0} ms ({} instants, {} cycles); {exact} answers as the whole run's (starts up to {:.1} h ahead), {lower} lower bounds (not before {:.1} h)",
+        budget.as_millis(),
+        took.as_secs_f64() * 1000.0,
+        bounded.instants,
+        bounded.cycles,
+        last_start as f64 / 3_600_000.0,
+        bounded.reached as f64 / 3_600_000.0,
     );
 }

@@ -7,6 +7,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -46,9 +47,20 @@ pub struct Inputs {
     /// Answer only for these waiting jobs (and the arrivals), and stop once they have started;
     /// `None`: every waiting job. The run is the same either way, so each answer is too.
     pub only: Option<Vec<JobId>>,
-    /// Stop after this many admission cycles; the watched jobs not started by then are
-    /// [`Estimates::beyond`]. `None`: only [`MAX_INSTANTS`] bounds the run.
+    /// Stop after this many admission cycles (at the end of an instant); the watched jobs not
+    /// started by then get [`Start::NotBefore`]. `None`: only [`MAX_INSTANTS`] bounds the run.
     pub max_cycles: Option<u64>,
+}
+
+/// What one forecast says of a queue's waiting jobs, for its metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueOutlook {
+    /// Seconds from now to each expected start.
+    pub waits: Vec<u64>,
+    /// Jobs not expected to start while the known jobs run.
+    pub never: i64,
+    /// Jobs the forecast stopped before it saw start (a lower bound only).
+    pub not_before: i64,
 }
 
 /// One waiting job's forecast.
@@ -66,6 +78,9 @@ pub enum Start {
     },
     /// It does not start while the known jobs run (as they are expected to); why.
     Never(String),
+    /// The forecast stopped (its bound) before it started: by what the forecast knows, it
+    /// starts at `at` at the earliest. A lower bound, not an estimate.
+    NotBefore { at: Ms },
 }
 
 /// The answers of one forward run.
@@ -79,9 +94,11 @@ pub struct Estimates {
     pub instants: usize,
     /// Admission cycles run.
     pub cycles: u64,
-    /// Watched jobs not started when [`Inputs::max_cycles`] stopped the run: their answer is
-    /// not known (they are absent from `jobs`).
-    pub beyond: Vec<JobId>,
+    /// The instant the run reached: where it stopped, or its last instant.
+    pub reached: Ms,
+    /// The run stopped before its end ([`Inputs::max_cycles`], or its driver): the jobs it had
+    /// not seen start by then have [`Start::NotBefore`].
+    pub stopped: bool,
 }
 
 impl Estimates {
@@ -105,193 +122,290 @@ enum Event {
 
 /// Runs `sched` forward from `inputs.now` and answers for every job waiting in it and every
 /// arrival. The copy is consumed; the caller's core is untouched.
-pub fn forecast(mut sched: Scheduler, inputs: &Inputs) -> Estimates {
-    let mut out = Estimates::default();
-    let mut events: BinaryHeap<Reverse<(Ms, Event)>> = BinaryHeap::new();
-    // Runs per job: a preempted run's end is ignored.
-    let mut runs: HashMap<JobId, u32> = HashMap::new();
-    // Waiting job → its answer so far (None until it starts).
-    let mut watched: HashMap<JobId, Watched> = HashMap::new();
-    for (&job, &at) in &inputs.ends {
-        if matches!(sched.state(job), JobState::Admitted { .. }) {
-            runs.insert(job, 0);
-            events.push(Reverse((at.max(inputs.now), Event::End { job, run: 0 })));
+pub fn forecast(sched: Scheduler, inputs: &Inputs) -> Estimates {
+    let mut run = Forward::new(sched, inputs);
+    run.advance(inputs.max_cycles.unwrap_or(u64::MAX));
+    run.finish()
+}
+
+/// [`forecast`] bounded in time: one instant at a time until the run ends or `elapsed()` reaches
+/// `budget` (zero: no bound). The clock is the caller's (the controller's); the run is the
+/// core's, so every answer but the lower bounds is the one the whole run gives.
+pub fn forecast_within(
+    sched: Scheduler,
+    inputs: &Inputs,
+    budget: Duration,
+    mut elapsed: impl FnMut() -> Duration,
+) -> Estimates {
+    let mut run = Forward::new(sched, inputs);
+    while !run.advance(1) {
+        if !budget.is_zero() && elapsed() >= budget {
+            break;
         }
     }
-    let waiting: Vec<JobId> = match &inputs.only {
-        Some(only) => only
-            .iter()
-            .copied()
-            .filter(|&j| {
-                matches!(
-                    sched.state(j),
-                    JobState::Pending | JobState::Inadmissible(_)
-                )
-            })
-            .collect(),
-        None => sched.waiting(),
-    };
-    for job in waiting {
-        match sched.state(job) {
-            JobState::Inadmissible(why) => {
-                out.jobs.insert(job, Start::Never(why.clone()));
-            }
-            _ => {
-                watched.insert(job, Watched::new(Target::Job(job)));
+    run.finish()
+}
+
+/// A forward run that can stop between instants and go on later: [`forecast`] in steps, so that
+/// a driver with a clock (the controller) can bound its wall time. Up to where it stops, it is
+/// the same run, so every answer it has is the same; a job it has not seen start by then gets
+/// [`Start::NotBefore`] the instant it reached (the run would start it then at the earliest).
+pub struct Forward<'a> {
+    sched: Scheduler,
+    inputs: &'a Inputs,
+    out: Estimates,
+    events: BinaryHeap<Reverse<(Ms, Event)>>,
+    /// Runs per job: a preempted run's end is ignored.
+    runs: HashMap<JobId, u32>,
+    /// Waiting job → its answer so far (None until it starts).
+    watched: HashMap<JobId, Watched>,
+    started: usize,
+    /// An arrival's job id → its index, once it has been submitted.
+    arrival_of: HashMap<JobId, usize>,
+    arrived: usize,
+    arrival_starts: Vec<Option<Start>>,
+    /// The instant whose admission cycles run next (its ends and arrivals are in).
+    now: Ms,
+    /// The jobs that ended at `now`.
+    ended: Vec<JobId>,
+    /// The run has ended on its own: every answer is final.
+    done: bool,
+}
+
+impl<'a> Forward<'a> {
+    /// A run of `sched` (consumed) from `inputs.now`; nothing is run yet.
+    pub fn new(sched: Scheduler, inputs: &'a Inputs) -> Forward<'a> {
+        let mut out = Estimates::default();
+        let mut events: BinaryHeap<Reverse<(Ms, Event)>> = BinaryHeap::new();
+        let mut runs: HashMap<JobId, u32> = HashMap::new();
+        let mut watched: HashMap<JobId, Watched> = HashMap::new();
+        for (&job, &at) in &inputs.ends {
+            if matches!(sched.state(job), JobState::Admitted { .. }) {
+                runs.insert(job, 0);
+                events.push(Reverse((at.max(inputs.now), Event::End { job, run: 0 })));
             }
         }
+        let waiting: Vec<JobId> = match &inputs.only {
+            Some(only) => only
+                .iter()
+                .copied()
+                .filter(|&j| {
+                    matches!(
+                        sched.state(j),
+                        JobState::Pending | JobState::Inadmissible(_)
+                    )
+                })
+                .collect(),
+            None => sched.waiting(),
+        };
+        for job in waiting {
+            match sched.state(job) {
+                JobState::Inadmissible(why) => {
+                    out.jobs.insert(job, Start::Never(why.clone()));
+                }
+                _ => {
+                    watched.insert(job, Watched::new(Target::Job(job)));
+                }
+            }
+        }
+        for (index, a) in inputs.arrivals.iter().enumerate() {
+            events.push(Reverse((a.at.max(inputs.now), Event::Arrive { index })));
+        }
+        Forward {
+            sched,
+            inputs,
+            out,
+            events,
+            runs,
+            watched,
+            started: 0,
+            arrival_of: HashMap::new(),
+            arrived: 0,
+            arrival_starts: vec![None; inputs.arrivals.len()],
+            now: inputs.now,
+            ended: Vec::new(),
+            done: false,
+        }
     }
-    let max_cycles = inputs.max_cycles.unwrap_or(u64::MAX);
-    let mut started = 0usize;
-    for (index, a) in inputs.arrivals.iter().enumerate() {
-        events.push(Reverse((a.at.max(inputs.now), Event::Arrive { index })));
+
+    /// Admission cycles run so far.
+    pub fn cycles(&self) -> u64 {
+        self.out.cycles
     }
-    // An arrival's job id → its index, once it has been submitted.
-    let mut arrival_of: HashMap<JobId, usize> = HashMap::new();
-    let mut arrived = 0usize;
-    let mut arrival_starts: Vec<Option<Start>> = vec![None; inputs.arrivals.len()];
-    let runtime_of = |job: JobId, arrival_of: &HashMap<JobId, usize>| -> Ms {
-        match arrival_of.get(&job) {
-            Some(&i) => inputs.arrivals[i].runtime,
-            None => inputs
+
+    /// Runs whole instants until at least `cycles` more admission cycles have run, or the run
+    /// ends. True once it has ended (then [`Forward::finish`] has every answer).
+    pub fn advance(&mut self, cycles: u64) -> bool {
+        let until = self.out.cycles.saturating_add(cycles);
+        while !self.done {
+            self.instant();
+            if self.done || self.out.cycles >= until {
+                break;
+            }
+        }
+        self.done
+    }
+
+    fn runtime_of(&self, job: JobId) -> Ms {
+        match self.arrival_of.get(&job) {
+            Some(&i) => self.inputs.arrivals[i].runtime,
+            None => self
+                .inputs
                 .runtimes
                 .get(&job)
                 .copied()
-                .unwrap_or(inputs.default_runtime),
+                .unwrap_or(self.inputs.default_runtime),
         }
-    };
-    let mut now = inputs.now;
-    let mut ended: Vec<JobId> = Vec::new();
-    loop {
-        // Admission cycles at `now`.
+    }
+
+    /// The admission cycles at `now`, then the next instant's ends and arrivals (or the end).
+    fn instant(&mut self) {
         for _ in 0..CYCLES_PER_INSTANT {
-            out.cycles += 1;
-            let decisions = sched.cycle();
+            self.out.cycles += 1;
+            let decisions = self.sched.cycle();
             let moved = decisions
                 .iter()
                 .any(|d| !matches!(d, Decision::Wait { .. }));
             for d in decisions {
                 match d {
                     Decision::Admit { job, cluster, .. } => {
-                        let run = runs.entry(job).or_insert(0);
+                        let at = self.now.saturating_add(self.runtime_of(job));
+                        let run = self.runs.entry(job).or_insert(0);
                         *run += 1;
-                        let at = now.saturating_add(runtime_of(job, &arrival_of));
-                        events.push(Reverse((at, Event::End { job, run: *run })));
+                        let run = *run;
+                        self.events.push(Reverse((at, Event::End { job, run })));
                         // Its first start is the answer (a preemption later does not move it).
-                        if let Some(w) = watched.get_mut(&job)
+                        if let Some(w) = self.watched.get_mut(&job)
                             && w.start.is_none()
                         {
-                            started += 1;
-                            w.start = Some((now, cluster, ended.clone()));
+                            self.started += 1;
+                            w.start = Some((self.now, cluster, self.ended.clone()));
                         }
                     }
                     Decision::Preempt { job, .. } => {
                         // Its end is void; it waits again.
-                        if let Some(r) = runs.get_mut(&job) {
+                        if let Some(r) = self.runs.get_mut(&job) {
                             *r += 1;
                         }
                     }
                     Decision::Wait { .. } => {}
                 }
             }
-            if !moved || !sched.has_work() {
+            if !moved || !self.sched.has_work() {
                 break;
             }
         }
-        out.instants += 1;
-        if (started == watched.len() && arrived == inputs.arrivals.len())
-            || out.instants >= MAX_INSTANTS
-            || out.cycles >= max_cycles
+        self.out.instants += 1;
+        if (self.started == self.watched.len() && self.arrived == self.inputs.arrivals.len())
+            || self.out.instants >= MAX_INSTANTS
         {
-            break;
+            self.done = true;
+            return;
         }
         // The next instant: ends first, then arrivals.
-        let Some(Reverse((t, _))) = events.peek() else {
-            break;
+        let Some(Reverse((t, _))) = self.events.peek() else {
+            self.done = true;
+            return;
         };
-        now = *t;
-        ended.clear();
-        while let Some(Reverse((t, _))) = events.peek() {
-            if *t != now {
+        self.now = *t;
+        self.ended.clear();
+        while let Some(Reverse((t, _))) = self.events.peek() {
+            if *t != self.now {
                 break;
             }
-            let Some(Reverse((_, ev))) = events.pop() else {
+            let Some(Reverse((_, ev))) = self.events.pop() else {
                 break;
             };
             match ev {
                 Event::End { job, run } => {
-                    if runs.get(&job) == Some(&run)
-                        && matches!(sched.state(job), JobState::Admitted { .. })
+                    if self.runs.get(&job) == Some(&run)
+                        && matches!(self.sched.state(job), JobState::Admitted { .. })
                     {
-                        sched.finish(job);
-                        ended.push(job);
+                        self.sched.finish(job);
+                        self.ended.push(job);
                     }
                 }
                 Event::Arrive { index } => {
-                    let a = &inputs.arrivals[index];
-                    arrived += 1;
-                    match sched.submit(&a.workload, now) {
+                    let a = &self.inputs.arrivals[index];
+                    self.arrived += 1;
+                    match self.sched.submit(&a.workload, self.now) {
                         Submitted::Queued(id) | Submitted::Inadmissible(id, _) => {
-                            arrival_of.insert(id, index);
-                            watched.insert(id, Watched::new(Target::Arrival(index)));
+                            self.arrival_of.insert(id, index);
+                            self.watched
+                                .insert(id, Watched::new(Target::Arrival(index)));
                         }
                         Submitted::Ignored(why) => {
-                            arrival_starts[index] = Some(Start::Never(why));
+                            self.arrival_starts[index] = Some(Start::Never(why));
                         }
                     }
                 }
             }
         }
     }
-    let horizon = out.instants >= MAX_INSTANTS;
-    let cut = out.cycles >= max_cycles && !horizon;
-    for (job, w) in watched {
-        if cut
-            && w.start.is_none()
-            && let Target::Job(j) = w.target
-        {
-            out.beyond.push(j);
-            continue;
-        }
-        let start = match w.start {
-            Some((at, cluster, after)) => {
-                let mut names: Vec<String> = after.iter().map(|&j| sched.job_label(j)).collect();
-                names.sort();
-                let more = names.len().saturating_sub(AFTER_NAMED);
-                names.truncate(AFTER_NAMED);
-                Start::At {
-                    at,
-                    cluster,
-                    after: names,
-                    more,
+
+    /// The answers. A run stopped before its end answers [`Start::NotBefore`] for every job
+    /// and arrival it has not seen start.
+    pub fn finish(self) -> Estimates {
+        let Forward {
+            sched,
+            inputs,
+            mut out,
+            watched,
+            mut arrival_starts,
+            now,
+            done,
+            ..
+        } = self;
+        let horizon = out.instants >= MAX_INSTANTS;
+        for (job, w) in watched {
+            let start = match w.start {
+                Some((at, cluster, after)) => {
+                    let mut names: Vec<String> =
+                        after.iter().map(|&j| sched.job_label(j)).collect();
+                    names.sort();
+                    let more = names.len().saturating_sub(AFTER_NAMED);
+                    names.truncate(AFTER_NAMED);
+                    Start::At {
+                        at,
+                        cluster,
+                        after: names,
+                        more,
+                    }
+                }
+                None if !done => Start::NotBefore { at: now },
+                None if horizon => Start::Never(format!(
+                    "not started within {MAX_INSTANTS} forecast instants"
+                )),
+                None => Start::Never(
+                    sched
+                        .reason(job)
+                        .unwrap_or_else(|| "no capacity frees up for it".to_string()),
+                ),
+            };
+            match w.target {
+                Target::Job(j) => {
+                    out.jobs.insert(j, start);
+                }
+                Target::Arrival(i) => {
+                    if let Some(s) = arrival_starts.get_mut(i) {
+                        *s = Some(start);
+                    }
                 }
             }
-            None if horizon => Start::Never(format!(
-                "not started within {MAX_INSTANTS} forecast instants"
-            )),
-            None => Start::Never(
-                sched
-                    .reason(job)
-                    .unwrap_or_else(|| "no capacity frees up for it".to_string()),
-            ),
-        };
-        match w.target {
-            Target::Job(j) => {
-                out.jobs.insert(j, start);
-            }
-            Target::Arrival(i) => {
-                if let Some(s) = arrival_starts.get_mut(i) {
-                    *s = Some(start);
-                }
-            }
         }
+        out.arrivals = arrival_starts
+            .into_iter()
+            .zip(&inputs.arrivals)
+            .map(|(s, a)| match s {
+                Some(s) => s,
+                None if !done => Start::NotBefore { at: a.at.max(now) },
+                None => Start::Never("not submitted within the forecast".into()),
+            })
+            .collect();
+        out.reached = now;
+        out.stopped = !done;
+        out
     }
-    out.arrivals = arrival_starts
-        .into_iter()
-        .map(|s| s.unwrap_or_else(|| Start::Never("not submitted within the forecast".into())))
-        .collect();
-    out.beyond.sort_unstable();
-    out
 }
 
 enum Target {

@@ -180,6 +180,11 @@ struct ControllerArgs {
     /// Forecast every waiting job's start this often, in seconds (0: never).
     #[arg(long, default_value_t = 30)]
     estimate_interval_seconds: u64,
+    /// Wall time one forecast may take, in milliseconds (0: no bound). The forward run stops
+    /// at the first instant past it; the jobs it has not seen start by then get
+    /// `status.estimate.notBefore` (a lower bound) instead of a start.
+    #[arg(long, default_value_t = 200)]
+    estimate_budget_ms: u64,
     /// Expected run time of a job that declares none (no muster.dev/expected-runtime, no
     /// deadline) and whose queue has no history of its shape yet (e.g. 1h, 90m).
     #[arg(long, default_value = "1h", value_parser = parse_runtime)]
@@ -560,6 +565,7 @@ fn run_controller(a: ControllerArgs) -> ExitCode {
         webhook_failure_policy: a.webhook_failure_policy,
         resync: Duration::from_secs(a.resync_seconds.max(1)),
         estimate_interval: Duration::from_secs(a.estimate_interval_seconds),
+        estimate_budget: Duration::from_millis(a.estimate_budget_ms),
         runtime_rules: muster::runtime::Rules {
             default: a.default_runtime,
             quantile: a.runtime_percentile,

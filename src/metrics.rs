@@ -110,6 +110,7 @@ pub struct Metrics {
     pass_duration: Histogram,
     estimated_wait: IntGaugeVec,
     not_expected: IntGaugeVec,
+    beyond_forecast: IntGaugeVec,
     forecast_duration: Histogram,
 }
 
@@ -332,6 +333,11 @@ impl Metrics {
                 "Waiting jobs the forecast does not see start while the known jobs run (inadmissible, or no capacity frees up), per queue.",
                 &["queue"],
             ),
+            beyond_forecast: int_gauge(
+                "muster_jobs_beyond_forecast",
+                "Waiting jobs the last forecast stopped before it saw start (its time budget, --estimate-budget-ms), per queue: their estimate is a lower bound (notBefore), not in muster_estimated_wait_seconds.",
+                &["queue"],
+            ),
             forecast_duration: reg(
                 &registry,
                 Histogram::with_opts(
@@ -543,16 +549,20 @@ impl Metrics {
     /// named have no waiting job).
     pub fn forecast(
         &self,
-        per_queue: &std::collections::BTreeMap<String, (Vec<u64>, i64)>,
+        per_queue: &std::collections::BTreeMap<String, crate::forecast::QueueOutlook>,
         seconds: f64,
     ) {
         self.forecast_duration.observe(seconds);
         let _g = self.gauges.lock().unwrap_or_else(|e| e.into_inner());
         self.estimated_wait.reset();
         self.not_expected.reset();
-        for (q, (waits, never)) in per_queue {
-            self.not_expected.with_label_values(&[q]).set(*never);
-            let mut w = waits.clone();
+        self.beyond_forecast.reset();
+        for (q, o) in per_queue {
+            self.not_expected.with_label_values(&[q]).set(o.never);
+            self.beyond_forecast
+                .with_label_values(&[q])
+                .set(o.not_before);
+            let mut w = o.waits.clone();
             w.sort_unstable();
             if w.is_empty() {
                 continue;

@@ -3,10 +3,17 @@
 //! forecast runs the same core the same way); with arrivals spread over time, each forecast is the
 //! start the job gets when the jobs submitted after it are left out, so later arrivals are the
 //! only thing that moves a start away from its estimate. A snapshot's running jobs hold their
-//! nodes until their time is up.
+//! nodes until their time is up. A forecast stopped early (the controller's time budget) gives
+//! the whole run's answer for every job it saw start and a true lower bound for the rest.
 
+use std::time::Duration;
+
+use muster::forecast::{self, Arrival, Inputs, Start};
+use muster::quota::QuotaTree;
 use muster::runtime::ANNOTATION;
+use muster::scheduler::{Config, Decision, JobState, Scheduler, Submitted};
 use muster::sim::{self, Budget, Estimating, Scenario};
+use muster::workload::interpret;
 use serde_json::{Value, json};
 
 /// xorshift64*, deterministic per seed.
@@ -358,5 +365,153 @@ fn a_spent_budget_puts_estimates_off_says_so_and_what_it_makes_is_exact() {
     assert!(
         later > 0 && skipped > 0,
         "the budget did bite: {later} later, {skipped} skipped"
+    );
+}
+
+/// The controller's starting point for a forecast: `sc`'s fleet, tree and priorities, the jobs
+/// at 0 submitted and the cycles of that instant run; the later jobs are arrivals (as jobs in
+/// back-off are). Returns the core and the forecast's inputs (run times exact).
+fn controller_state(sc: &Scenario) -> (Scheduler, Inputs) {
+    let mut sched = Scheduler::new(Config::default());
+    if let Some(q) = &sc.quota {
+        sched.set_quota_tree(Some(QuotaTree::parse(q).expect("the tree reads")));
+    }
+    sched.set_priority_classes(sc.priority_classes.clone());
+    sim::apply_fleet(&mut sched, sc);
+    let mut inputs = Inputs {
+        default_runtime: 3_600_000,
+        ..Inputs::default()
+    };
+    let mut now_ids = Vec::new();
+    for j in &sc.jobs {
+        let w = interpret(&j.manifest.value()).expect("the job reads");
+        if j.at > 0 {
+            inputs.arrivals.push(Arrival {
+                workload: w,
+                at: j.at,
+                runtime: j.run_for,
+            });
+        } else if let Submitted::Queued(id) | Submitted::Inadmissible(id, _) = sched.submit(&w, 0) {
+            now_ids.push((id, j.run_for));
+        }
+    }
+    for _ in 0..forecast::CYCLES_PER_INSTANT {
+        let moved = sched
+            .cycle()
+            .iter()
+            .any(|d| !matches!(d, Decision::Wait { .. }));
+        if !moved {
+            break;
+        }
+    }
+    for (id, run_for) in now_ids {
+        if matches!(sched.state(id), JobState::Admitted { .. }) {
+            inputs.ends.insert(id, run_for);
+        }
+        inputs.runtimes.insert(id, run_for);
+    }
+    (sched, inputs)
+}
+
+/// The lower bound of a forecast stopped early, checked against the whole run's answer.
+fn holds(bound: &Start, whole: &Start) -> bool {
+    match (bound, whole) {
+        (Start::NotBefore { at }, Start::At { at: start, .. }) => start >= at,
+        (Start::NotBefore { .. }, Start::Never(_)) => true,
+        (b, w) => b == w,
+    }
+}
+
+#[test]
+fn a_forecast_stopped_early_answers_as_the_whole_run_and_bounds_the_rest_from_below() {
+    let (mut bounds, mut exact) = (0, 0);
+    for seed in 1..=6 {
+        // Two thirds waiting at the start, a third arriving later (ms on the scenario's clock).
+        let mut sc = random(seed, 90);
+        for (i, j) in sc.jobs.iter_mut().enumerate().filter(|(i, _)| i % 3 == 0) {
+            j.at = 1000 * (1 + (i as u64 * 37) % 900);
+        }
+        let (sched, inputs) = controller_state(&sc);
+        let whole = forecast::forecast(sched.clone(), &inputs);
+        assert!(!whole.stopped, "seed {seed}");
+        // One instant at a time to its end: the same run.
+        let mut run = forecast::Forward::new(sched.clone(), &inputs);
+        let mut steps = 0;
+        while !run.advance(1) {
+            steps += 1;
+        }
+        let stepped = run.finish();
+        assert!(steps > 3, "seed {seed}: the run has instants to stop at");
+        assert_eq!(
+            (
+                &stepped.jobs,
+                &stepped.arrivals,
+                stepped.cycles,
+                stepped.stopped
+            ),
+            (&whole.jobs, &whole.arrivals, whole.cycles, false),
+            "seed {seed}"
+        );
+        // Stopped after a few cycles, or after a few instants of a clock the test turns.
+        for cut in [1, 16, 40, whole.cycles / 2] {
+            let part = forecast::forecast(
+                sched.clone(),
+                &Inputs {
+                    max_cycles: Some(cut),
+                    ..inputs.clone()
+                },
+            );
+            let mut ticks = 0u64;
+            let timed = forecast::forecast_within(
+                sched.clone(),
+                &inputs,
+                Duration::from_millis(cut.min(5)),
+                || {
+                    ticks += 1;
+                    Duration::from_millis(ticks)
+                },
+            );
+            assert!(
+                timed.stopped && timed.instants as u64 == cut.min(5),
+                "seed {seed}"
+            );
+            for p in [&part, &timed] {
+                assert!(p.stopped, "seed {seed} cut {cut}");
+                assert_eq!(
+                    p.jobs.len(),
+                    whole.jobs.len(),
+                    "seed {seed}: every job answered"
+                );
+                for (job, s) in &p.jobs {
+                    assert!(
+                        holds(s, &whole.jobs[job]),
+                        "seed {seed} cut {cut}: {s:?} against {:?}",
+                        whole.jobs[job]
+                    );
+                    match s {
+                        Start::NotBefore { at } => {
+                            bounds += 1;
+                            assert_eq!(*at, p.reached, "seed {seed}");
+                        }
+                        _ => exact += 1,
+                    }
+                }
+                for (s, w) in p.arrivals.iter().zip(&whole.arrivals) {
+                    assert!(
+                        holds(s, w),
+                        "seed {seed} cut {cut}: arrival {s:?} against {w:?}"
+                    );
+                    if let Start::NotBefore { at } = s {
+                        bounds += 1;
+                        assert!(*at >= p.reached, "seed {seed}");
+                    }
+                }
+            }
+        }
+    }
+    // Both kinds of answer were seen, or the test proved nothing.
+    assert!(
+        bounds > 100 && exact > 100,
+        "{bounds} bounds, {exact} exact"
     );
 }

@@ -621,9 +621,16 @@ fn exported() -> (Exposition, BTreeMap<String, BTreeSet<String>>) {
     m.maybe_running_twice(&[("member-a".to_string(), 1)].into_iter().collect());
     // The controller's start-time forecasts (the simulator reports estimates per job instead).
     m.forecast(
-        &[("root/a".to_string(), (vec![30, 90, 600], 1))]
-            .into_iter()
-            .collect(),
+        &[(
+            "root/a".to_string(),
+            muster::forecast::QueueOutlook {
+                waits: vec![30, 90, 600],
+                never: 1,
+                not_before: 2,
+            },
+        )]
+        .into_iter()
+        .collect(),
         0.01,
     );
     let e = parse_exposition(&m.encode());
@@ -885,7 +892,7 @@ fn every_dashboard_query_uses_exported_metrics() {
     let (e, exported) = exported();
     // The families the simulator, a dispatch error, a placement mismatch and a partitioned member
     // produce: all of muster's.
-    assert_eq!(e.types.len(), 33, "{:?}", e.types.keys());
+    assert_eq!(e.types.len(), 34, "{:?}", e.types.keys());
     let d = dashboard();
     let mut exprs = Vec::new();
     collect_exprs(&d, "", &mut exprs);
@@ -935,6 +942,7 @@ fn every_dashboard_query_uses_exported_metrics() {
         "muster_placement_mismatches_total",
         "muster_admission_cycle_duration_seconds_bucket",
         "muster_jobs_maybe_running_twice",
+        "muster_jobs_beyond_forecast",
     ] {
         assert!(used.contains(m), "no panel uses {m}");
     }

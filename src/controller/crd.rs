@@ -167,6 +167,7 @@ pub struct JobRef {
     printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".status.cluster"}"#,
     printcolumn = r#"{"name":"Estimated Start","type":"string","jsonPath":".status.estimate.start"}"#,
     printcolumn = r#"{"name":"Expected Cluster","type":"string","jsonPath":".status.estimate.cluster","priority":1}"#,
+    printcolumn = r#"{"name":"Not Before","type":"string","jsonPath":".status.estimate.notBefore","priority":1}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.reason","priority":0}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]

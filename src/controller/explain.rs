@@ -73,7 +73,14 @@ pub fn render_estimate(e: &super::crd::StartEstimate) -> String {
                 "  not expected to start while the known jobs run: {why}"
             );
         }
-        (None, None) => {}
+        (None, None) => {
+            if let Some(t) = &e.not_before {
+                let _ = writeln!(
+                    out,
+                    "  not expected to start before {t} (the forecast stopped at its time budget before it started)"
+                );
+            }
+        }
     }
     if !e.after.is_empty() {
         let _ = writeln!(out, "  once these end: {}", e.after.join(", "));
@@ -253,12 +260,24 @@ mod tests {
                 runtime: Some("30s".into()),
                 runtime_source: Some("declared".into()),
                 never: None,
+                not_before: None,
             });
         }
         let text = render(&q);
         assert!(
             text.contains("expected to start 2026-12-01T10:00:30Z on member-b\n  once these end: research/first\n  its own expected run time: 30s (declared)"),
             "{text}"
+        );
+        // A forecast that stopped at its time budget first: a lower bound, said as one.
+        let bound = crate::controller::crd::StartEstimate {
+            not_before: Some("2026-12-01T14:00:00Z".into()),
+            runtime: Some("30s".into()),
+            runtime_source: Some("declared".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            render_estimate(&bound),
+            "  not expected to start before 2026-12-01T14:00:00Z (the forecast stopped at its time budget before it started)\n  its own expected run time: 30s (declared)\n"
         );
     }
 }

@@ -1,7 +1,8 @@
 //! Start-time forecasts in the controller. Every `--estimate-interval-seconds` the core is copied
 //! with every followed job's expected run time and run forward off the sync loop
-//! ([`crate::forecast`]); the answers become each waiting job's `status.estimate` and the
-//! forecast metrics. Owns the durable history of finished run times (the ConfigMap
+//! ([`crate::forecast`]), one instant at a time until it ends or `--estimate-budget-ms` of wall
+//! time has passed (then the jobs it has not seen start get a lower bound, `notBefore`); the
+//! answers become each waiting job's `status.estimate` and the forecast metrics. Owns the durable history of finished run times (the ConfigMap
 //! `muster-runtime-history` in the controller's namespace), so that a restart keeps it.
 
 use std::collections::{BTreeMap, HashMap};
@@ -131,9 +132,10 @@ impl Forecasts {
             self.forecast_inputs(ctx, core, hubjobs, super::clock::now_ms());
         let copy = core.sched.clone();
         let wake = ctx.wake.clone();
+        let budget = ctx.opts.estimate_budget;
         self.task = Some(tokio::task::spawn_blocking(move || {
             let t = Instant::now();
-            let est = forecast::forecast(copy, &inputs);
+            let est = forecast::forecast_within(copy, &inputs, budget, || t.elapsed());
             wake.notify_one();
             Outcome {
                 est,
@@ -217,7 +219,7 @@ impl Forecasts {
 
     fn take_in(&mut self, ctx: &Ctx, o: Outcome) {
         let mut by_uid = HashMap::new();
-        let mut per_queue: BTreeMap<String, (Vec<u64>, i64)> = BTreeMap::new();
+        let mut per_queue: BTreeMap<String, forecast::QueueOutlook> = BTreeMap::new();
         let answers = o
             .jobs
             .iter()
@@ -225,39 +227,18 @@ impl Forecasts {
             .chain(o.arrivals.iter().zip(o.est.arrivals.iter()));
         for (uid, start) in answers {
             let (ms, source) = o.runtimes.get(uid).copied().unwrap_or_default();
-            let mut e = StartEstimate {
-                runtime: Some(crate::sim::format_duration(ms)),
-                runtime_source: Some(source.as_str().to_string()),
-                ..StartEstimate::default()
-            };
             let q = per_queue
                 .entry(o.queues.get(uid).cloned().unwrap_or_default())
                 .or_default();
-            match start {
-                Start::At {
-                    at,
-                    cluster,
-                    after,
-                    more,
-                } => {
-                    e.start = Some(timestamp(*at));
-                    e.cluster = Some(cluster.clone());
-                    e.after = after.clone();
-                    if *more > 0 {
-                        e.after.push(format!("+{more} more"));
-                    }
-                    q.0.push(at.saturating_sub(o.now) / 1000);
-                }
-                Start::Never(why) => {
-                    e.never = Some(why.clone());
-                    q.1 += 1;
-                }
-            }
+            let e = estimate_of(start, (ms, source), o.now, q);
             by_uid.insert(uid.clone(), e);
         }
         tracing::debug!(
             jobs = by_uid.len(),
             instants = o.est.instants,
+            cycles = o.est.cycles,
+            stopped = o.est.stopped,
+            reached_s = o.est.reached.saturating_sub(o.now) / 1000,
             took_ms = o.took.as_millis() as u64,
             "forecast made"
         );
@@ -336,6 +317,7 @@ impl Forecasts {
         let at = |e: &StartEstimate| {
             e.start
                 .as_deref()
+                .or(e.not_before.as_deref())
                 .and_then(|s| s.parse::<jiff::Timestamp>().ok())
                 .map(|t| t.as_millisecond().max(0) as u64)
         };
@@ -350,6 +332,7 @@ impl Forecasts {
         let same_rest = old.cluster == new.cluster
             && old.after == new.after
             && old.never == new.never
+            && old.not_before.is_some() == new.not_before.is_some()
             && old.runtime == new.runtime
             && old.runtime_source == new.runtime_source;
         Some(if close && same_rest {
@@ -360,10 +343,119 @@ impl Forecasts {
     }
 }
 
+/// A job's forecast as its `status.estimate` says it, counted into its queue's outlook.
+fn estimate_of(
+    start: &Start,
+    (ms, source): (Ms, Source),
+    now: Ms,
+    q: &mut forecast::QueueOutlook,
+) -> StartEstimate {
+    let mut e = StartEstimate {
+        runtime: Some(crate::sim::format_duration(ms)),
+        runtime_source: Some(source.as_str().to_string()),
+        ..StartEstimate::default()
+    };
+    match start {
+        Start::At {
+            at,
+            cluster,
+            after,
+            more,
+        } => {
+            e.start = Some(timestamp(*at));
+            e.cluster = Some(cluster.clone());
+            e.after = after.clone();
+            if *more > 0 {
+                e.after.push(format!("+{more} more"));
+            }
+            q.waits.push(at.saturating_sub(now) / 1000);
+        }
+        Start::Never(why) => {
+            e.never = Some(why.clone());
+            q.never += 1;
+        }
+        Start::NotBefore { at } => {
+            e.not_before = Some(timestamp(*at));
+            q.not_before += 1;
+        }
+    }
+    e
+}
+
 /// Milliseconds since the epoch as RFC 3339 (seconds).
 fn timestamp(ms: Ms) -> String {
     let secs = i64::try_from(ms / 1000).unwrap_or(i64::MAX);
     jiff::Timestamp::from_second(secs)
         .map(|t| t.to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lower_bound_is_written_as_not_before_and_counted_apart() {
+        let mut q = forecast::QueueOutlook::default();
+        let now = 1_800_000_000_000;
+        let e = estimate_of(
+            &Start::NotBefore {
+                at: now + 7_200_000,
+            },
+            (1_800_000, Source::Declared),
+            now,
+            &mut q,
+        );
+        assert_eq!(e.start, None);
+        assert_eq!(e.never, None);
+        assert_eq!(e.not_before, Some(timestamp(now + 7_200_000)));
+        assert_eq!(e.runtime.as_deref(), Some("30m"));
+        let at = estimate_of(
+            &Start::At {
+                at: now + 60_000,
+                cluster: "m1".into(),
+                after: vec![],
+                more: 0,
+            },
+            (1_800_000, Source::Declared),
+            now,
+            &mut q,
+        );
+        assert_eq!((at.start.is_some(), at.not_before), (true, None));
+        // The bound is not a wait: the wait quantiles see only the start.
+        assert_eq!((q.waits, q.never, q.not_before), (vec![60], 0, 1));
+    }
+
+    #[test]
+    fn a_bound_replaces_a_start_and_a_close_bound_is_not_rewritten() {
+        let now = 1_800_000_000_000;
+        let mut f = Forecasts {
+            made_at: Some(now),
+            ..Forecasts::default()
+        };
+        let start = StartEstimate {
+            start: Some(timestamp(now + 3_600_000)),
+            cluster: Some("m1".into()),
+            ..StartEstimate::default()
+        };
+        let bound = |at| StartEstimate {
+            not_before: Some(timestamp(at)),
+            ..StartEstimate::default()
+        };
+        f.by_uid.insert("u".into(), bound(now + 3_600_000));
+        // A start that the next forecast only bounds: rewritten, even at the same time.
+        assert_eq!(
+            f.estimate_for("u", Some(&start)),
+            Some(bound(now + 3_600_000))
+        );
+        // A bound that moved by less than a tenth of the wait: kept as written.
+        let written = bound(now + 3_610_000);
+        assert_eq!(f.estimate_for("u", Some(&written)), Some(written.clone()));
+        // One that moved by more: rewritten.
+        let far = bound(now + 5_000_000);
+        assert_eq!(
+            f.estimate_for("u", Some(&far)),
+            Some(bound(now + 3_600_000))
+        );
+    }
 }

@@ -36,6 +36,9 @@ pub struct Options {
     pub resync: Duration,
     /// How often every waiting job's start is forecast (zero: never).
     pub estimate_interval: Duration,
+    /// Wall time one forecast may take (zero: no bound); the jobs it has not seen start by
+    /// then get a lower bound.
+    pub estimate_budget: Duration,
     /// How expected run times are chosen.
     pub runtime_rules: crate::runtime::Rules,
     /// Take a dispatched job back when not every pod runs this long after dispatch.

@@ -125,6 +125,10 @@ pub struct StartEstimate {
     /// Why it is not expected to start while the known jobs run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub never: Option<String>,
+    /// The forecast stopped at its time budget (`--estimate-budget-ms`) before it started:
+    /// it starts no earlier than this (RFC 3339). A lower bound, set instead of `start`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<String>,
     /// Its own expected run time once started (e.g. `30m`) and where that came from:
     /// `declared`, `deadline`, `history` or `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -128,8 +128,10 @@ pub struct EstimateReport {
 }
 
 impl EstimateReport {
-    fn new(made_at: u64, s: &Start) -> EstimateReport {
-        match s {
+    /// The report of an answer; none for a lower bound (the forecast stopped before the job
+    /// started: it is estimated again later, or counted as skipped).
+    fn new(made_at: u64, s: &Start) -> Option<EstimateReport> {
+        Some(match s {
             Start::At {
                 at, cluster, after, ..
             } => EstimateReport {
@@ -146,7 +148,8 @@ impl EstimateReport {
                 never: Some(why.clone()),
                 after: Vec::new(),
             },
-        }
+            Start::NotBefore { .. } => return None,
+        })
     }
 }
 
@@ -232,7 +235,7 @@ impl Estimator {
             }
             // Dispatched at once (even if preempted again within the instant): it started.
             if let Some((at, cluster)) = jobs[i].first_dispatched.clone() {
-                self.first[i] = Some(EstimateReport::new(
+                self.first[i] = EstimateReport::new(
                     now,
                     &Start::At {
                         at,
@@ -240,13 +243,13 @@ impl Estimator {
                         after: Vec::new(),
                         more: 0,
                     },
-                ));
+                );
                 self.summary.at_submission += 1;
                 continue;
             }
             match sched.state(id) {
                 JobState::Inadmissible(why) => {
-                    self.first[i] = Some(EstimateReport::new(now, &Start::Never(why.clone())));
+                    self.first[i] = EstimateReport::new(now, &Start::Never(why.clone()));
                     self.count(late);
                 }
                 _ => due.push(i),
@@ -311,16 +314,23 @@ impl Estimator {
         self.summary.forecast_cycles += est.cycles;
         for i in due {
             let Some(id) = jobs[i].id else { continue };
-            if let Some(s) = est.get(id) {
-                self.first[i] = Some(EstimateReport::new(now, s));
-                self.count(jobs[i].at < now);
-            } else if est.beyond.binary_search(&id).is_ok() {
-                self.owed.push(i);
+            match est.get(id).map(|s| EstimateReport::new(now, s)) {
+                Some(Some(report)) => {
+                    self.first[i] = Some(report);
+                    self.count(jobs[i].at < now);
+                }
+                // The budget stopped the forecast before it started: owed.
+                Some(None) => self.owed.push(i),
+                None => {}
             }
         }
         for i in again {
-            if let Some(s) = jobs[i].id.and_then(|id| est.get(id)) {
-                self.again[i] = Some(EstimateReport::new(now, s));
+            if let Some(report) = jobs[i]
+                .id
+                .and_then(|id| est.get(id))
+                .and_then(|s| EstimateReport::new(now, s))
+            {
+                self.again[i] = Some(report);
             }
         }
     }
