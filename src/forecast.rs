@@ -177,8 +177,8 @@ impl<'a> Forward<'a> {
     pub fn new(sched: Scheduler, inputs: &'a Inputs) -> Forward<'a> {
         let mut out = Estimates::default();
         let mut events: BinaryHeap<Reverse<(Ms, Event)>> = BinaryHeap::new();
-        let mut runs: HashMap<JobId, u32> = HashMap::new();
         let mut watched: HashMap<JobId, Watched> = HashMap::new();
+        let mut runs: HashMap<JobId, u32> = HashMap::with_capacity(inputs.ends.len());
         for (&job, &at) in &inputs.ends {
             if matches!(sched.state(job), JobState::Admitted { .. }) {
                 runs.insert(job, 0);
@@ -198,6 +198,9 @@ impl<'a> Forward<'a> {
                 .collect(),
             None => sched.waiting(),
         };
+        // Sized once: a map grown by doubling touches about twice the memory, and fresh
+        // memory is what the first forecast after a quiet spell pays for.
+        watched.reserve(waiting.len() + inputs.arrivals.len());
         for job in waiting {
             match sched.state(job) {
                 JobState::Inadmissible(why) => {

@@ -175,6 +175,10 @@ impl Scheduler {
             .filter(|(vleaf, set)| **vleaf != leaf && !set.is_empty())
             .filter_map(|(vleaf, _)| {
                 let mc = q.meeting_child(leaf, *vleaf)?;
+                // The test that rules out most leaves first (the answer is the same).
+                if !short.iter().any(|&r| q.borrowing(mc, r)) {
+                    return None;
+                }
                 let jc = q.meeting_child(*vleaf, leaf)?;
                 // Nothing the victim's leaf is guaranteed is then borrowed by this job: in
                 // every resource it asks that that leaf names a min of, its own leaf stays
@@ -191,9 +195,7 @@ impl Scheduler {
                         || !q.names_min(*vleaf, r)
                         || within(leaf, r)
                 });
-                let eligible = keeps_theirs
-                    && short.iter().any(|&r| q.borrowing(mc, r))
-                    && short.iter().all(|&r| within(jc, r));
+                let eligible = keeps_theirs && short.iter().all(|&r| within(jc, r));
                 if eligible && !own.is_empty() {
                     guard.extend(short.iter().map(|&r| (jc, r, d.get(r))));
                 }
