@@ -2,7 +2,10 @@
 //! `muster sim` runs it (at each instant: completions, then arrivals, then admission cycles until
 //! nothing moves), with every running job ending when its expected run time says. Owns the
 //! forward run and what it answers per waiting job: when it should start, where, and which jobs'
-//! ends it waits for, or why it never starts while the known jobs run.
+//! ends it waits for, or why it never starts while the known jobs run. The run is resumable
+//! between instants ([`Forward`]), so a driver may stop it (after a number of cycles, or at a
+//! time budget of its own clock); the jobs it has not seen start by then get a lower bound
+//! ([`Start::NotBefore`]).
 //! Pure: the caller hands in a clone of its core, the time and the expected run times.
 
 use std::cmp::Reverse;
