@@ -20,7 +20,7 @@ use common::{Rng, scenario_seeded};
 use muster::forecast::{self, Inputs};
 use muster::quota::QuotaTree;
 use muster::runtime::ANNOTATION;
-use muster::scheduler::{Config, Decision, JobState, Scheduler, Submitted};
+use muster::scheduler::{Config, JobState, Scheduler, Submitted};
 use muster::sim::{self, Estimating, JobReport, Scenario};
 use muster::workload::interpret;
 
@@ -254,17 +254,7 @@ fn cost(sc: &Scenario) {
             ids.push((id, j.run_for));
         }
     }
-    let mut cycles = 0;
-    while cycles < forecast::CYCLES_PER_INSTANT {
-        cycles += 1;
-        let moved = sched
-            .cycle()
-            .iter()
-            .any(|d| !matches!(d, Decision::Wait { .. }));
-        if !moved {
-            break;
-        }
-    }
+    forecast::settle(&mut sched);
     let mut inputs = Inputs {
         default_runtime: 3_600_000,
         ..Inputs::default()

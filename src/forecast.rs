@@ -131,6 +131,28 @@ pub fn forecast(sched: Scheduler, inputs: &Inputs) -> Estimates {
     run.finish()
 }
 
+/// The admission cycles of one instant, as the forward run runs them: until a cycle moves
+/// nothing or nothing is left to do, at most [`CYCLES_PER_INSTANT`]. Returns how many ran and
+/// what they decided other than waits, in order.
+pub fn settle(sched: &mut Scheduler) -> (u64, Vec<Decision>) {
+    let mut moves = Vec::new();
+    let mut cycles = 0;
+    while cycles < CYCLES_PER_INSTANT as u64 {
+        cycles += 1;
+        let before = moves.len();
+        moves.extend(
+            sched
+                .cycle()
+                .into_iter()
+                .filter(|d| !matches!(d, Decision::Wait { .. })),
+        );
+        if moves.len() == before || !sched.has_work() {
+            break;
+        }
+    }
+    (cycles, moves)
+}
+
 /// [`forecast`] bounded in time: one instant at a time until the run ends or `elapsed()` reaches
 /// `budget` (zero: no bound). The clock is the caller's (the controller's); the run is the
 /// core's, so every answer but the lower bounds is the one the whole run gives.
@@ -234,11 +256,6 @@ impl<'a> Forward<'a> {
         }
     }
 
-    /// Admission cycles run so far.
-    pub fn cycles(&self) -> u64 {
-        self.out.cycles
-    }
-
     /// Runs whole instants until at least `cycles` more admission cycles have run, or the run
     /// ends. True once it has ended (then [`Forward::finish`] has every answer).
     pub fn advance(&mut self, cycles: u64) -> bool {
@@ -266,39 +283,31 @@ impl<'a> Forward<'a> {
 
     /// The admission cycles at `now`, then the next instant's ends and arrivals (or the end).
     fn instant(&mut self) {
-        for _ in 0..CYCLES_PER_INSTANT {
-            self.out.cycles += 1;
-            let decisions = self.sched.cycle();
-            let moved = decisions
-                .iter()
-                .any(|d| !matches!(d, Decision::Wait { .. }));
-            for d in decisions {
-                match d {
-                    Decision::Admit { job, cluster, .. } => {
-                        let at = self.now.saturating_add(self.runtime_of(job));
-                        let run = self.runs.entry(job).or_insert(0);
-                        *run += 1;
-                        let run = *run;
-                        self.events.push(Reverse((at, Event::End { job, run })));
-                        // Its first start is the answer (a preemption later does not move it).
-                        if let Some(w) = self.watched.get_mut(&job)
-                            && w.start.is_none()
-                        {
-                            self.started += 1;
-                            w.start = Some((self.now, cluster, self.ended.clone()));
-                        }
+        let (cycles, moves) = settle(&mut self.sched);
+        self.out.cycles += cycles;
+        for d in moves {
+            match d {
+                Decision::Admit { job, cluster, .. } => {
+                    let at = self.now.saturating_add(self.runtime_of(job));
+                    let run = self.runs.entry(job).or_insert(0);
+                    *run += 1;
+                    let run = *run;
+                    self.events.push(Reverse((at, Event::End { job, run })));
+                    // Its first start is the answer (a preemption later does not move it).
+                    if let Some(w) = self.watched.get_mut(&job)
+                        && w.start.is_none()
+                    {
+                        self.started += 1;
+                        w.start = Some((self.now, cluster, self.ended.clone()));
                     }
-                    Decision::Preempt { job, .. } => {
-                        // Its end is void; it waits again.
-                        if let Some(r) = self.runs.get_mut(&job) {
-                            *r += 1;
-                        }
-                    }
-                    Decision::Wait { .. } => {}
                 }
-            }
-            if !moved || !self.sched.has_work() {
-                break;
+                Decision::Preempt { job, .. } => {
+                    // Its end is void; it waits again.
+                    if let Some(r) = self.runs.get_mut(&job) {
+                        *r += 1;
+                    }
+                }
+                Decision::Wait { .. } => {}
             }
         }
         self.out.instants += 1;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use muster::forecast::{self, Arrival, Inputs, Start};
 use muster::quota::QuotaTree;
 use muster::runtime::ANNOTATION;
-use muster::scheduler::{Config, Decision, JobState, Scheduler, Submitted};
+use muster::scheduler::{Config, JobState, Scheduler, Submitted};
 use muster::sim::{self, Budget, Estimating, Scenario};
 use muster::workload::interpret;
 use serde_json::{Value, json};
@@ -395,15 +395,7 @@ fn controller_state(sc: &Scenario) -> (Scheduler, Inputs) {
             now_ids.push((id, j.run_for));
         }
     }
-    for _ in 0..forecast::CYCLES_PER_INSTANT {
-        let moved = sched
-            .cycle()
-            .iter()
-            .any(|d| !matches!(d, Decision::Wait { .. }));
-        if !moved {
-            break;
-        }
-    }
+    forecast::settle(&mut sched);
     for (id, run_for) in now_ids {
         if matches!(sched.state(id), JobState::Admitted { .. }) {
             inputs.ends.insert(id, run_for);
