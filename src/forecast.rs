@@ -55,17 +55,6 @@ pub struct Inputs {
     pub max_cycles: Option<u64>,
 }
 
-/// What one forecast says of a queue's waiting jobs, for its metrics.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct QueueOutlook {
-    /// Seconds from now to each expected start.
-    pub waits: Vec<u64>,
-    /// Jobs not expected to start while the known jobs run.
-    pub never: i64,
-    /// Jobs the forecast stopped before it saw start (a lower bound only).
-    pub not_before: i64,
-}
-
 /// One waiting job's forecast.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

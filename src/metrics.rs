@@ -72,6 +72,17 @@ const CYCLE_BUCKETS: &[f64] = &[
     5.0, 10.0,
 ];
 
+/// What one forecast says of a queue's waiting jobs, for its metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueOutlook {
+    /// Seconds from now to each expected start.
+    pub waits: Vec<u64>,
+    /// Jobs not expected to start while the known jobs run.
+    pub never: i64,
+    /// Jobs the forecast stopped before it saw start (a lower bound only).
+    pub not_before: i64,
+}
+
 /// Every muster metric, in one registry of its own.
 pub struct Metrics {
     registry: Registry,
@@ -549,7 +560,7 @@ impl Metrics {
     /// named have no waiting job).
     pub fn forecast(
         &self,
-        per_queue: &std::collections::BTreeMap<String, crate::forecast::QueueOutlook>,
+        per_queue: &std::collections::BTreeMap<String, QueueOutlook>,
         seconds: f64,
     ) {
         self.forecast_duration.observe(seconds);

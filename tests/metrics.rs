@@ -623,7 +623,7 @@ fn exported() -> (Exposition, BTreeMap<String, BTreeSet<String>>) {
     m.forecast(
         &[(
             "root/a".to_string(),
-            muster::forecast::QueueOutlook {
+            muster::metrics::QueueOutlook {
                 waits: vec![30, 90, 600],
                 never: 1,
                 not_before: 2,

@@ -2,8 +2,9 @@
 //! with every followed job's expected run time and run forward off the sync loop
 //! ([`crate::forecast`]), one instant at a time until it ends or `--estimate-budget-ms` of wall
 //! time has passed (then the jobs it has not seen start get a lower bound, `notBefore`); the
-//! answers become each waiting job's `status.estimate` and the forecast metrics. Owns the durable history of finished run times (the ConfigMap
-//! `muster-runtime-history` in the controller's namespace), so that a restart keeps it.
+//! answers become each waiting job's `status.estimate` and the forecast metrics. Owns the
+//! durable history of finished run times (the ConfigMap `muster-runtime-history` in the
+//! controller's namespace), so that a restart keeps it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ use super::ctx::{Core, Ctx};
 use super::jobs::HubJobs;
 use crate::forecast::{self, Arrival, Estimates, Inputs, Start};
 use crate::lifecycle::Ms;
+use crate::metrics::QueueOutlook;
 use crate::runtime::{self, Declared, History, Source};
 use crate::scheduler::{JobId, JobState};
 
@@ -219,7 +221,7 @@ impl Forecasts {
 
     fn take_in(&mut self, ctx: &Ctx, o: Outcome) {
         let mut by_uid = HashMap::new();
-        let mut per_queue: BTreeMap<String, forecast::QueueOutlook> = BTreeMap::new();
+        let mut per_queue: BTreeMap<String, QueueOutlook> = BTreeMap::new();
         let answers = o
             .jobs
             .iter()
@@ -348,7 +350,7 @@ fn estimate_of(
     start: &Start,
     (ms, source): (Ms, Source),
     now: Ms,
-    q: &mut forecast::QueueOutlook,
+    q: &mut QueueOutlook,
 ) -> StartEstimate {
     let mut e = StartEstimate {
         runtime: Some(crate::sim::format_duration(ms)),
@@ -396,7 +398,7 @@ mod tests {
 
     #[test]
     fn a_lower_bound_is_written_as_not_before_and_counted_apart() {
-        let mut q = forecast::QueueOutlook::default();
+        let mut q = QueueOutlook::default();
         let now = 1_800_000_000_000;
         let e = estimate_of(
             &Start::NotBefore {
