@@ -59,28 +59,27 @@ pub async fn explain(
 /// waits for, and its own expected run time.
 pub fn render_estimate(e: &super::crd::StartEstimate) -> String {
     let mut out = String::new();
-    match (&e.start, &e.never) {
-        (Some(start), _) => {
+    match (&e.start, &e.never, &e.not_before) {
+        (Some(start), _, _) => {
             let _ = writeln!(
                 out,
                 "  expected to start {start} on {}",
                 e.cluster.as_deref().unwrap_or("-")
             );
         }
-        (None, Some(why)) => {
+        (None, Some(why), _) => {
             let _ = writeln!(
                 out,
                 "  not expected to start while the known jobs run: {why}"
             );
         }
-        (None, None) => {
-            if let Some(t) = &e.not_before {
-                let _ = writeln!(
-                    out,
-                    "  not expected to start before {t} (the forecast stopped at its time budget before it started)"
-                );
-            }
+        (None, None, Some(t)) => {
+            let _ = writeln!(
+                out,
+                "  not expected to start before {t} (the forecast stopped at its time budget before it started)"
+            );
         }
+        (None, None, None) => {}
     }
     if !e.after.is_empty() {
         let _ = writeln!(out, "  once these end: {}", e.after.join(", "));
