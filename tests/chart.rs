@@ -934,7 +934,7 @@ async fn client_from(path: &std::path::Path) -> Client {
     let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .expect("config");
-    Client::try_from(cfg).expect("client")
+    Client::try_from(fleet::bounded(cfg)).expect("client")
 }
 
 fn forbidden<T: std::fmt::Debug>(r: kube::Result<T>, what: &str) {

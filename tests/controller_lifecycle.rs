@@ -46,7 +46,7 @@ async fn a_job_whose_only_member_is_avoided_is_never_rejected() {
             let (api, seen) = (Api::<QueuedJob>::namespaced(hub.clone(), &ns), seen.clone());
             tokio::spawn(async move {
                 use futures::StreamExt;
-                let mut events = kube::runtime::watcher(api, Default::default())
+                let mut events = kube::runtime::watcher(api, fleet::watch_config())
                     .applied_objects()
                     .boxed();
                 use kube::runtime::WatchStreamExt;
@@ -282,7 +282,7 @@ fn watch_states(hub: &kube::Client, ns: &str) -> (States, tokio::task::JoinHandl
     let task = tokio::spawn(async move {
         use futures::StreamExt;
         use kube::runtime::WatchStreamExt;
-        let mut events = kube::runtime::watcher(api, Default::default())
+        let mut events = kube::runtime::watcher(api, fleet::watch_config())
             .applied_objects()
             .boxed();
         while let Some(Ok(q)) = events.next().await {

@@ -45,7 +45,7 @@ async fn as_user_on(cluster: &str, user: &str) -> Client {
     let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .expect("config");
-    Client::try_from(cfg).expect("client")
+    Client::try_from(fleet::bounded(cfg)).expect("client")
 }
 
 /// The answer to one attempt, printed; the refusal's message when refused.

@@ -16,7 +16,7 @@ use muster::controller::gates;
 use muster::placement::PodSeen;
 use tokio::task::JoinHandle;
 
-use super::fleet::client_for;
+use super::fleet;
 
 /// One observation of one pod.
 #[derive(Clone, Debug)]
@@ -48,7 +48,7 @@ impl Auditor {
         let mut tasks = Vec::new();
         let mut ready = Vec::new();
         for m in members {
-            let client = client_for(m).await;
+            let client = fleet::watch_client_for(m).await;
             let api: Api<Pod> = Api::all(client);
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             ready.push(rx);

@@ -73,13 +73,23 @@ pub async fn cleanup(hub: &Client, namespaces: &[&str]) {
     for n in namespaces {
         hub::release_queued_jobs(hub, n).await;
     }
+    let mut members = Vec::new();
     for m in fleet::MEMBERS {
         let c = client_for(m).await;
         for n in namespaces {
             fleet::delete_namespace(&c, n).await;
         }
+        members.push((m, c));
     }
     hub::delete_webhook(hub).await;
+    // The next test starts on an empty fleet: a pod of this one still terminating on a member
+    // (a squatter holding a node's GPUs, a copy not yet gone) would change where its jobs go.
+    for (m, c) in members {
+        let left = fleet::namespaces_gone(&c, namespaces, Duration::from_secs(60)).await;
+        if !left.is_empty() {
+            eprintln!("cleanup: still on {m} after 60 s: {}", left.join(", "));
+        }
+    }
 }
 
 /// kwok's pod-complete delay (the fleet's stage honours it): the pod succeeds `secs` after it

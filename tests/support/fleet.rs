@@ -78,15 +78,54 @@ pub fn ensure_fleet_up() {
     }
 }
 
-/// A client for `cluster` ("hub", "member-a", ...), from its kubeconfig.
+/// A client for `cluster` ("hub", "member-a", ...), from its kubeconfig; each request it makes
+/// is bounded by `READ_TIMEOUT`.
 pub async fn client_for(cluster: &str) -> Client {
+    let config = bounded(config_for(cluster).await);
+    Client::try_from(config).unwrap_or_else(|e| panic!("client for {cluster}: {e}"))
+}
+
+/// A client for the long-lived watches a test keeps in the background (the watchdog's, the
+/// auditor's): no read timeout, as kube's own default, since a member a test freezes on purpose
+/// must not turn its watch into an error; kube's watcher reconnects a watch that goes quiet past
+/// its server-side timeout. Never for the requests a test waits on (`client_for`).
+pub async fn watch_client_for(cluster: &str) -> Client {
+    let config = config_for(cluster).await;
+    Client::try_from(config).unwrap_or_else(|e| panic!("client for {cluster}: {e}"))
+}
+
+async fn config_for(cluster: &str) -> Config {
     let path = kubeconfig_path(cluster);
     let kubeconfig = Kubeconfig::read_from(&path)
         .unwrap_or_else(|e| panic!("reading kubeconfig {}: {e}", path.display()));
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", path.display()));
-    Client::try_from(config).unwrap_or_else(|e| panic!("client for {cluster}: {e}"))
+        .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", path.display()))
+}
+
+/// How long a test's request may go without a byte from its API server before it fails.
+/// kube 5 sets no read timeout, so without it a request to a server that stops answering (a
+/// member a test froze and did not resume, a connection that went half-open) waits forever, and
+/// the whole suite with it; with it the request fails, and `wait_for` tries again or reports.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The server-side length of a watch a test makes on a `client_for` client, well inside
+/// `READ_TIMEOUT`: the API server ends a quiet watch before the client's read timeout could, and
+/// the watcher starts the next one from where it was (no event lost, no error).
+pub const WATCH_SECONDS: u32 = 30;
+
+/// `config` with the test suite's bounds on every request (see `READ_TIMEOUT`).
+pub fn bounded(mut config: Config) -> Config {
+    config.read_timeout = Some(READ_TIMEOUT);
+    // The timeout counts from when the request is sent, not from when its pooled connection
+    // went idle.
+    config.reset_reader_on_write = true;
+    config
+}
+
+/// The watcher configuration of every watch a test keeps open (see `WATCH_SECONDS`).
+pub fn watch_config() -> kube::runtime::watcher::Config {
+    kube::runtime::watcher::Config::default().timeout(WATCH_SECONDS)
 }
 
 /// A name unique to this test process and call, usable as a namespace or object name.
@@ -119,6 +158,31 @@ pub async fn delete_namespace(client: &Client, name: &str) {
     let _ = Api::<Namespace>::all(client.clone())
         .delete(name, &DeleteParams::background())
         .await;
+}
+
+/// Waits up to `timeout` for the namespaces to be gone from `client`'s cluster (deleted and
+/// finalized, so none of their pods holds capacity any more); the names still there, with their
+/// phase, if some are not.
+pub async fn namespaces_gone(client: &Client, names: &[&str], timeout: Duration) -> Vec<String> {
+    let api = Api::<Namespace>::all(client.clone());
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut left = Vec::new();
+        for n in names {
+            match api.get_opt(n).await {
+                Ok(None) => {}
+                Ok(Some(ns)) => {
+                    let phase = ns.status.and_then(|s| s.phase).unwrap_or_default();
+                    left.push(format!("{n} ({phase})"));
+                }
+                Err(e) => left.push(format!("{n} (unknown: {e})")),
+            }
+        }
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The API of a kind given by apiVersion, kind and plural, e.g. ("kubeflow.org/v1", "PyTorchJob",
@@ -163,15 +227,36 @@ pub async fn list_pods(client: &Client, ns: &str, selector: &str) -> Vec<Pod> {
 }
 
 /// Poll `check` every 500 ms until it returns `Ok(T)` or `timeout` passes; on timeout, panic with
-/// `what` and the last `Err` message.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+/// `what` and the last `Err` message. A check that does not return at all is cut off 30 s after
+/// the deadline (see `wait_within`).
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    wait_within(what, timeout, Duration::from_secs(30), check).await
+}
+
+/// `wait_for` with the grace a single check has past the deadline: a check may take its time (a
+/// request retried inside it), but one that does not come back is reported, not waited on
+/// forever (the suite would otherwise hang until CI's own limit).
+pub async fn wait_within<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    grace: Duration,
+    mut check: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
 {
     let deadline = Instant::now() + timeout;
     loop {
-        match check().await {
+        let left = deadline.saturating_duration_since(Instant::now()) + grace;
+        let result = tokio::time::timeout(left, check()).await.unwrap_or_else(|_| {
+            panic!("waiting for {what}: a check did not return within {left:?} (deadline {timeout:?})")
+        });
+        match result {
             Ok(v) => return v,
             Err(last) if Instant::now() >= deadline => {
                 panic!("timed out after {timeout:?} waiting for {what}; last state: {last}")
@@ -237,4 +322,49 @@ pub fn panic_message(e: &(dyn std::any::Any + Send)) -> String {
         .cloned()
         .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_check_that_never_returns_is_reported_not_waited_on() {
+        let waited = std::panic::AssertUnwindSafe(wait_within(
+            "nothing",
+            Duration::from_millis(100),
+            Duration::from_millis(100),
+            std::future::pending::<Result<(), String>>,
+        ));
+        let outcome = futures::FutureExt::catch_unwind(waited).await;
+        let Err(e) = outcome else {
+            panic!("a check that never returns was waited out")
+        };
+        let text = e.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(text.contains("a check did not return"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_check_that_answers_late_in_its_grace_is_taken() {
+        let mut calls = 0;
+        let v = wait_within(
+            "the third answer",
+            Duration::from_millis(50),
+            Duration::from_secs(5),
+            || {
+                calls += 1;
+                let n = calls;
+                async move {
+                    tokio::time::sleep(Duration::from_millis(40)).await;
+                    if n >= 2 {
+                        Ok(n)
+                    } else {
+                        Err(format!("call {n}"))
+                    }
+                }
+            },
+        )
+        .await;
+        assert_eq!(v, 2);
+    }
 }

@@ -34,7 +34,7 @@ use kube::runtime::watcher::{self, Event};
 use muster::controller::crd::{QueuedJob, QueuedJobState};
 use tokio::task::JoinHandle;
 
-use super::fleet::client_for;
+use super::fleet;
 
 /// How far the hub's watch may lag a member's.
 const LAG: Duration = Duration::from_millis(1500);
@@ -131,8 +131,10 @@ impl Watchdog {
         }));
         let mut tasks = Vec::new();
         let mut ready = Vec::new();
+        // Watches outlive any one request: they go on an unbounded client (see `watch_client_for`).
+        let watch_hub = fleet::watch_client_for("hub").await;
         for m in members {
-            let api: Api<Pod> = Api::all(client_for(m).await);
+            let api: Api<Pod> = Api::all(fleet::watch_client_for(m).await);
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             ready.push(rx);
             let (state, member) = (state.clone(), m.to_string());
@@ -175,7 +177,7 @@ impl Watchdog {
             }));
         }
         {
-            let api: Api<QueuedJob> = Api::all(hub.clone());
+            let api: Api<QueuedJob> = Api::all(watch_hub.clone());
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             ready.push(rx);
             let state = state.clone();
@@ -216,7 +218,7 @@ impl Watchdog {
         let mut watched = Vec::new();
         for kind in kinds {
             let ar = muster::controller::kinds::api_resource(kind);
-            let api: Api<DynamicObject> = Api::all_with(hub.clone(), &ar);
+            let api: Api<DynamicObject> = Api::all_with(watch_hub.clone(), &ar);
             let (tx, rx) = tokio::sync::oneshot::channel::<()>();
             ready.push(rx);
             watched.push(format!("the hub's {}s", kind.as_str()));
