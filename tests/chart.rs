@@ -1253,12 +1253,7 @@ async fn chart_installs_on_the_hub_and_its_rbac_is_enough() {
         })
         .await;
         let events = hub::events_for(hub, ns, "chart-job").await;
-        for r in ["Queued", "Admitted", "Dispatched", "Running"] {
-            assert!(
-                events.iter().any(|e| e.starts_with(r)),
-                "Event {r} missing: {events:?}"
-            );
-        }
+        hub::assert_history(&events);
 
         // A batch Job finishes (batch jobs, jobs/status).
         let job = json!({

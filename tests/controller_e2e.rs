@@ -252,12 +252,7 @@ async fn scenario_one_member(hub: &Client, ns: &Namespaces) {
     })
     .await;
     let events = hub::events_for(hub, &ns.gpu, name).await;
-    for r in ["Queued", "Admitted", "Dispatched", "Running"] {
-        assert!(
-            events.iter().any(|e| e.starts_with(r)),
-            "Event {r} missing: {events:?}"
-        );
-    }
+    hub::assert_history(&events);
 }
 
 /// 2. 2 workers × 3 GPU: member-c (8-GPU node), never member-b (2-GPU nodes).

@@ -79,6 +79,15 @@ impl Brain {
         }
     }
 
+    /// On the way out: publishes the Dispatched Events still held for their status (a report
+    /// the user would otherwise never get; the next leader does not know it was held).
+    pub fn release_events(&mut self) {
+        let uids: Vec<String> = self.hubjobs.jobs.keys().cloned().collect();
+        for uid in uids {
+            super::execute::release_event(&self.ctx, &mut self.hubjobs, &uid);
+        }
+    }
+
     /// Whether the core has work left for another pass at once.
     pub fn busy(&self) -> bool {
         self.core.sched.has_work()

@@ -85,7 +85,8 @@ pub(super) fn execute_all(
     }
 }
 
-/// A named transition: logged, counted, and an Event on the hub job.
+/// A named transition: logged and counted at once, and an Event on the hub job (a dispatch's
+/// Event may wait for its status, `events::Held`).
 fn transition(
     ctx: &Ctx,
     core: &mut Core,
@@ -116,7 +117,7 @@ fn transition(
         // The copy is created on the pass after the admission is written: soon.
         core.next_wake = Some(super::clock::now_ms());
     }
-    let Some(j) = hubjobs.jobs.get(uid) else {
+    let Some(j) = hubjobs.jobs.get_mut(uid) else {
         return;
     };
     let said = t.as_str().to_lowercase();
@@ -125,7 +126,22 @@ fn transition(
     } else {
         tracing::info!(job = %j.label(), "{said}: {note}");
     }
+    let oref = j.object_ref(uid);
     // Published off the sync loop: Events are reports, never decisions.
-    ctx.events
-        .send(j.object_ref(uid), t.warning(), t.as_str(), &note);
+    for (t, note) in j.held_event.transition(t, note) {
+        ctx.events
+            .send(oref.clone(), t.warning(), t.as_str(), &note);
+    }
+}
+
+/// Publishes the Dispatched Event `uid` holds, if any (its Dispatched status has landed, or
+/// the controller stops).
+pub(super) fn release_event(ctx: &Ctx, hubjobs: &mut HubJobs, uid: &str) {
+    let Some(j) = hubjobs.jobs.get_mut(uid) else {
+        return;
+    };
+    if let Some((t, note)) = j.held_event.release() {
+        ctx.events
+            .send(j.object_ref(uid), t.warning(), t.as_str(), &note);
+    }
 }

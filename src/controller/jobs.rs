@@ -83,6 +83,9 @@ pub(super) struct Job {
     /// whose copy runs keeps the spec it was admitted with whatever it reads now, as long as
     /// its generation has not moved (the core's rule, `lifecycle::step`).
     pub read_again: bool,
+    /// Its Dispatched Event while the outbox holds back its Dispatched status
+    /// (`events::Held`).
+    pub held_event: super::events::Held,
 }
 
 impl Job {
@@ -629,6 +632,7 @@ pub(super) fn new_job(
         judged_at: None,
         gone: false,
         read_again: false,
+        held_event: Default::default(),
     }
 }
 

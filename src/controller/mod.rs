@@ -318,6 +318,7 @@ async fn run_until(opts: Options, stop: &shutdown::Stop) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(200) - elapsed).await;
         }
     }
+    brain.release_events();
     ready.store(false, Ordering::Relaxed);
     if let Some(w) = webhook {
         let _ = w.await;

@@ -441,6 +441,10 @@ impl Writer {
                         let note = p.status.reason.clone().unwrap_or_default();
                         hubjobs.event(ctx, &uid, false, "Queued", note);
                     }
+                    // The dispatch its Event waited for is on the hub now.
+                    if p.status.state == QueuedJobState::Dispatched {
+                        super::execute::release_event(ctx, hubjobs, &uid);
+                    }
                     if let Some(j) = hubjobs.jobs.get_mut(&uid) {
                         j.written = Some(p.status);
                         j.written_at = Some(Instant::now());

@@ -525,6 +525,23 @@ pub async fn members_with(
     out
 }
 
+/// A running job's Events tell its whole history: Queued, Admitted, and its dispatch, as a
+/// Dispatched Event or, when its pods ran before its Dispatched status was written, inside the
+/// Running Event ("Running: created in member-b; running on …"); then Running.
+pub fn assert_history(events: &[String]) {
+    for r in ["Queued", "Admitted", "Running"] {
+        assert!(
+            events.iter().any(|e| e.starts_with(r)),
+            "Event {r} missing: {events:?}"
+        );
+    }
+    let dispatched = events.iter().any(|e| {
+        e.starts_with("Dispatched: created in")
+            || (e.starts_with("Running: created in") && e.contains("; running on"))
+    });
+    assert!(dispatched, "no Event says where it was created: {events:?}");
+}
+
 /// Events about an object on the hub, as "reason: note" lines.
 pub async fn events_for(hub: &Client, ns: &str, name: &str) -> Vec<String> {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(hub.clone(), ns);
