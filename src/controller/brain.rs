@@ -79,13 +79,10 @@ impl Brain {
         }
     }
 
-    /// On the way out: publishes the Dispatched Events still held for their status (a report
-    /// the user would otherwise never get; the next leader does not know it was held).
+    /// On the way out: publishes the Dispatched Events still held for their status
+    /// (`HubJobs::release_events`).
     pub fn release_events(&mut self) {
-        let uids: Vec<String> = self.hubjobs.jobs.keys().cloned().collect();
-        for uid in uids {
-            super::execute::release_event(&self.ctx, &mut self.hubjobs, &uid);
-        }
+        self.hubjobs.release_events(&self.ctx);
     }
 
     /// Whether the core has work left for another pass at once.

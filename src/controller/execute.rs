@@ -129,19 +129,6 @@ fn transition(
     let oref = j.object_ref(uid);
     // Published off the sync loop: Events are reports, never decisions.
     for (t, note) in j.held_event.transition(t, note) {
-        ctx.events
-            .send(oref.clone(), t.warning(), t.as_str(), &note);
-    }
-}
-
-/// Publishes the Dispatched Event `uid` holds, if any (its Dispatched status has landed, or
-/// the controller stops).
-pub(super) fn release_event(ctx: &Ctx, hubjobs: &mut HubJobs, uid: &str) {
-    let Some(j) = hubjobs.jobs.get_mut(uid) else {
-        return;
-    };
-    if let Some((t, note)) = j.held_event.release() {
-        ctx.events
-            .send(j.object_ref(uid), t.warning(), t.as_str(), &note);
+        ctx.publish(&oref, t.warning(), t.as_str(), note);
     }
 }

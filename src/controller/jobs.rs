@@ -103,6 +103,12 @@ impl Job {
         )
     }
 
+    fn release_event(&mut self, ctx: &Ctx, uid: &str) {
+        if let Some((t, note)) = self.held_event.release() {
+            ctx.publish(&self.object_ref(uid), t.warning(), t.as_str(), note);
+        }
+    }
+
     /// A new placement (or none): what was seen of the last one no longer holds.
     pub fn forget_placement(&mut self) {
         self.pods = None;
@@ -140,6 +146,22 @@ impl HubJobs {
     pub fn event(&self, ctx: &Ctx, uid: &str, warning: bool, reason: &str, note: String) {
         if let Some(t) = self.jobs.get(uid) {
             ctx.publish(&t.object_ref(uid), warning, reason, note);
+        }
+    }
+
+    /// Publishes the Dispatched Event `uid` holds, if any: its Dispatched status has landed
+    /// (`events::Held`).
+    pub fn release_event(&mut self, ctx: &Ctx, uid: &str) {
+        if let Some(j) = self.jobs.get_mut(uid) {
+            j.release_event(ctx, uid);
+        }
+    }
+
+    /// On the way out: every Dispatched Event still held for its status (a report the user
+    /// would otherwise never get; the next leader does not know it was held).
+    pub fn release_events(&mut self, ctx: &Ctx) {
+        for (uid, j) in &mut self.jobs {
+            j.release_event(ctx, uid);
         }
     }
 

@@ -443,7 +443,7 @@ impl Writer {
                     }
                     // The dispatch its Event waited for is on the hub now.
                     if p.status.state == QueuedJobState::Dispatched {
-                        super::execute::release_event(ctx, hubjobs, &uid);
+                        hubjobs.release_event(ctx, &uid);
                     }
                     if let Some(j) = hubjobs.jobs.get_mut(&uid) {
                         j.written = Some(p.status);
