@@ -168,12 +168,15 @@ impl Brain {
         t.mark("execute+observed");
         super::record::sync_reasons(&mut self.core, &mut self.hubjobs);
         t.mark("reasons");
-        super::record::write_records(
+        let held = super::record::write_records(
             &self.ctx,
             &mut self.core,
             (&self.hubjobs, &self.fleet, &self.forecasts),
             &mut self.writer,
         );
+        for (uid, state) in held {
+            self.hubjobs.status_landed(&self.ctx, &uid, state);
+        }
         t.mark("records");
         self.tree
             .write_status(&self.ctx, &mut self.core, &mut self.reports);

@@ -16,14 +16,14 @@ use kube::runtime::reflector;
 use serde_json::Value;
 
 use super::crd::queued_job_name;
-use super::crd::{PodCounts, PodPlacement, QueuedJob, QueuedJobStatus};
+use super::crd::{PodCounts, PodPlacement, QueuedJob, QueuedJobState, QueuedJobStatus};
 use super::ctx::{Core, Ctx};
 use super::judging::Judge;
 use super::stores::HubStores;
 use super::tree::Tree;
 use super::{hubcheck, intake, kinds};
 use crate::lifecycle::tidy::{self, Intake, Name};
-use crate::lifecycle::{Book, Intent, Phase, REFUSED_BY_HUB, Record, Spec, spec_of};
+use crate::lifecycle::{Book, Intent, Phase, REFUSED_BY_HUB, Record, Spec, Transition, spec_of};
 use crate::workload::{JobKind, interpret_with};
 
 /// What the controller knows of a followed hub job beyond its lifecycle record.
@@ -83,8 +83,8 @@ pub(super) struct Job {
     /// whose copy runs keeps the spec it was admitted with whatever it reads now, as long as
     /// its generation has not moved (the core's rule, `lifecycle::step`).
     pub read_again: bool,
-    /// Its Dispatched Event while the outbox holds back its Dispatched status
-    /// (`events::Held`).
+    /// Its Queued, Admitted and Dispatched Events until the QueuedJob status that records them
+    /// lands (`events::Held`).
     pub held_event: super::events::Held,
 }
 
@@ -103,8 +103,9 @@ impl Job {
         )
     }
 
-    fn release_event(&mut self, ctx: &Ctx, uid: &str) {
-        if let Some((t, note)) = self.held_event.release() {
+    /// Publishes what `held_event` gives up, if anything.
+    fn publish_held(&self, ctx: &Ctx, uid: &str, held: Option<(Transition, String)>) {
+        if let Some((t, note)) = held {
             ctx.publish(&self.object_ref(uid), t.warning(), t.as_str(), note);
         }
     }
@@ -149,19 +150,30 @@ impl HubJobs {
         }
     }
 
-    /// Publishes the Dispatched Event `uid` holds, if any: its Dispatched status has landed
-    /// (`events::Held`).
-    pub fn release_event(&mut self, ctx: &Ctx, uid: &str) {
+    /// Publishes the Events `uid` held for its status, now that a status saying `state` has
+    /// landed (`events::Held`).
+    pub fn status_landed(&mut self, ctx: &Ctx, uid: &str, state: QueuedJobState) {
         if let Some(j) = self.jobs.get_mut(uid) {
-            j.release_event(ctx, uid);
+            let held = j.held_event.landed(state);
+            j.publish_held(ctx, uid, held);
         }
     }
 
-    /// On the way out: every Dispatched Event still held for its status (a report the user
-    /// would otherwise never get; the next leader does not know it was held).
+    /// Publishes every Event `uid` holds: the status they wait for cannot land now (its write
+    /// failed, or the QueuedJob's name is held by an earlier job).
+    pub fn release_event(&mut self, ctx: &Ctx, uid: &str) {
+        if let Some(j) = self.jobs.get_mut(uid) {
+            let held = j.held_event.release();
+            j.publish_held(ctx, uid, held);
+        }
+    }
+
+    /// On the way out: every Event still held for its status (a report the user would
+    /// otherwise never get; the next leader does not know it was held).
     pub fn release_events(&mut self, ctx: &Ctx) {
         for (uid, j) in &mut self.jobs {
-            j.release_event(ctx, uid);
+            let held = j.held_event.release();
+            j.publish_held(ctx, uid, held);
         }
     }
 

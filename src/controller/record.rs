@@ -188,18 +188,20 @@ fn compose(
 /// rest only once those are durable, nothing while such a batch is out). Each status is
 /// composed here: one the hub already holds is not written again, and a waiting job's
 /// whose words changed only in their figures (the live usage a reason quotes) at most
-/// every [`FIGURES_EVERY`].
+/// every [`FIGURES_EVERY`]. Returns the jobs whose changed record the hub holds already, with
+/// the state it holds: as good as landed (their held Events go, `events::Held`).
 pub(super) fn write_records(
     ctx: &Ctx,
     core: &mut Core,
     (hubjobs, fleet, forecasts): (&HubJobs, &Fleet, &Forecasts),
     writer: &mut Writer,
-) {
+) -> Vec<(String, QueuedJobState)> {
     let shared: &Core = core;
     let now = super::clock::now_ms();
+    let mut held = Vec::new();
     let plan = writer
         .outbox
-        .plan((&shared.book, now), |uid, record, _changed| {
+        .plan((&shared.book, now), |uid, record, changed| {
             let st = compose((shared, hubjobs, fleet, forecasts), uid, record)?;
             let j = hubjobs.jobs.get(uid)?;
             // What the hub holds is known only when no write since the last that landed
@@ -208,6 +210,9 @@ pub(super) fn write_records(
                 && j.unsure.is_none()
             {
                 if same(&st, w) {
+                    if changed {
+                        held.push((uid.to_string(), st.state));
+                    }
                     return Some(Candidate::Same);
                 }
                 let age = j.written_at.map_or(FIGURES_EVERY, |t| t.elapsed());
@@ -225,6 +230,7 @@ pub(super) fn write_records(
     if let Some(batch) = writer.outbox.sending(&mut core.book, plan) {
         writer.send_records(ctx, core.book.settings.defect, batch);
     }
+    held
 }
 
 /// The write of `status` for `uid`: a merge patch from what the hub holds (the status last

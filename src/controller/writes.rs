@@ -441,10 +441,8 @@ impl Writer {
                         let note = p.status.reason.clone().unwrap_or_default();
                         hubjobs.event(ctx, &uid, false, "Queued", note);
                     }
-                    // The dispatch its Event waited for is on the hub now.
-                    if p.status.state == QueuedJobState::Dispatched {
-                        hubjobs.release_event(ctx, &uid);
-                    }
+                    // The state its held Events waited for is on the hub now.
+                    hubjobs.status_landed(ctx, &uid, p.status.state);
                     if let Some(j) = hubjobs.jobs.get_mut(&uid) {
                         j.written = Some(p.status);
                         j.written_at = Some(Instant::now());
@@ -453,10 +451,13 @@ impl Writer {
                 }
                 Landed::Failed(e) => {
                     // It may have landed all the same (an answer lost): the next write covers
-                    // what it would have left (`unsure`, above).
+                    // what it would have left (`unsure`, above). What its Events waited for
+                    // is said now, not held while the hub refuses the status.
                     tracing::warn!(job = %uid, error = %e, "could not write QueuedJob status");
+                    hubjobs.release_event(ctx, &uid);
                 }
-                Landed::NotSent | Landed::NameHeld(_) => {}
+                Landed::NameHeld(_) => hubjobs.release_event(ctx, &uid),
+                Landed::NotSent => {}
             }
         }
     }
