@@ -189,6 +189,8 @@ fn accuracy(name: &str, sc: &Scenario, exact: bool) {
 }
 
 fn main() {
+    // As `muster sim` runs (src/alloc.rs).
+    muster::alloc::keep_freed_pages();
     let raw: Vec<String> = std::env::args().skip(1).collect();
     let smoke = !raw.iter().any(|a| a == "--bench");
     let args: Vec<usize> = raw.iter().filter_map(|a| a.parse().ok()).collect();

@@ -66,6 +66,8 @@ fn time(label: &str, pods: u32, f: impl Fn() -> usize) {
 }
 
 fn main() {
+    // As `muster sim` runs (src/alloc.rs).
+    muster::alloc::keep_freed_pages();
     let none = BTreeSet::new();
     for (pods, nodes) in [(8, 4), (64, 8), (512, 64), (4096, 512)] {
         let (plan, gated, bound) = case(pods, nodes);

@@ -68,6 +68,8 @@ fn peak_waiting(report: &sim::Report) -> usize {
 }
 
 fn main() {
+    // As `muster sim` runs (src/alloc.rs).
+    muster::alloc::keep_freed_pages();
     let raw: Vec<String> = std::env::args().skip(1).collect();
     // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it: then
     // a small smoke run of each scenario checks that the benchmark still works, without timing

@@ -3,6 +3,7 @@
 //! `estimate`, `scheduler`) is pure and deterministic; `sim` drives it from a scenario file;
 //! `metrics` exposes what drivers see and do to Prometheus.
 
+pub mod alloc;
 pub mod controller;
 pub mod estimate;
 pub mod fleet;

@@ -369,6 +369,10 @@ impl LiveArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Every command but the controller ends soon: it keeps the pages it frees.
+    if !matches!(cli.command, Command::Controller(_)) {
+        muster::alloc::keep_freed_pages();
+    }
     match cli.command {
         Command::Sim {
             faults,
