@@ -125,21 +125,35 @@ pub fn forecast(sched: Scheduler, inputs: &Inputs) -> Estimates {
 /// what they decided other than waits, in order.
 pub fn settle(sched: &mut Scheduler) -> (u64, Vec<Decision>) {
     let mut moves = Vec::new();
-    let mut cycles = 0;
-    while cycles < CYCLES_PER_INSTANT as u64 {
-        cycles += 1;
-        let before = moves.len();
+    let cycles = settle_with(sched, |_, decisions| {
         moves.extend(
-            sched
-                .cycle()
+            decisions
                 .into_iter()
                 .filter(|d| !matches!(d, Decision::Wait { .. })),
         );
-        if moves.len() == before || !sched.has_work() {
+    });
+    (cycles, moves)
+}
+
+/// The one rule for how many admission cycles an instant runs, for `muster sim` and for the
+/// forward run of every estimate (so an estimate is the run's own): cycles until one moves
+/// nothing (decides only waits) or nothing is left to do, at most [`CYCLES_PER_INSTANT`]. Each
+/// cycle's decisions, waits included, go to `each` with the state after it. Returns how many
+/// cycles ran.
+pub fn settle_with(sched: &mut Scheduler, mut each: impl FnMut(&Scheduler, Vec<Decision>)) -> u64 {
+    let mut cycles = 0;
+    while cycles < CYCLES_PER_INSTANT as u64 {
+        cycles += 1;
+        let decisions = sched.cycle();
+        let moved = decisions
+            .iter()
+            .any(|d| !matches!(d, Decision::Wait { .. }));
+        each(sched, decisions);
+        if !moved || !sched.has_work() {
             break;
         }
     }
-    (cycles, moves)
+    cycles
 }
 
 /// [`forecast`] bounded in time: one instant at a time until the run ends or `elapsed()` reaches

@@ -381,19 +381,16 @@ fn run_inner(
                 }
             }
         }
-        // Cycles at this instant until nothing changes (preemption victims get their turn in
-        // the next cycle; bounded so that a run always ends).
-        for _ in 0..16 {
-            cycles += 1;
-            let started = rec.map(|_| std::time::Instant::now());
-            let decisions = sched.cycle();
+        // Cycles at this instant until nothing changes, as every estimate's forward run has
+        // them (preemption victims get their turn in the next cycle; bounded so that a run
+        // always ends). A cycle's time, for the metrics, is from the end of the last one's
+        // handling here.
+        let mut started = rec.map(|_| std::time::Instant::now());
+        cycles += crate::forecast::settle_with(&mut sched, |sched, decisions| {
             if let (Some(m), Some(t)) = (rec, started) {
                 m.cycle_duration(t.elapsed().as_secs_f64());
             }
-            progress.cycled(now, &decisions, &sched);
-            let moved = decisions
-                .iter()
-                .any(|d| !matches!(d, Decision::Wait { .. }));
+            progress.cycled(now, &decisions, sched);
             for d in decisions {
                 trace.add(now, &d);
                 match d {
@@ -456,10 +453,10 @@ fn run_inner(
                     Decision::Wait { .. } => {}
                 }
             }
-            if !moved || !sched.has_work() {
-                break;
+            if rec.is_some() {
+                started = Some(std::time::Instant::now());
             }
-        }
+        });
         est.instant(&sched, &jobs, now, cycles);
         for &i in &watched {
             let j = &jobs[i];
