@@ -43,15 +43,19 @@ pub fn run_faults(
     defect: Option<muster::sim::faults::Defect>,
 ) -> ExitCode {
     use muster::sim::faults::{Options, run};
+    // One seed under one partition policy, as every run here is made.
+    let one_run = |seed, partition| {
+        run(&Options {
+            seed,
+            partition,
+            defect,
+            ..Options::default()
+        })
+    };
     if let Some(seed) = one {
         let mut broken = false;
         for partition in policy.policies() {
-            let o = run(&Options {
-                seed,
-                partition,
-                defect,
-                ..Options::default()
-            });
+            let o = one_run(seed, partition);
             outln!("# seed {seed}, partition policy {}", partition.as_str());
             for line in &o.trace {
                 outln!("{line}");
@@ -71,12 +75,7 @@ pub fn run_faults(
     let started = Instant::now();
     for seed in from..from.saturating_add(n) {
         for partition in policy.policies() {
-            let o = run(&Options {
-                seed,
-                partition,
-                defect,
-                ..Options::default()
-            });
+            let o = one_run(seed, partition);
             runs += 1;
             faults += u64::from(o.faults);
             crashes += u64::from(o.crashes);
