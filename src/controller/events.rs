@@ -156,7 +156,8 @@ impl Held {
         fold(self.0.drain(..=upto).collect())
     }
 
-    /// Everything held, as one Event, to publish now: the controller stops.
+    /// Everything held, as one Event, to publish now: the status it waits for may not land (a
+    /// failed write, a name held by an earlier job), or the controller stops.
     pub fn release(&mut self) -> Option<(Transition, String)> {
         fold(std::mem::take(&mut self.0))
     }
