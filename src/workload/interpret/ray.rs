@@ -3,12 +3,6 @@
 //! cluster, and the submitter KubeRay runs: a Job of one pod in K8sJobMode, a container of the
 //! head in SidecarMode).
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
-use serde_json::Value;
-
 use super::*;
 
 /// A container with fixed requests and limits, as an operator injects it.
