@@ -171,9 +171,13 @@ fn place_nodes(
     eligible: &[Vec<usize>],
     table: &ResourceTable,
 ) -> Result<Placement, NoFit> {
-    let ext: Vec<bool> = (0..table.len())
-        .map(|i| is_extended(table.name(Res(i as u16))))
-        .collect();
+    let ext = table.extended();
+    debug_assert!(
+        ext.iter()
+            .enumerate()
+            .all(|(i, &e)| e == is_extended(table.name(Res(i as u16)))),
+        "extended resources as interned"
+    );
     // Necessary conditions per group, with a precise reason when they fail.
     let fresh = Scratch::new(cluster);
     for (gi, g) in groups.iter().enumerate() {
@@ -190,7 +194,7 @@ fn place_nodes(
         capacity: false,
     };
     let order = group_order(cluster, groups);
-    let Some(plan) = greedy(cluster, groups, eligible, &order, &ext, false)
+    let Some(plan) = greedy(cluster, groups, eligible, &order, ext, false)
         .or_else(|| search(cluster, groups, eligible, &order, false))
     else {
         return Err(together(format!(
@@ -201,7 +205,7 @@ fn place_nodes(
     match cluster.placement {
         PlacementMode::Gates => Ok(plan),
         PlacementMode::Pinned => {
-            robust::place_pinned(cluster, groups, eligible, &order, &ext, plan).map_err(together)
+            robust::place_pinned(cluster, groups, eligible, &order, ext, plan).map_err(together)
         }
     }
 }
@@ -347,6 +351,10 @@ pub fn beyond_bounds(
 /// Biggest groups first (dominant share of the cluster's allocatable), so scarce devices are
 /// placed before cpu-only helpers can take their nodes.
 fn group_order(cluster: &Cluster, groups: &[PodGroup]) -> Vec<usize> {
+    // One group has one order: the cluster's totals are not read.
+    if groups.len() <= 1 {
+        return (0..groups.len()).collect();
+    }
     let mut totals: Vec<i128> = Vec::new();
     for n in &cluster.nodes {
         for (i, v) in n.alloc.iter().enumerate() {
@@ -416,6 +424,11 @@ fn greedy(
                 };
                 if best.as_ref().is_none_or(|(bk, _, _)| key < *bk) {
                     best = Some((key, n, c));
+                    // No key is below this one (it holds exactly what remains and wastes no
+                    // device), and a later node replaces the best only when strictly below.
+                    if key == (0, 0, remaining) {
+                        break;
+                    }
                 }
             }
             let (_, n, c) = best?;

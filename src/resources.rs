@@ -33,6 +33,8 @@ const OVERFLOW_NAME: &str = "(a resource name past muster's limit of distinct na
 pub struct ResourceTable {
     names: Vec<String>,
     ids: HashMap<String, Res>,
+    /// Per id, whether the name is an extended resource ([`crate::estimate::is_extended`]).
+    extended: Vec<bool>,
 }
 
 impl Default for ResourceTable {
@@ -40,6 +42,7 @@ impl Default for ResourceTable {
         let mut t = ResourceTable {
             names: Vec::new(),
             ids: HashMap::new(),
+            extended: Vec::new(),
         };
         t.intern("pods");
         t.intern(MAX_JOBS_NAME);
@@ -64,6 +67,7 @@ impl ResourceTable {
         }
         let r = Res(n as u16);
         self.names.push(name.to_string());
+        self.extended.push(crate::estimate::is_extended(name));
         self.ids.insert(name.to_string(), r);
         r
     }
@@ -81,6 +85,12 @@ impl ResourceTable {
 
     pub fn len(&self) -> usize {
         self.names.len()
+    }
+
+    /// Per id, whether the resource is an extended one (a device, not cpu, memory, storage or
+    /// pods): [`crate::estimate::is_extended`] of each name, read once when it is interned.
+    pub fn extended(&self) -> &[bool] {
+        &self.extended
     }
 
     pub fn is_empty(&self) -> bool {

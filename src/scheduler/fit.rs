@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use super::{JobId, Scheduler, ShapeId};
 use crate::estimate::{self, Placement, PodGroup};
 use crate::fleet::Cluster;
-use crate::resources::{Demand, at};
+use crate::resources::{Demand, Res, at};
 
 pub(super) type FitId = usize;
 
@@ -39,6 +39,8 @@ pub(super) struct FitMemo {
     pub seen: Vec<Seen>,
     /// The fleet version and candidate members at which the pod shape last fit nowhere, and why.
     pub nowhere: Option<(u64, Vec<usize>, String)>,
+    /// Per cluster: (topology version, whether the pod shape fits it empty, else why not).
+    pub empty: HashMap<usize, (u64, Result<(), String>)>,
 }
 
 impl FitMemo {
@@ -51,13 +53,14 @@ impl FitMemo {
             usable_free: HashMap::new(),
             seen: Vec::new(),
             nowhere: None,
+            empty: HashMap::new(),
         }
     }
 }
 
 /// What is free on one member's nodes that a pod shape may use (they take pods and admit one
 /// of its groups), per resource index: the most on one node, per group, and the total.
-#[derive(Clone, Default)]
+#[derive(Clone, Default, Debug, PartialEq)]
 pub(super) struct UsableFree {
     pub most: Vec<Vec<i128>>,
     pub total: Vec<i128>,
@@ -93,34 +96,19 @@ impl Scheduler {
             Some((fv, ft, _)) if *fv == v && *ft == topo);
         if !fresh {
             self.ensure_usable(fit, ci);
-            let usable = self.usable_on(fit, ci);
-            let c = &self.clusters[ci];
-            let len = c.res_len();
-            let free = |n: usize, i: usize| c.nodes[n].free(crate::resources::Res(i as u16));
-            // One entry per group, as the eligible nodes are.
-            let most = self
-                .eligible_on(fit, ci)
-                .iter()
-                .map(|e| {
-                    (0..len)
-                        .map(|i| {
-                            e.iter()
-                                .filter(|&&n| usable[n])
-                                .map(|&n| free(n, i))
-                                .max()
-                                .unwrap_or(0)
-                        })
-                        .collect()
-                })
-                .collect();
-            let total = (0..len)
-                .map(|i| {
-                    (0..c.nodes.len())
-                        .filter(|&n| usable[n])
-                        .fold(0i128, |t, n| t.saturating_add(free(n, i).max(0)))
-                })
-                .collect();
-            let u = UsableFree { most, total };
+            let u = usable_free(
+                &self.clusters[ci],
+                self.eligible_on(fit, ci),
+                self.usable_on(fit, ci),
+            );
+            debug_assert!(
+                u == usable_free_read(
+                    &self.clusters[ci],
+                    self.eligible_on(fit, ci),
+                    self.usable_on(fit, ci)
+                ),
+                "what is free on the usable nodes, read node by node as resource by resource"
+            );
             self.fits[fit].usable_free.insert(ci, (v, topo, u));
         }
     }
@@ -347,5 +335,132 @@ impl Scheduler {
     pub(super) fn refusal(&self, shape_id: ShapeId, ci: usize) -> Option<String> {
         let (s, c): (_, &Cluster) = (&self.shapes[shape_id], &self.clusters[ci]);
         c.serves.refuses(&c.name, &s.needs)
+    }
+}
+
+/// [`UsableFree`] of member `c` for a pod shape whose groups admit `eligible` (per group, node
+/// indices in increasing order) and may use the nodes marked in `usable`: one read of each
+/// usable node's free amounts, offered to the total and to every group that admits the node.
+fn usable_free(c: &Cluster, eligible: &[Vec<usize>], usable: &[bool]) -> UsableFree {
+    let len = c.res_len();
+    let mut most: Vec<Vec<i128>> = vec![vec![i128::MIN; len]; eligible.len()];
+    let mut total = vec![0i128; len];
+    // Per group, the next of its eligible nodes (both go up).
+    let mut next = vec![0usize; eligible.len()];
+    let mut free = vec![0i128; len];
+    for (n, node) in c.nodes.iter().enumerate() {
+        if !usable.get(n).copied().unwrap_or(false) {
+            continue;
+        }
+        for (i, f) in free.iter_mut().enumerate() {
+            *f = node.free(Res(i as u16));
+        }
+        for (t, &f) in total.iter_mut().zip(&free) {
+            *t = t.saturating_add(f.max(0));
+        }
+        for (g, e) in eligible.iter().enumerate() {
+            while e.get(next[g]).is_some_and(|&m| m < n) {
+                next[g] += 1;
+            }
+            if e.get(next[g]) == Some(&n) {
+                for (m, &f) in most[g].iter_mut().zip(&free) {
+                    *m = (*m).max(f);
+                }
+            }
+        }
+    }
+    // A group with no usable node has 0 of everything at most.
+    for m in most.iter_mut().flatten() {
+        if *m == i128::MIN {
+            *m = 0;
+        }
+    }
+    UsableFree { most, total }
+}
+
+/// The reference for [`usable_free`]: resource by resource, node by node.
+fn usable_free_read(c: &Cluster, eligible: &[Vec<usize>], usable: &[bool]) -> UsableFree {
+    let len = c.res_len();
+    let free = |n: usize, i: usize| c.nodes[n].free(Res(i as u16));
+    let is_usable = |n: usize| usable.get(n).copied().unwrap_or(false);
+    let most = eligible
+        .iter()
+        .map(|e| {
+            (0..len)
+                .map(|i| {
+                    e.iter()
+                        .filter(|&&n| is_usable(n))
+                        .map(|&n| free(n, i))
+                        .max()
+                        .unwrap_or(0)
+                })
+                .collect()
+        })
+        .collect();
+    let total = (0..len)
+        .map(|i| {
+            (0..c.nodes.len())
+                .filter(|&n| is_usable(n))
+                .fold(0i128, |t, n| t.saturating_add(free(n, i).max(0)))
+        })
+        .collect();
+    UsableFree { most, total }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::fleet::{ClusterInfo, NodeInfo};
+    use crate::quantity::{Quantity, ResourceList};
+    use crate::resources::ResourceTable;
+
+    proptest! {
+        /// What is free on the usable nodes, read once per node, is the per-resource read: any
+        /// nodes (some over-committed, so free below zero), any eligible nodes per group, any
+        /// usable nodes.
+        #[test]
+        fn usable_free_is_the_per_resource_read(
+            shapes in prop::collection::vec((0i64..=64, 0i64..=8), 1..12),
+            reserved in prop::collection::vec((0usize..12, 0i64..=80, 0i64..=9), 0..10),
+            groups in prop::collection::vec(prop::collection::vec(any::<bool>(), 12), 1..4),
+            usable in prop::collection::vec(any::<bool>(), 12),
+        ) {
+            let mut t = ResourceTable::default();
+            let nodes = shapes
+                .iter()
+                .enumerate()
+                .map(|(i, &(cpu, gpu))| {
+                    let mut allocatable = ResourceList::new();
+                    allocatable.set("cpu", Quantity::from_units(cpu));
+                    allocatable.set("nvidia.com/gpu", Quantity::from_units(gpu));
+                    allocatable.set("pods", Quantity::from_units(110));
+                    NodeInfo {
+                        name: format!("n{i}"),
+                        allocatable,
+                        ready: true,
+                        ..Default::default()
+                    }
+                })
+                .collect();
+            let info = ClusterInfo { name: "m".into(), nodes, ..Default::default() };
+            let mut c = Cluster::new(&info, &mut t, 1);
+            let (cpu, gpu) = (t.intern("cpu"), t.intern("nvidia.com/gpu"));
+            for (n, cpus, gpus) in reserved {
+                let mut d = vec![(cpu, i128::from(cpus) * 1000), (gpu, i128::from(gpus) * 1000)];
+                d.sort();
+                c.reserve(n % c.nodes.len(), &Demand(d), 1);
+            }
+            let eligible: Vec<Vec<usize>> = groups
+                .iter()
+                .map(|admits| (0..c.nodes.len()).filter(|&n| admits[n]).collect())
+                .collect();
+            let usable = &usable[..c.nodes.len()];
+            prop_assert_eq!(
+                usable_free(&c, &eligible, usable),
+                usable_free_read(&c, &eligible, usable)
+            );
+        }
     }
 }

@@ -90,10 +90,33 @@ impl Scheduler {
             let Some((_, empty)) = self.empty_clusters.get(&ci) else {
                 continue;
             };
-            let shape = &self.shapes[shape_id];
-            let elig = self.eligible_on(fit, ci);
-            match estimate::place(empty, &shape.groups, elig, &self.table) {
-                Ok(_) => return Ok(prio.unwrap_or(0)),
+            // The estimate on the empty copy depends on the pod shape and the copy alone (the
+            // table only grows, its names stay): one per pod shape and topology version.
+            let topology = self.clusters[ci].topology;
+            let answer = match self.fits[fit].empty.get(&ci) {
+                Some((t, answer)) if *t == topology => answer.clone(),
+                _ => {
+                    let shape = &self.shapes[shape_id];
+                    let elig = self.eligible_on(fit, ci);
+                    let answer =
+                        estimate::place(empty, &shape.groups, elig, &self.table).map(|_| ());
+                    self.fits[fit].empty.insert(ci, (topology, answer.clone()));
+                    answer
+                }
+            };
+            debug_assert_eq!(
+                answer,
+                estimate::place(
+                    empty,
+                    &self.shapes[shape_id].groups,
+                    self.eligible_on(fit, ci),
+                    &self.table
+                )
+                .map(|_| ()),
+                "the empty estimate kept per pod shape"
+            );
+            match answer {
+                Ok(()) => return Ok(prio.unwrap_or(0)),
                 Err(r) => reasons.push(format!("{}: {r}", self.clusters[ci].name)),
             }
         }

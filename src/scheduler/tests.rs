@@ -147,6 +147,36 @@ fn nodes_added_make_inadmissible_jobs_admissible() {
     assert_eq!(admitted_on(&s.cycle(), id).as_deref(), Some("a"));
 }
 
+/// Whether a job could ever fit is estimated once per pod shape and member (on the member
+/// emptied), and again once the member's nodes change: each member keeps its own answer.
+#[test]
+fn the_empty_estimate_is_kept_per_member_and_its_nodes() {
+    let mut s = Scheduler::new(Config::default());
+    s.set_cluster(&gpu_cluster("a", 2, "2"));
+    s.set_cluster(&gpu_cluster("b", 2, "4"));
+    for name in ["wide", "wide-again"] {
+        let Submitted::Queued(_) = s.submit(&job(name, 2, 4), 0) else {
+            panic!("{name}: 2 x 4 GPUs fit b's nodes")
+        };
+    }
+    let Submitted::Inadmissible(_, reason) = s.submit(&job("wider", 2, 8), 0) else {
+        panic!("8 GPUs on one node fit no member")
+    };
+    assert!(
+        reason.contains(
+            "a: worker needs nvidia.com/gpu 8 on one node; the most free on any node is 2"
+        ) && reason.contains(
+            "b: worker needs nvidia.com/gpu 8 on one node; the most free on any node is 4"
+        ),
+        "each member's own reason: {reason}"
+    );
+    s.set_cluster(&gpu_cluster("b", 2, "2"));
+    let Submitted::Inadmissible(_, reason) = s.submit(&job("wide-late", 2, 4), 0) else {
+        panic!("b's nodes have 2 GPUs now")
+    };
+    assert!(reason.contains("can never fit"), "{reason}");
+}
+
 /// master 1 GPU + `workers` of 1 GPU.
 fn master_job(name: &str, workers: u32) -> Workload {
     let template = serde_json::json!({"spec": {"containers": [{"name": "w", "image": "x",

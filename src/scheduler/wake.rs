@@ -77,6 +77,9 @@ impl Scheduler {
 
     pub(super) fn fleet_changed(&mut self) {
         self.empty_clusters.clear();
+        for f in &mut self.fits {
+            f.empty.clear();
+        }
         for s in &mut self.shapes {
             s.key_res = PODS;
         }
