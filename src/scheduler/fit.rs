@@ -413,7 +413,6 @@ mod tests {
 
     use super::*;
     use crate::fleet::{ClusterInfo, NodeInfo};
-    use crate::quantity::{Quantity, ResourceList};
     use crate::resources::ResourceTable;
 
     proptest! {
@@ -432,16 +431,11 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, &(cpu, gpu))| {
-                    let mut allocatable = ResourceList::new();
-                    allocatable.set("cpu", Quantity::from_units(cpu));
-                    allocatable.set("nvidia.com/gpu", Quantity::from_units(gpu));
-                    allocatable.set("pods", Quantity::from_units(110));
-                    NodeInfo {
-                        name: format!("n{i}"),
-                        allocatable,
-                        ready: true,
-                        ..Default::default()
-                    }
+                    let (cpu, gpu) = (cpu.to_string(), gpu.to_string());
+                    NodeInfo::ready(
+                        &format!("n{i}"),
+                        &[("cpu", &cpu), ("nvidia.com/gpu", &gpu), ("pods", "110")],
+                    )
                 })
                 .collect();
             let info = ClusterInfo { name: "m".into(), nodes, ..Default::default() };
