@@ -68,15 +68,6 @@ pub fn eligible(cluster: &Cluster, groups: &[PodGroup]) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// Resources that are scarce accelerators or devices rather than cpu/memory/storage/pods.
-pub fn is_extended(name: &str) -> bool {
-    !matches!(
-        name,
-        "cpu" | "memory" | "pods" | "ephemeral-storage" | "storage"
-    ) && !name.starts_with("hugepages-")
-        && name != crate::resources::MAX_JOBS_NAME
-}
-
 /// Free capacity of one node as seen by this placement (cluster free minus what the plan took).
 struct Scratch<'a> {
     cluster: &'a Cluster,
@@ -172,12 +163,6 @@ fn place_nodes(
     table: &ResourceTable,
 ) -> Result<Placement, NoFit> {
     let ext = table.extended();
-    debug_assert!(
-        ext.iter()
-            .enumerate()
-            .all(|(i, &e)| e == is_extended(table.name(Res(i as u16)))),
-        "extended resources as interned"
-    );
     // Necessary conditions per group, with a precise reason when they fail.
     let fresh = Scratch::new(cluster);
     for (gi, g) in groups.iter().enumerate() {

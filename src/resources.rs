@@ -28,12 +28,22 @@ pub const MAX_JOB_NAMES: usize = 4096;
 pub const OVERFLOW: Res = Res(u16::MAX);
 const OVERFLOW_NAME: &str = "(a resource name past muster's limit of distinct names)";
 
+/// Resources that are scarce accelerators or devices rather than cpu/memory/storage/pods (the
+/// estimator keeps a pod off a node whose such devices it does not use, where it can).
+pub fn is_extended(name: &str) -> bool {
+    !matches!(
+        name,
+        "cpu" | "memory" | "pods" | "ephemeral-storage" | "storage"
+    ) && !name.starts_with("hugepages-")
+        && name != MAX_JOBS_NAME
+}
+
 /// Interns resource names. Ids are stable for the life of the table.
 #[derive(Clone, Debug)]
 pub struct ResourceTable {
     names: Vec<String>,
     ids: HashMap<String, Res>,
-    /// Per id, whether the name is an extended resource ([`crate::estimate::is_extended`]).
+    /// Per id, whether the name is an extended resource ([`is_extended`]).
     extended: Vec<bool>,
 }
 
@@ -67,7 +77,7 @@ impl ResourceTable {
         }
         let r = Res(n as u16);
         self.names.push(name.to_string());
-        self.extended.push(crate::estimate::is_extended(name));
+        self.extended.push(is_extended(name));
         self.ids.insert(name.to_string(), r);
         r
     }
@@ -88,7 +98,7 @@ impl ResourceTable {
     }
 
     /// Per id, whether the resource is an extended one (a device, not cpu, memory, storage or
-    /// pods): [`crate::estimate::is_extended`] of each name, read once when it is interned.
+    /// pods): [`is_extended`] of each name, read once when it is interned.
     pub fn extended(&self) -> &[bool] {
         &self.extended
     }
