@@ -36,9 +36,13 @@ const BENCH: &[(&str, u64, u64, u64)] = &[
         // first head in each subtree's fair order over every waiting head (not only the heads
         // of the pass's round): an asleep head no longer sets anyone's order
         // (`classes_left_asleep_change_no_move`).
-        0xbf23ba8547ee56f0,
-        0x85de24bc3a1e0067,
-        87124,
+        // Re-pinned when R6 began a second trial on a member when the candidates R5 keeps do
+        // not let the job fit, over every candidate R5 would keep as the first victim of its
+        // leaf (differential seed 64300): a job of lowest priority that R5 kept first no
+        // longer uses up what its leaf borrows.
+        0x201dd7205406e87c,
+        0xba2d39e182aeb5b6,
+        85318,
     ),
     (
         "diverse 1500x4x30",
@@ -50,9 +54,10 @@ const BENCH: &[(&str, u64, u64, u64)] = &[
         // a max as the last one (the same job and shortfall, no reclaim) began to be skipped.
         // Re-pinned, as above, when A7's tie between sibling subtrees of equal share began to
         // go to the first head in each subtree's fair order over every waiting head.
-        0x60184e55d74ca616,
-        0x220e83ad0f85f59f,
-        263571,
+        // Re-pinned, as above, with R6's second trial (seed 64300).
+        0x7a12716cbf23df88,
+        0xa6e41e00fb3a5014,
+        253853,
     ),
 ];
 
@@ -157,6 +162,12 @@ const FILES: &[(&str, u64, u64, u64)] = &[
         0x823c2911016f24d9,
         0x3e7a36a0c615eaa9,
         1,
+    ),
+    (
+        "tests/data/scenarios/reclaim_useless_victim_first.yaml",
+        0x45f8e12159bf9f18,
+        0x565221e68a8a38d4,
+        2,
     ),
     (
         "tests/data/scenarios/strict_fifo.yaml",

@@ -390,3 +390,19 @@ fn reclaim_reads_shortness_and_victims_from_the_nodes_the_job_may_use() {
     assert_eq!(job("b-low").preemptions, 0);
     assert_eq!(job("b-low").dispatched, serde_json::json!(0));
 }
+
+/// A victim kept first that frees too little (a cpu pod on the job's pool, the rest of its
+/// charge on another) does not use up what its leaf borrows, so that the victim whose going
+/// lets the job fit is left out (R6's second trial, R7; differential seed 64300). Watched at
+/// every cycle: exactly one preemption, b-gpu for a-job at 10s.
+#[test]
+fn a_victim_kept_first_that_frees_too_little_does_not_keep_out_the_one_needed() {
+    let (report, watch) = watched("reclaim_useless_victim_first.yaml");
+    let times: Vec<u64> = watch.0.iter().map(|(at, _, _)| *at).collect();
+    assert_eq!(times, vec![10_000], "preemptions: {:?}", watch.0);
+    let job = |name: &str| reported(&report, name);
+    assert_eq!(job("a-job").dispatched, serde_json::json!(10));
+    assert_eq!(job("b-gpu").preemptions, 1);
+    assert_eq!(job("b-low").preemptions, 0);
+    assert_eq!(job("b-low").dispatched, serde_json::json!(0));
+}

@@ -248,21 +248,24 @@ impl Scheduler {
     /// taken back to within its min could reclaim in turn from another borrowing leaf, and jobs
     /// of equal priority could take each other's places round a cohort forever.
     /// With `fair` (preemption for fairness), a victim is also kept only while its side below
-    /// the bound's node keeps the bound's share ([`Self::keeps_fair_share`]).
+    /// the bound's node keeps the bound's share ([`Self::keeps_fair_share`]). With `alone`, each
+    /// candidate is judged as if it were the first of its leaf: one left out then is left out
+    /// of every set of victims R5 keeps (more victims before it only take more from its leaf).
     fn borrowed_only(
         &self,
         leaf: usize,
         short: &[Res],
-        order: Vec<JobId>,
+        order: &[JobId],
         fair: Option<FairBound>,
+        alone: bool,
     ) -> Vec<JobId> {
         let Some(q) = self.quota.as_ref() else {
-            return order;
+            return order.to_vec();
         };
         let mut sides: BTreeMap<usize, Side> = BTreeMap::new();
         let mut fair_taken: BTreeMap<usize, Demand> = BTreeMap::new();
         let mut out = Vec::with_capacity(order.len());
-        for v in order {
+        for &v in order {
             let Some(vleaf) = self.queues.leaf(self.jobs[v].queue) else {
                 continue;
             };
@@ -296,7 +299,9 @@ impl Scheduler {
             if fair.is_some() && fair_side.is_none() {
                 continue;
             }
-            if borrowed && fair_kept {
+            if borrowed && fair_kept && alone {
+                out.push(v);
+            } else if borrowed && fair_kept {
                 if let Some((_, b)) = fair_side {
                     fair_taken.entry(b).or_default().add_scaled(vd, 1);
                 }
@@ -355,8 +360,8 @@ impl Scheduler {
         let quota_only = !self.fits_now(job, leaf) && self.find_cluster(job).is_ok();
         let chosen: Option<(Vec<JobId>, usize)> = if quota_only {
             // Quota is the only shortage: release in order until quota allows the job.
-            let order = self.borrowed_only(leaf, short, order, fair);
-            self.trial(job, leaf, &order, None, guard)
+            let (kept, second) = self.r5_lists(leaf, short, &order, fair);
+            self.trial_kept(job, leaf, short, (&kept, second.as_deref()), None, guard)
                 .ok()
                 .and_then(|v| self.find_cluster_with(job, &v).map(|ci| (v, ci)))
         } else {
@@ -410,15 +415,20 @@ impl Scheduler {
                                 JobState::Admitted { placement, .. } if frees(placement))
                     })
                     .collect();
-                let order = self.borrowed_only(leaf, short, candidates, fair);
-                // Same cluster state and same candidates as a failed trial: same failure.
+                let (order, second) = self.r5_lists(leaf, short, &candidates, fair);
+                // Same cluster state and same candidates as a failed trial: same failure. (A
+                // trial for fairness, with other candidates, hashes apart; so does one with
+                // other candidates for its second trial.)
+                let mix = |h: u64, v: &JobId| {
+                    h.rotate_left(7) ^ (*v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                };
+                let seed = job as u64 ^ fair.map_or(0, |b| b.node as u64 + 1) << 40;
                 let memo = (
                     self.clusters[ci].version,
-                    // (A trial for fairness, with other candidates, hashes apart.)
-                    order.iter().fold(
-                        job as u64 ^ fair.map_or(0, |b| b.node as u64 + 1) << 40,
-                        |h, v| h.rotate_left(7) ^ (*v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-                    ),
+                    second
+                        .iter()
+                        .flatten()
+                        .fold(order.iter().fold(seed, mix) ^ 1, mix),
                 );
                 let class = self.jobs[job].class;
                 // A trial that failed because the job did not fit even one by one with every
@@ -432,7 +442,8 @@ impl Scheduler {
                 {
                     continue;
                 }
-                match self.trial(job, leaf, &order, Some(ci), guard) {
+                let lists = (order.as_slice(), second.as_deref());
+                match self.trial_kept(job, leaf, short, lists, Some(ci), guard) {
                     Ok(victims) => {
                         best = Some((victims, ci));
                         break;
@@ -460,6 +471,53 @@ impl Scheduler {
             self.enqueue_later(v);
         }
         Some((victims, ci, placement))
+    }
+
+    /// R5's lists of `candidates` for R6's trials: those it keeps, and, when some of the ones
+    /// it left out would be kept as the first victim of their leaf, those (every candidate that
+    /// could be in a set of victims R5 keeps), for a second trial. None for fairness.
+    fn r5_lists(
+        &self,
+        leaf: usize,
+        short: &[Res],
+        candidates: &[JobId],
+        fair: Option<FairBound>,
+    ) -> (Vec<JobId>, Option<Vec<JobId>>) {
+        let kept = self.borrowed_only(leaf, short, candidates, fair, false);
+        if fair.is_some() || kept.len() == candidates.len() {
+            return (kept, None);
+        }
+        // Every one kept is kept alone too: the same list when no more are.
+        let alone = self.borrowed_only(leaf, short, candidates, None, true);
+        let second = (alone.len() > kept.len()).then_some(alone);
+        (kept, second)
+    }
+
+    /// R6's trials on one member (with `on`; from anywhere without): a [`Self::trial`] of the
+    /// candidates R5 keeps, and when that fails, a second one of the `second` list of
+    /// [`Self::r5_lists`], whose victims are used only when R5 keeps them all. (A candidate
+    /// kept first whose going does not let the job fit can use up what its leaf borrows, so
+    /// that the one whose going does is left out: the second trial finds it, and R7 gives the
+    /// first one back.) A failure says whether the last trial failed on a necessary condition
+    /// of the placement on `on` (the second one's candidates include the first's).
+    fn trial_kept(
+        &mut self,
+        job: JobId,
+        leaf: usize,
+        short: &[Res],
+        (kept, second): (&[JobId], Option<&[JobId]>),
+        on: Option<usize>,
+        guard: &[Guard],
+    ) -> Result<Vec<JobId>, bool> {
+        let first = self.trial(job, leaf, kept, on, guard);
+        let Some(second) = second.filter(|_| first.is_err()) else {
+            return first;
+        };
+        match self.trial(job, leaf, second, on, guard) {
+            Ok(v) if self.borrowed_only(leaf, short, &v, None, false) == v => Ok(v),
+            Ok(_) => Err(false),
+            Err(capacity) => Err(capacity),
+        }
     }
 
     /// Without touching versions, queues or memos: take victims from `order` (in order) off

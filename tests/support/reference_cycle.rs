@@ -516,8 +516,7 @@ impl Reference {
         }
         let none = BTreeSet::new();
         if !self.over_max(job, &none).is_empty() && self.find_cluster(job, None).is_some() {
-            let o = self.borrowed_only(leaf, short, order, fair);
-            let v = self.trial(job, &o, None, guard)?;
+            let v = self.trials(job, leaf, short, order, None, guard, fair)?;
             let ci = self.find_cluster(job, Some(&v.iter().copied().collect()))?;
             return Some((v, ci));
         }
@@ -547,15 +546,47 @@ impl Reference {
                 .copied()
                 .filter(|&v| self.leaf(v) == Some(leaf) || self.frees_usable(job, v, ci, short))
                 .collect();
-            let o = self.borrowed_only(leaf, short, &on, fair);
             if !self.clusters[ci].reachable || !self.candidate(job, ci) {
                 continue;
             }
-            if let Some(v) = self.trial(job, &o, Some(ci), guard) {
+            if let Some(v) = self.trials(job, leaf, short, &on, Some(ci), guard, fair) {
                 return Some((v, ci));
             }
         }
         None
+    }
+
+    /// R6's trials: of the candidates R5 keeps; when that finds nothing (not for fairness), of
+    /// every candidate that R5 would keep as the first victim of its leaf, when there are more
+    /// of those, the victims it finds used only if R5 keeps them all.
+    #[allow(clippy::too_many_arguments)]
+    fn trials(
+        &self,
+        job: usize,
+        leaf: usize,
+        short: &[String],
+        order: &[usize],
+        on: Option<usize>,
+        guard: &[Guard],
+        fair: Option<(usize, Frac)>,
+    ) -> Option<Vec<usize>> {
+        let kept = self.borrowed_only(leaf, short, order, fair);
+        if let Some(v) = self.trial(job, &kept, on, guard) {
+            return Some(v);
+        }
+        if fair.is_some() {
+            return None;
+        }
+        let alone: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&v| !self.borrowed_only(leaf, short, &[v], None).is_empty())
+            .collect();
+        if alone.len() == kept.len() {
+            return None;
+        }
+        let v = self.trial(job, &alone, on, guard)?;
+        (self.borrowed_only(leaf, short, &v, None) == v).then_some(v)
     }
 
     /// R5. The victims of `order` that take only what their leaf borrows: one of another leaf is
