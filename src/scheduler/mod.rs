@@ -32,6 +32,7 @@ mod reserve;
 mod serves_tests;
 mod short;
 mod sorted;
+mod trial;
 pub mod view;
 mod wake;
 

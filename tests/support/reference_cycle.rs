@@ -516,7 +516,7 @@ impl Reference {
         }
         let none = BTreeSet::new();
         if !self.over_max(job, &none).is_empty() && self.find_cluster(job, None).is_some() {
-            let v = self.trials(job, leaf, short, order, None, guard, fair)?;
+            let v = self.trials(job, (leaf, short), order, None, guard, fair)?;
             let ci = self.find_cluster(job, Some(&v.iter().copied().collect()))?;
             return Some((v, ci));
         }
@@ -549,7 +549,7 @@ impl Reference {
             if !self.clusters[ci].reachable || !self.candidate(job, ci) {
                 continue;
             }
-            if let Some(v) = self.trials(job, leaf, short, &on, Some(ci), guard, fair) {
+            if let Some(v) = self.trials(job, (leaf, short), &on, Some(ci), guard, fair) {
                 return Some((v, ci));
             }
         }
@@ -559,12 +559,10 @@ impl Reference {
     /// R6's trials: of the candidates R5 keeps; when that finds nothing (not for fairness), of
     /// every candidate that R5 would keep as the first victim of its leaf, when there are more
     /// of those, the victims it finds used only if R5 keeps them all.
-    #[allow(clippy::too_many_arguments)]
     fn trials(
         &self,
         job: usize,
-        leaf: usize,
-        short: &[String],
+        (leaf, short): (usize, &[String]),
         order: &[usize],
         on: Option<usize>,
         guard: &[Guard],
