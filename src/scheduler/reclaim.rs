@@ -1,11 +1,11 @@
 //! Preemption: reclaiming quota from borrowing subtrees so that a job within its guaranteed min
 //! runs, and (in leaves that allow it) preempting a queue's jobs of lower priority.
 //!
-//! Owns the choice of victims (which jobs may be preempted, R5, and per member cluster the
-//! trials of `trial.rs`: shortest prefix in order, minimized, leaving no side effect). Never lets a victim
-//! preempt back, directly or round a cohort: a victim of another leaf is taken only from what
-//! its leaf borrows and while the preemptor's side stays within its min where the two meet, and
-//! one of the same leaf only when its priority is lower.
+//! Owns the choice of victims: which jobs may be preempted (R3–R5, R8), and per member cluster
+//! the trials of `trial.rs` (shortest prefix in order, minimized, leaving no side effect).
+//! Never lets a victim preempt back, directly or round a cohort: a victim of another leaf is
+//! taken only from what its leaf borrows and while the preemptor's side stays within its min
+//! where the two meet, and one of the same leaf only when its priority is lower.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};

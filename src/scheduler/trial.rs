@@ -1,8 +1,9 @@
 //! Reclaim's trials (R6, R7), made on the scheduler's own state: victims taken off their nodes
 //! and quota in order until the job fits, the ones not needed given back, and the state
-//! restored as it was. Owns R6's two lists of candidates (those R5 keeps, and for a second trial every one R5
-//! would keep as the first victim of its leaf) and the cheap check that rules a member out
-//! before any trial. Which jobs are candidates, and R5 itself, are `reclaim.rs`'s.
+//! restored as it was. Owns R6's two lists of candidates (those R5 keeps, and for a second
+//! trial every one R5 would keep as the first victim of its leaf) and the cheap check that
+//! rules a member out before any trial. Which jobs are candidates, and R5 itself, are
+//! `reclaim.rs`'s.
 
 use std::collections::BTreeMap;
 
