@@ -299,9 +299,11 @@ impl Scheduler {
             if fair.is_some() && fair_side.is_none() {
                 continue;
             }
-            if borrowed && fair_kept && alone {
-                out.push(v);
-            } else if borrowed && fair_kept {
+            if !(borrowed && fair_kept) {
+                continue;
+            }
+            // Judged alone, a kept one takes nothing from the next of its leaf.
+            if !alone {
                 if let Some((_, b)) = fair_side {
                     fair_taken.entry(b).or_default().add_scaled(vd, 1);
                 }
@@ -310,8 +312,8 @@ impl Scheduler {
                     .entry(p)
                     .or_default()
                     .add_scaled(vd, 1);
-                out.push(v);
             }
+            out.push(v);
         }
         out
     }
@@ -339,9 +341,9 @@ impl Scheduler {
 
     /// Picks victims among `order` (in that order) so that `job` fits: per member cluster, its
     /// victims on it in order (those [`Self::borrowed_only`] keeps) until the job fits there
-    /// (keeping `guard`), then the ones that
-    /// turned out unnecessary are given back; the first cluster, in the usual order, where that
-    /// works wins. When only quota is short and the job already fits a cluster, victims come
+    /// (keeping `guard`), then the ones that turned out unnecessary are given back, with a
+    /// second trial when those kept do not do ([`Self::trial_kept`]); the first cluster, in the
+    /// usual order, where that works wins. When only quota is short and the job already fits a cluster, victims come
     /// from anywhere. On success the victims are released and queued again; on failure nothing
     /// changed.
     pub(super) fn take_victims(
@@ -433,8 +435,8 @@ impl Scheduler {
                 let class = self.jobs[job].class;
                 // A trial that failed because the job did not fit even one by one with every
                 // candidate gone fails again while the cluster only lost free capacity; one that
-                // failed otherwise (quota, a guard) only while neither the cluster nor anything
-                // the tree charges changed.
+                // failed otherwise (quota, a guard, R5 refusing the second trial's victims) only
+                // while neither the cluster nor anything the tree charges changed.
                 if let Some(&(v, h, capacity, u)) = self.classes[class].reclaim_failed.get(&ci)
                     && h == memo.1
                     && ((v == memo.0 && u == self.usage_version)
